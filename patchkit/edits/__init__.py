@@ -1,0 +1,55 @@
+"""Pure CST edit operations, registered by the name a recipe uses for them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from patchkit.edits.base import EditError, EditResult, EditSpec, Verdict
+from patchkit.edits.call_kwarg import CallKwarg
+from patchkit.edits.codemod import CodemodEdit
+from patchkit.edits.dict_set import DictSet
+from patchkit.edits.list_insert import ListInsert
+from patchkit.edits.list_remove import ListRemove
+from patchkit.edits.set_value import SetValue
+
+__all__ = ["Edit", "EditError", "EditResult", "EditSpec", "Verdict", "EDIT_KINDS"]
+
+EDIT_KINDS: dict[str, type[EditSpec]] = {
+    "list_insert": ListInsert,
+    "list_remove": ListRemove,
+    "set_value": SetValue,
+    "dict_set": DictSet,
+    "call_kwarg": CallKwarg,
+    "codemod": CodemodEdit,
+}
+
+
+class Edit(BaseModel):
+    """Exactly one edit operation, written as `{kind: {params}}` in a recipe."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    list_insert: ListInsert | None = None
+    list_remove: ListRemove | None = None
+    set_value: SetValue | None = None
+    dict_set: DictSet | None = None
+    call_kwarg: CallKwarg | None = None
+    codemod: CodemodEdit | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Edit":
+        chosen = [k for k in EDIT_KINDS if getattr(self, k) is not None]
+        if len(chosen) != 1:
+            raise ValueError(f"give exactly one edit operation, one of: {', '.join(EDIT_KINDS)}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in EDIT_KINDS if getattr(self, k) is not None)
+
+    @property
+    def op(self) -> EditSpec:
+        return getattr(self, self.kind)
+
+    def apply(self, source: str) -> EditResult:
+        return self.op.apply(source)

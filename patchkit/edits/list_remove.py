@@ -1,0 +1,39 @@
+"""list_remove: make sure values are not elements of a list/tuple/set assigned to a name."""
+
+from __future__ import annotations
+
+
+import libcst as cst
+from pydantic import Field
+
+from patchkit.edits.base import AssignmentEditor, EditResult, EditSpec, Scalar, run_assignment_editor
+from patchkit.edits.list_insert import collection_of, element_values
+from patchkit.edits.sequence import remove_item
+
+
+class ListRemove(EditSpec):
+    """Ensure `values` are not elements of the collection assigned to one of `names`."""
+
+    names: list[str] = Field(min_length=1)
+    values: list[Scalar] = Field(min_length=1)
+    within: str | None = None
+
+    def apply(self, source: str) -> EditResult:
+        return run_assignment_editor(source, _Remover(self))
+
+
+class _Remover(AssignmentEditor):
+    def __init__(self, spec: ListRemove) -> None:
+        super().__init__(spec.names, spec.within)
+        self.spec = spec
+
+    def edit_value(self, value: cst.BaseExpression) -> cst.BaseExpression:
+        node = collection_of(value)
+        doomed = [i for i, (ok, v) in enumerate(element_values(node)) if ok and v in self.spec.values]
+        if not doomed:
+            return value
+        removed = [element_values(node)[i][1] for i in doomed]
+        for i in reversed(doomed):
+            node = remove_item(node, i)
+        self.note("removed " + ", ".join(repr(v) for v in removed))
+        return node

@@ -1,0 +1,178 @@
+"""Recipes: what to do to a host, as validated data. No I/O beyond reading the file."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from patchkit.edits import Edit
+from patchkit.errors import UsageError
+from patchkit.yamlsource import load_yaml
+
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _check_specifier(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError(f"{value!r} is not a version specifier like '>=0.10.1,<0.22'") from None
+    return value
+
+
+def _check_module(value: str) -> str:
+    if not _MODULE.match(value):
+        raise ValueError(f"{value!r} is not a dotted module name")
+    return value
+
+
+class PackageGate(Strict):
+    """Which installed package a step is about, and which of its versions it applies to."""
+
+    package: str | None = Field(None, description="distribution/top-level package, e.g. vllm")
+    versions: str | None = Field(None, description="PEP 440 specifier; outside it the step is skipped")
+
+    @field_validator("versions")
+    @classmethod
+    def _specifier(cls, value: str | None) -> str | None:
+        return _check_specifier(value)
+
+
+class PatchStep(PackageGate):
+    package: str = Field(description="top-level package to patch, found on the target without importing it")
+    modules: list[str] = Field(min_length=1, description="candidate modules; the first holding the target wins")
+    edit: Edit
+
+    @field_validator("modules")
+    @classmethod
+    def _modules_are_dotted(cls, value: list[str]) -> list[str]:
+        for m in value:
+            _check_module(m)
+        return value
+
+
+class Verify(Strict):
+    import_: list[str] = Field(default_factory=list, alias="import",
+                               description="modules imported in a fresh target interpreter after the write")
+    timeout_s: float = Field(300, gt=0)
+
+    @field_validator("import_")
+    @classmethod
+    def _dotted(cls, value: list[str]) -> list[str]:
+        for m in value:
+            _check_module(m)
+        return value
+
+
+class CheckStep(PackageGate):
+    python: str = Field(description="Python source run by the target interpreter; it passes when it exits 0")
+    message: str | None = Field(None, description="what a failure means, shown with the reason")
+    timeout_s: float = Field(300, gt=0)
+
+
+class Step(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str | None = None
+    patch: PatchStep | None = None
+    check: CheckStep | None = None
+    verify: Verify | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Step":
+        kinds = [k for k in STEP_KINDS if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(f"a step needs exactly one of: {', '.join(STEP_KINDS)}")
+        if self.verify is not None and self.patch is None:
+            raise ValueError("`verify` goes with a `patch` step")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in STEP_KINDS if getattr(self, k) is not None)
+
+
+STEP_KINDS = ("patch", "check")
+
+
+class Recipe(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str | None = None
+    python: str | None = Field(None, description="target interpreter unless the inventory or -e python= says")
+    vars: dict[str, Any] = Field(default_factory=dict)
+    keep_runs: int = Field(20, ge=1, description="runs kept in each host's journal for this recipe")
+    steps: list[Step] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_step_names(self) -> "Recipe":
+        seen: set[str] = set()
+        for step in self.steps:
+            if step.name in seen:
+                raise ValueError(f"two steps are named {step.name!r}")
+            seen.add(step.name)
+        return self
+
+    def select(self, names: list[str] | None) -> list[Step]:
+        if not names:
+            return list(self.steps)
+        known = [s.name for s in self.steps]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise UsageError(f"--steps: no step named {', '.join(unknown)} in recipe {self.name} "
+                             f"(steps: {', '.join(known)})")
+        return [s for s in self.steps if s.name in names]
+
+
+class LoadedRecipe(BaseModel):
+    """A validated recipe plus where it came from (for codemod files and the journal)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    recipe: Recipe
+    path: Path
+    content_sha256: str
+    variables: dict[str, Any]
+
+
+def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> LoadedRecipe:
+    """Read, template and validate a recipe; UsageError with file:line:col on any problem."""
+    path = Path(path)
+    raw = load_yaml(path)
+    if not isinstance(raw.data, dict):
+        raise UsageError(f"{path}:1:1: a recipe is a mapping with name and steps")
+    declared = raw.data.get("vars") or {}
+    if not isinstance(declared, dict):
+        raise UsageError(f"{raw.mark_for(('vars',))}: vars: must be a mapping")
+    variables = {**declared, **(overrides or {})}
+    loaded = load_yaml(path, variables=variables, template_skip={"vars"})
+    recipe: Recipe = loaded.validate(Recipe.model_validate)
+    for step in recipe.steps:
+        if step.patch and step.patch.edit.codemod:
+            step.patch.edit.codemod.bind(path.parent)
+    return LoadedRecipe(
+        recipe=recipe,
+        path=path,
+        content_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        variables=variables,
+    )
+
+
+def parse_assignments(items: list[str] | None) -> dict[str, str]:
+    """`-e KEY=VALUE` arguments to a dict."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise UsageError(f"-e {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out

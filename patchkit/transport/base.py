@@ -1,0 +1,38 @@
+"""The transport interface: start one process on the host and hand back its pipes.
+
+Everything else (what to run, what to ask it) lives above this line, so a new
+transport only has to say how a process is started on its kind of host.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class ByteWriter(Protocol):
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+
+
+class ByteReader(Protocol):
+    async def readline(self) -> bytes: ...
+
+
+class AgentStreams(Protocol):
+    stdin: ByteWriter
+    stdout: ByteReader
+
+    async def error_tail(self) -> str:
+        """The last lines the process wrote to stderr (for error messages)."""
+
+    async def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    name: str
+    exec_requests: int  # processes started on the host so far (each SSH exec costs a login shell)
+
+    async def spawn(self, argv: list[str]) -> AgentStreams:
+        """Start argv on the host (never through an unquoted shell)."""
+
+    async def close(self) -> None: ...

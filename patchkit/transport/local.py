@@ -1,0 +1,62 @@
+"""The local transport: the host is this machine, the process a plain subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from patchkit.errors import HostError
+
+
+class _LocalStreams:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        assert proc.stdin and proc.stdout
+        self.stdin = proc.stdin
+        self.stdout = proc.stdout
+
+    async def error_tail(self) -> str:
+        if self.proc.stderr is None:
+            return ""
+        try:
+            await asyncio.wait_for(self.proc.wait(), 5)
+            data = await asyncio.wait_for(self.proc.stderr.read(), 5)
+        except asyncio.TimeoutError:
+            return ""
+        return "\n".join(data.decode("utf-8", "replace").strip().splitlines()[-5:])
+
+    async def close(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.stdin.close()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 10)
+            except asyncio.TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+
+
+class LocalTransport:
+    name = "local"
+
+    def __init__(self) -> None:
+        self.exec_requests = 0
+
+    async def spawn(self, argv: list[str]) -> _LocalStreams:
+        self.exec_requests += 1
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=os.environ.copy(),
+                limit=1 << 26,  # replies carry whole files
+            )
+        except FileNotFoundError:
+            raise HostError(f"interpreter {argv[0]} not found") from None
+        except PermissionError:
+            raise HostError(f"interpreter {argv[0]} is not executable") from None
+        return _LocalStreams(proc)
+
+    async def close(self) -> None:
+        return None
