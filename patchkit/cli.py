@@ -1,0 +1,142 @@
+"""The edge: arguments in, one report out, an exit code. Logging is configured here only.
+
+Exit codes: 0 every host fine; 1 a host failed; 2 usage or recipe error (nothing
+contacted); 3 for `status`: a host is drifted or pending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Sequence
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="patchkit", description="Idempotent, verified patches to installed Python packages, on one host or a fleet.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def targets(sp: argparse.ArgumentParser, recipe: bool = True) -> None:
+        if recipe:
+            sp.add_argument("recipe", help="recipe YAML file")
+        sp.add_argument("-i", "--inventory", help="inventory YAML (default: this machine, local transport)")
+        sp.add_argument("-l", "--limit", help="HOST|GROUP[,...]")
+        sp.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a recipe variable; python=PATH picks the target interpreter")
+        sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
+        sp.add_argument("--concurrency", type=int, default=32, help="hosts worked on at once (default 32)")
+        sp.add_argument("--lock-timeout", type=float, default=60.0, help="seconds to wait for another run's host lock")
+        sp.add_argument("--log-format", choices=["console", "json"], default="console")
+        sp.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+        if recipe:
+            sp.add_argument("--steps", help="only these steps: NAME[,...]")
+
+    apply = sub.add_parser("apply", help="apply a recipe (verified; a failed check restores the original)")
+    targets(apply)
+    apply.add_argument("--dry-run", action="store_true", help="show diffs, write nothing (same as plan)")
+    targets(sub.add_parser("plan", help="unified diffs of what apply would change; nothing written"))
+    targets(sub.add_parser("status", help="per host and step: applied | pending | drifted | not-applicable"))
+    rollback = sub.add_parser("rollback", help="undo the last (or named) run from the host's journal")
+    targets(rollback)
+    rollback.add_argument("--run", help="run id to undo (default: the newest with a change not yet undone)")
+    rollback.add_argument("--force", action="store_true", help="restore even files that changed since")
+    targets(sub.add_parser("history", help="runs recorded in each host's journal"), recipe=False)
+    validate = sub.add_parser("validate", help="schema check of a recipe; no host contacted")
+    validate.add_argument("recipe")
+    validate.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
+    sub.add_parser("schema", help="JSON Schema of the recipe format")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from patchkit.errors import UsageError
+
+    try:
+        code = _dispatch(args)
+    except UsageError as exc:
+        print(f"patchkit: {exc}", file=sys.stderr)
+        code = EXIT_USAGE
+    except KeyboardInterrupt:
+        print("patchkit: interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "schema":
+        from patchkit.recipe import Recipe
+
+        print(json.dumps(Recipe.model_json_schema(by_alias=True), indent=2))
+        return EXIT_OK
+
+    from patchkit.recipe import load_recipe, parse_assignments
+
+    overrides = parse_assignments(getattr(args, "extra_var", []))
+    loaded = load_recipe(args.recipe, overrides) if getattr(args, "recipe", None) else None
+    if args.command == "validate":
+        assert loaded
+        steps = ", ".join(f"{s.name} ({s.kind})" for s in loaded.recipe.steps)
+        print(f"{args.recipe}: valid recipe {loaded.recipe.name}: {steps}")
+        return EXIT_OK
+
+    from patchkit import logs
+
+    logs.configure(args.log_format, args.verbose)
+    hosts = _hosts(args)
+    if loaded:
+        loaded.recipe.select(_split(args.steps))  # unknown step names: usage error before contacting anyone
+
+    from patchkit.journal import new_run_id
+    from patchkit.runner import Options, Runner
+
+    dry_run = args.command == "plan" or getattr(args, "dry_run", False)
+    options = Options(
+        steps=_split(getattr(args, "steps", None)),
+        dry_run=dry_run,
+        force=getattr(args, "force", False),
+        run=getattr(args, "run", None),
+        python=overrides.get("python"),
+        concurrency=args.concurrency,
+        lock_timeout=args.lock_timeout,
+    )
+    command = "apply" if args.command == "plan" else args.command
+    runner = Runner(loaded, options, new_run_id(), args.command)
+    work = {"apply": runner.apply, "status": runner.status, "rollback": runner.rollback, "history": runner.history}[command]
+    results = asyncio.run(runner.on_hosts(hosts, work))
+
+    from patchkit.report import print_human, print_json
+    from patchkit.results import RunReport
+
+    report = RunReport(recipe=loaded.recipe.name if loaded else "", run_id=runner.run_id, dry_run=dry_run,
+                       command=args.command, hosts=results)
+    (print_json if args.json else print_human)(report)
+    return _exit_code(args.command, report)
+
+
+def _exit_code(command: str, report: "RunReport") -> int:  # noqa: F821 - imported lazily
+    statuses = [h.status for h in report.hosts.values()]
+    step_statuses = [s.status for h in report.hosts.values() for s in h.steps]
+    if "failed" in statuses:
+        return EXIT_FAILED
+    if command == "status" and ({"drifted", "pending"} & (set(statuses) | set(step_statuses))):
+        return EXIT_NOT_CONVERGED
+    return EXIT_OK
+
+
+def _split(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def _hosts(args: argparse.Namespace) -> list:
+    from patchkit.inventory import load_inventory, local_inventory
+
+    inventory = load_inventory(args.inventory) if args.inventory else local_inventory()
+    return inventory.select(_split(args.limit))
+
+
+if __name__ == "__main__":
+    main()

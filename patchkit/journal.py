@@ -1,0 +1,95 @@
+"""The journal on each host: run records and backups, kept outside site-packages.
+
+Layout under the state dir (0700 folders, 0600 files):
+    runs/<recipe>/<run_id>.json     one RunRecord per run
+    backups/<run_id>/<step>--<file>  the original of every file a run changed
+    lock                             held (flock) by the run working on the host
+"""
+
+from __future__ import annotations
+
+import posixpath
+import secrets
+import time
+from dataclasses import dataclass
+
+from patchkit.agent import AgentClient
+from patchkit.results import RunRecord, StepResult
+
+DEFAULT_STATE_DIR = "~/.local/state/patchkit"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+@dataclass
+class Journal:
+    agent: AgentClient
+    state_dir: str
+
+    def backup_path(self, run_id: str, step: str, file: str) -> str:
+        return posixpath.join(self.state_dir, "backups", run_id, f"{step}--{posixpath.basename(file)}")
+
+    async def write(self, record: RunRecord) -> None:
+        await self.agent.call(
+            "journal_write",
+            state_dir=self.state_dir,
+            recipe=record.recipe,
+            run_id=record.run_id,
+            record=record.model_dump(mode="json"),
+        )
+
+    async def runs(self, recipe: str | None = None) -> list[RunRecord]:
+        raw = await self.agent.call("journal_list", state_dir=self.state_dir, recipe=recipe)
+        records = []
+        for item in raw:
+            try:
+                records.append(RunRecord.model_validate(item))
+            except ValueError:
+                continue  # a record we cannot read is not ours to act on
+        return sorted(records, key=lambda r: r.run_id)
+
+    async def prune(self, recipe: str, keep: int) -> int:
+        records = await self.runs(recipe)
+        protected = {r.run_id for r in active_changes(records).values()}
+        doomed = [r.run_id for r in records[:-keep] if r.run_id not in protected] if keep < len(records) else []
+        if doomed:
+            await self.agent.call("journal_prune", state_dir=self.state_dir, recipe=recipe, drop_run_ids=doomed)
+        return len(doomed)
+
+
+def active_changes(records: list[RunRecord]) -> dict[tuple[str, str], RunRecord]:
+    """(step, file) -> the newest apply run that changed it and was not rolled back.
+
+    That run's backup is the way back to the original, so it is never pruned.
+    """
+    active: dict[tuple[str, str], RunRecord] = {}
+    for record in sorted(records, key=lambda r: r.run_id):
+        if record.kind != "apply":
+            continue
+        for step in record.changed_steps():
+            key = (step.name, step.file or "")
+            if step.name in record.rolled_back_steps:
+                active.pop(key, None)
+            else:
+                active[key] = record
+    return active
+
+
+def active_step(records: list[RunRecord], step: str, file: str) -> StepResult | None:
+    record = active_changes(records).get((step, file))
+    if record is None:
+        return None
+    return next(s for s in record.changed_steps() if s.name == step and s.file == file)
+
+
+def rollback_target(records: list[RunRecord], run_id: str | None, steps: list[str] | None) -> RunRecord | None:
+    """The named run, or the newest apply run with a change (in `steps`) not yet undone."""
+    applies = [r for r in records if r.kind == "apply"]
+    if run_id:
+        return next((r for r in applies if r.run_id == run_id), None)
+    for record in reversed(applies):
+        if any(not steps or s.name in steps for s in record.live_steps()):
+            return record
+    return None

@@ -1,0 +1,287 @@
+"""Runs a command (apply, plan, status, rollback, history) on every selected host.
+
+Per host: start the agent through the host's transport, take the host lock, do the
+work step by step, journal it, release. Hosts run concurrently; one host failing
+never stops the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Awaitable, Callable
+
+import structlog
+
+from patchkit import __version__
+from patchkit.agent import AgentClient
+from patchkit.errors import HostError, UsageError
+from patchkit.inventory import HostSpec
+from patchkit.journal import DEFAULT_STATE_DIR, Journal, active_step, rollback_target
+from patchkit.recipe import LoadedRecipe, Step
+from patchkit.results import HostResult, RunRecord, StepResult, host_status
+from patchkit.steps.check import run_check
+from patchkit.steps.context import EditCache, HostContext
+from patchkit.steps.patch import apply_patch, plan_patch
+from patchkit.transport import LocalTransport, Transport
+
+log = structlog.get_logger("patchkit")
+
+
+@dataclass
+class Options:
+    steps: list[str] | None = None
+    dry_run: bool = False
+    force: bool = False
+    run: str | None = None
+    python: str | None = None  # -e python=..., wins over inventory and recipe
+    concurrency: int = 32
+    lock_timeout: float = 60.0
+
+
+@dataclass
+class Session:
+    host: HostSpec
+    transport: Transport
+    agent: AgentClient
+    journal: Journal
+
+
+def transport_for(host: HostSpec) -> Transport:
+    if host.is_local:
+        return LocalTransport()
+    from patchkit.transport.ssh import SSHTransport  # asyncssh only when a host needs it
+
+    return SSHTransport(host)
+
+
+def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Options) -> str:
+    return options.python or host.python or (loaded.recipe.python if loaded else None) or "python3"
+
+
+@asynccontextmanager
+async def session(host: HostSpec, python: str, options: Options, owner: str) -> AsyncIterator[Session]:
+    transport = transport_for(host)
+    agent: AgentClient | None = None
+    try:
+        agent = await AgentClient.start(transport, python, host.name)
+        journal = Journal(agent, host.state_dir or DEFAULT_STATE_DIR)
+        await agent.call("lock", state_dir=journal.state_dir, timeout_s=options.lock_timeout, owner=owner,
+                         timeout=options.lock_timeout + 30)
+        yield Session(host, transport, agent, journal)
+    finally:
+        if agent is not None:
+            await agent.close()
+        await transport.close()
+
+
+@dataclass
+class Runner:
+    loaded: LoadedRecipe | None
+    options: Options
+    run_id: str
+    command: str
+    edits: EditCache = field(default_factory=EditCache)
+
+    async def on_hosts(self, hosts: list[HostSpec], work: Callable[[Session], Awaitable[HostResult]]) -> dict[str, HostResult]:
+        limit = asyncio.Semaphore(max(1, self.options.concurrency))
+
+        async def one(host: HostSpec) -> HostResult:
+            async with limit:
+                started = time.monotonic()
+                python = interpreter_for(host, self.loaded, self.options)
+                try:
+                    async with session(host, python, self.options, f"{self.command} {self.run_id}") as s:
+                        result = await work(s)
+                        result.exec_requests = s.transport.exec_requests
+                except HostError as exc:
+                    result = HostResult(status="failed", message=str(exc))
+                log.info("host.done", host=host.name, status=result.status, command=self.command,
+                         seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
+                return result
+
+        results = await asyncio.gather(*(one(h) for h in hosts))
+        return {h.name: r for h, r in zip(hosts, results)}
+
+    # ------------------------------------------------------------------ apply / plan
+
+    def _context(self, s: Session) -> HostContext:
+        assert self.loaded
+        return HostContext(s.host.name, s.agent, s.journal, self.run_id, self.loaded, self.edits,
+                           self.options.dry_run, self.options.force)
+
+    async def apply(self, s: Session) -> HostResult:
+        assert self.loaded
+        recipe = self.loaded.recipe
+        ctx = self._context(s)
+        record = RunRecord(run_id=self.run_id, kind="apply", recipe=recipe.name,
+                           recipe_sha256=self.loaded.content_sha256, host=s.host.name, user=_user(),
+                           patchkit_version=__version__, started=time.time())
+        stopped_by: str | None = None
+        for step in recipe.select(self.options.steps):
+            if stopped_by:
+                result = StepResult(name=step.name, kind=step.kind, status="skipped",
+                                    message=f"not run: step {stopped_by} failed")
+            else:
+                result = await self._run_step(ctx, step)
+                log.info("step.done", host=s.host.name, step=step.name, status=result.status, message=result.message)
+            record.steps.append(result)
+            if result.status == "failed":
+                stopped_by = step.name
+            if result.status in ("changed", "failed") and not self.options.dry_run:
+                await s.journal.write(record)  # after every change: a crash never loses a backup's record
+        status = host_status(record.steps)
+        if not self.options.dry_run:
+            record.finished, record.status = time.time(), status
+            await s.journal.write(record)
+            await s.journal.prune(recipe.name, recipe.keep_runs)
+        return HostResult(status=status, steps=record.steps)
+
+    async def _run_step(self, ctx: HostContext, step: Step) -> StepResult:
+        try:
+            if step.patch:
+                return await apply_patch(ctx, step, await plan_patch(ctx, step))
+            if step.check:
+                return await run_check(ctx, step)
+        except HostError as exc:
+            return StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc))
+        raise UsageError(f"step {step.name}: unknown kind")  # pragma: no cover - validated earlier
+
+    # ------------------------------------------------------------------ status
+
+    async def status(self, s: Session) -> HostResult:
+        assert self.loaded
+        ctx = self._context(s)
+        ctx.dry_run = True
+        records = await s.journal.runs(self.loaded.recipe.name)
+        steps = []
+        for step in self.loaded.recipe.select(self.options.steps):
+            if not step.patch:
+                steps.append(StepResult(name=step.name, kind=step.kind, status="not-applicable",
+                                        message="a check has no state; apply runs it"))
+                continue
+            try:
+                plan = await plan_patch(ctx, step)
+            except HostError as exc:
+                steps.append(StepResult(name=step.name, kind="patch", status="failed", message=str(exc)))
+                continue
+            steps.append(_state_of(plan.result, records))
+        order = ["failed", "drifted", "pending"]
+        worst = next((o for o in order if any(st.status == o for st in steps)), "applied")
+        return HostResult(status=worst if worst != "applied" else "ok", steps=steps)
+
+    # ------------------------------------------------------------------ rollback
+
+    async def rollback(self, s: Session) -> HostResult:
+        assert self.loaded
+        recipe = self.loaded.recipe
+        records = await s.journal.runs(recipe.name)
+        wanted = self.options.steps
+        if wanted:
+            recipe.select(wanted)  # unknown names are a usage error
+        target = rollback_target(records, self.options.run, wanted)
+        if target is None:
+            what = f"run {self.options.run}" if self.options.run else "an applied change"
+            if self.options.run:
+                return HostResult(status="failed", message=f"no {what} of {recipe.name} in the journal")
+            return HostResult(status="ok", message=f"nothing to roll back: no {what} of {recipe.name} in the journal")
+        record = RunRecord(run_id=self.run_id, kind="rollback", recipe=recipe.name,
+                           recipe_sha256=self.loaded.content_sha256, host=s.host.name, user=_user(),
+                           patchkit_version=__version__, started=time.time(), rollback_of=target.run_id)
+        for step in reversed(target.live_steps()):
+            if wanted and step.name not in wanted:
+                continue
+            record.steps.append(await self._restore(s, step, target))
+        record.finished, record.status = time.time(), host_status(record.steps)
+        await s.journal.write(record)
+        done = [st.name for st in record.steps if st.status in ("changed", "ok")]
+        if done:
+            target.rolled_back_steps = sorted(set(target.rolled_back_steps) | set(done))
+            target.rolled_back_by = self.run_id
+            await s.journal.write(target)
+        return HostResult(status=record.status, steps=record.steps, message=f"rollback of run {target.run_id}")
+
+    async def _restore(self, s: Session, step: StepResult, target: RunRecord) -> StepResult:
+        result = StepResult(name=step.name, kind=step.kind, status="failed", file=step.file,
+                            sha256_before=step.sha256_after, sha256_after=step.sha256_before, backup=step.backup)
+        try:
+            outcome = await s.agent.call("restore", path=step.file, backup_path=step.backup,
+                                         expected_current=step.sha256_after, original_sha256=step.sha256_before,
+                                         force=self.options.force)
+        except HostError as exc:
+            result.message = str(exc)
+            return result
+        if outcome["already"]:
+            result.status, result.message = "ok", "already the original"
+        else:
+            result.status, result.message = "changed", f"restored the original from run {target.run_id}"
+        return result
+
+    # ------------------------------------------------------------------ history
+
+    async def history(self, s: Session) -> HostResult:
+        records = await s.journal.runs(self.loaded.recipe.name if self.loaded else None)
+        steps = [
+            StepResult(name=r.run_id, kind=r.kind, status=_history_status(r),
+                       message=_history_line(r))
+            for r in records
+        ]
+        return HostResult(status="ok", steps=steps)
+
+
+def _state_of(planned: StepResult, records: list[RunRecord]) -> StepResult:
+    """Map a dry plan plus the journal to applied | pending | drifted | not-applicable."""
+    out = planned.model_copy(deep=True)
+    out.diff = planned.diff
+    if planned.status == "skipped":
+        out.status = "not-applicable"
+        return out
+    ours = active_step(records, planned.name, planned.file) if planned.file else None
+    if planned.status == "failed":
+        mine = [s for r in records for s in r.live_steps() if s.name == planned.name]
+        if mine:
+            out.status, out.message = "drifted", f"patched by patchkit, but now: {planned.message}"
+        return out
+    if planned.status == "changed":
+        if ours:
+            out.status = "drifted"
+            out.message = f"patched by patchkit, but the file changed since and the change is gone: {planned.message}"
+        else:
+            out.status = "pending"
+        return out
+    # already in place
+    if ours and ours.sha256_after != planned.sha256_before:
+        out.status = "drifted"
+        out.message = "in place, but the file changed since patchkit wrote it (rollback would refuse)"
+    elif ours:
+        out.status, out.message = "applied", f"applied by patchkit (backup {ours.backup})"
+    else:
+        out.status, out.message = "applied", "in place (not applied by patchkit: nothing to roll back)"
+    return out
+
+
+def _history_status(record: RunRecord) -> str:
+    return record.status if record.status in ("changed", "ok", "skipped", "failed") else "failed"
+
+
+def _history_line(record: RunRecord) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started))
+    changed = [s.name for s in record.changed_steps()]
+    parts = [when, record.recipe, record.kind, record.status]
+    if record.rollback_of:
+        parts.append(f"undoes {record.rollback_of}")
+    if changed:
+        parts.append("changed " + ", ".join(changed))
+    if record.rolled_back_steps:
+        parts.append(f"rolled back by {record.rolled_back_by}")
+    return " | ".join(parts)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return ""

@@ -1,0 +1,1 @@
+"""Step kinds: each reads the host to plan, then changes it (or not) to apply."""

@@ -1,0 +1,71 @@
+"""What a step sees of the host it runs on, and what it shares with other hosts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from patchkit.agent import AgentClient
+from patchkit.edits import EditResult
+from patchkit.journal import Journal
+from patchkit.recipe import LoadedRecipe
+
+
+@dataclass
+class EditCache:
+    """Hosts of a fleet hold identical files: compute each distinct edit once."""
+
+    results: dict[tuple[str, str], EditResult] = field(default_factory=dict)
+    hits: int = 0
+
+
+@dataclass
+class HostContext:
+    host: str
+    agent: AgentClient
+    journal: Journal
+    run_id: str
+    loaded: LoadedRecipe
+    edits: EditCache
+    dry_run: bool
+    force: bool = False
+    _located: dict[str, Any] = field(default_factory=dict)
+
+    async def locate(self, package: str, modules: list[str]) -> dict[str, Any]:
+        key = package + "\0" + "\0".join(modules)
+        if key not in self._located:
+            self._located[key] = await self.agent.call("locate", package=package, modules=modules)
+        return self._located[key]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The outcome of a package/version gate: go, skip (with why) or fail (with why)."""
+
+    version: str | None
+    skip: str | None = None
+    fail: str | None = None
+
+
+async def gate(ctx: HostContext, package: str | None, versions: str | None, modules: list[str] = ()) -> tuple[Gate, dict[str, Any]]:
+    if package is None:
+        return Gate(None), {}
+    located = await ctx.locate(package, list(modules))
+    python = ctx.agent.info.get("python", "the target interpreter")
+    if not located["found"]:
+        return Gate(None, fail=f"package {package} is not importable by {python} "
+                               f"(set python in the inventory or -e python=PATH)"), located
+    version = located.get("version")
+    if versions:
+        if version is None:
+            return Gate(None, fail=f"cannot read the version of {package} at {located['root']}"), located
+        try:
+            inside = Version(version) in SpecifierSet(versions, prereleases=True)
+        except InvalidVersion:
+            return Gate(version, fail=f"{package} reports an unparsable version {version!r}"), located
+        if not inside:
+            return Gate(version, skip=f"{package} {version} is outside {versions}"), located
+    return Gate(version), located

@@ -1,0 +1,128 @@
+"""The patch step: plan (read, edit on the control side, diff) and apply (verified write)."""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import hashlib
+from dataclasses import dataclass
+
+from patchkit.edits import EditError, EditResult
+from patchkit.errors import HostError
+from patchkit.recipe import Step
+from patchkit.results import Check, StepResult
+from patchkit.steps.context import HostContext, gate
+
+
+@dataclass
+class PatchPlan:
+    result: StepResult
+    new_content: bytes | None = None
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    return "".join(
+        difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                             fromfile=f"a{path}", tofile=f"b{path}")
+    )
+
+
+def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
+    key = (f"{ctx.loaded.content_sha256}:{step.name}", sha)
+    cached = ctx.edits.results.get(key)
+    if cached is not None:
+        ctx.edits.hits += 1
+        return cached
+    assert step.patch
+    try:
+        text = source.decode("utf-8")
+    except UnicodeDecodeError:
+        result = EditResult("not_found", "", "the file is not UTF-8 text")
+    else:
+        try:
+            result = step.patch.edit.apply(text)
+        except EditError as exc:
+            result = EditResult("not_found", text, str(exc))
+    ctx.edits.results[key] = result
+    return result
+
+
+async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
+    spec = step.patch
+    assert spec is not None
+    result = StepResult(name=step.name, kind="patch", status="failed")
+    verdict_gate, located = await gate(ctx, spec.package, spec.versions, spec.modules)
+    result.package_version = verdict_gate.version
+    if verdict_gate.fail or verdict_gate.skip:
+        result.status = "failed" if verdict_gate.fail else "skipped"
+        result.message = verdict_gate.fail or verdict_gate.skip or ""
+        return PatchPlan(result)
+
+    misses: list[str] = []
+    for module in spec.modules:
+        path = located["files"].get(module)
+        if path is None:
+            misses.append(f"{module}: no such module")
+            continue
+        read = await ctx.agent.call("read", path=path)
+        if not read["exists"]:
+            misses.append(f"{module}: {path} vanished")
+            continue
+        content = base64.b64decode(read["content_b64"])
+        edit = _edit(ctx, step, content, read["sha256"])
+        if edit.verdict == "not_found":
+            misses.append(f"{path}: {edit.message}")
+            continue
+        result.file = path
+        result.sha256_before = read["sha256"]
+        if edit.verdict == "already":
+            result.status, result.message = "ok", "already in place"
+            result.sha256_after = read["sha256"]
+            return PatchPlan(result)
+        new_content = edit.source.encode("utf-8")
+        result.status = "changed"
+        result.message = edit.message
+        result.diff = unified_diff(path, content.decode("utf-8"), edit.source)
+        result.sha256_after = hashlib.sha256(new_content).hexdigest()
+        return PatchPlan(result, new_content)
+
+    gate_note = f"; this step applies to {spec.package} {spec.versions}" if spec.versions else ""
+    found = f"{spec.package} {verdict_gate.version}" if verdict_gate.version else spec.package
+    result.message = f"{found}: target not found — " + " | ".join(misses) + gate_note
+    return PatchPlan(result)
+
+
+async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResult:
+    """Write a planned change through the agent's verified pipeline."""
+    result = plan.result.model_copy(deep=True)
+    if result.status != "changed" or ctx.dry_run:
+        return result
+    assert plan.new_content is not None and result.file and result.sha256_before
+    backup = ctx.journal.backup_path(ctx.run_id, step.name, result.file)
+    verify = step.verify
+    try:
+        outcome = await ctx.agent.call(
+            "apply",
+            path=result.file,
+            expected_sha256=result.sha256_before,
+            content_b64=base64.b64encode(plan.new_content).decode(),
+            backup_path=backup,
+            verify_imports=verify.import_ if verify else [],
+            import_timeout_s=verify.timeout_s if verify else 300,
+            timeout=(verify.timeout_s if verify else 300) + 120,
+        )
+    except HostError as exc:
+        result.status, result.message = "failed", str(exc)
+        return result
+    result.checks = [Check.model_validate(c) for c in outcome["checks"]]
+    result.backup = backup
+    if outcome["ok"]:
+        passed = ", ".join(c.name for c in result.checks)
+        result.message = f"{result.message}; verified ({passed})"
+        return result
+    result.status = "failed"
+    result.restored = outcome["restored"]
+    restored = "original restored" if outcome["restored"] else "ORIGINAL NOT RESTORED, backup at " + backup
+    result.message = f"{outcome['failure']}; {restored}"
+    result.sha256_after = result.sha256_before if outcome["restored"] else None
+    return result
