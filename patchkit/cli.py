@@ -29,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
         sp.add_argument("--concurrency", type=int, default=32, help="hosts worked on at once (default 32)")
         sp.add_argument("--lock-timeout", type=float, default=60.0, help="seconds to wait for another run's host lock")
+        sp.add_argument("--state-dir", help="journal folder on hosts that set none (default ~/.local/state/patchkit)")
         sp.add_argument("--log-format", choices=["console", "json"], default="console")
         sp.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
         if recipe:
@@ -102,6 +103,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         python=overrides.get("python"),
         concurrency=args.concurrency,
         lock_timeout=args.lock_timeout,
+        state_dir=args.state_dir,
     )
     command = "apply" if args.command == "plan" else args.command
     runner = Runner(loaded, options, new_run_id(), args.command)

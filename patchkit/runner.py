@@ -40,6 +40,7 @@ class Options:
     python: str | None = None  # -e python=..., wins over inventory and recipe
     concurrency: int = 32
     lock_timeout: float = 60.0
+    state_dir: str | None = None  # for hosts whose inventory entry names none
 
 
 @dataclass
@@ -68,7 +69,7 @@ async def session(host: HostSpec, python: str, options: Options, owner: str) -> 
     agent: AgentClient | None = None
     try:
         agent = await AgentClient.start(transport, python, host.name)
-        journal = Journal(agent, host.state_dir or DEFAULT_STATE_DIR)
+        journal = Journal(agent, host.state_dir or options.state_dir or DEFAULT_STATE_DIR)
         await agent.call("lock", state_dir=journal.state_dir, timeout_s=options.lock_timeout, owner=owner,
                          timeout=options.lock_timeout + 30)
         yield Session(host, transport, agent, journal)
