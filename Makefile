@@ -2,13 +2,16 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+SHELL  := bash
+.SHELLFLAGS := -eo pipefail -c
+# pip here warns about every configured index folder it cannot use; keep real errors only.
+QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true
 
 .PHONY: setup demo test test-fast clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test]' 2>&1 | { $(QUIET_PIP); }
 	touch $@
 
 setup: $(VENV)/.installed

