@@ -213,11 +213,13 @@ class AssignmentEditor(ScopedTransformer):
     def not_found_message(self) -> str:
         looked_for = " or ".join(self.names)
         where = f" within {self.within}" if self.within else ""
-        parts = [f"no assignment to {looked_for}{where}"]
+        if self.matches.problems:
+            parts = [f"cannot edit {looked_for}{where}: " + "; ".join(self.matches.problems)]
+        else:
+            parts = [f"no assignment to {looked_for}{where}"]
         hint = self.scope_hint()
         if hint:
             parts.append(hint)
-        parts.extend(self.matches.problems)
         if self.matches.names_elsewhere:
             parts.append(
                 "found "

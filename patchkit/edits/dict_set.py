@@ -39,15 +39,15 @@ class _DictSetter(AssignmentEditor):
 
     def edit_value(self, value: cst.BaseExpression) -> cst.BaseExpression:
         if not isinstance(value, cst.Dict):
-            raise EditError(f"value is a {type(value).__name__}, not a dict literal")
-        keys = [e.key for e in value.elements if isinstance(e, cst.DictElement)]
-        quote = quote_style(keys)
-        wanted = self.spec.wanted_node(quote)
+            raise EditError(f"the value is not a dict literal (libcst node: {type(value).__name__})")
+        pairs = [e for e in value.elements if isinstance(e, cst.DictElement)]
+        strings = [e.key for e in pairs] + [e.value for e in pairs]  # whose quotes to follow
         for i, element in enumerate(value.elements):
             if not isinstance(element, cst.DictElement):
                 continue
             ok, key = literal_of(element.key)
             if ok and key == self.spec.key:
+                wanted = self.spec.wanted_node(quote_style([element.value, *strings]))
                 if same_expression(element.value, wanted):
                     return value
                 self.note(f"set key {self.spec.key!r} to {self.spec.describe()}")
@@ -55,5 +55,6 @@ class _DictSetter(AssignmentEditor):
                 elements[i] = element.with_changes(value=wanted)
                 return value.with_changes(elements=elements)
         self.note(f"added key {self.spec.key!r}: {self.spec.describe()}")
-        new = cst.DictElement(literal_node(self.spec.key, quote), wanted)
+        quote = quote_style(strings)
+        new = cst.DictElement(literal_node(self.spec.key, quote), self.spec.wanted_node(quote))
         return insert_item(value, new, len(value.elements))

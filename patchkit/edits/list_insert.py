@@ -24,7 +24,7 @@ COLLECTIONS = (cst.List, cst.Tuple, cst.Set)
 
 def collection_of(value: cst.BaseExpression) -> cst.List | cst.Tuple | cst.Set:
     if not isinstance(value, COLLECTIONS):
-        raise EditError(f"value is a {type(value).__name__}, not a list, tuple or set literal")
+        raise EditError(f"the value is not a list, tuple or set literal (libcst node: {type(value).__name__})")
     return value
 
 
@@ -35,7 +35,7 @@ def element_values(node: Seq) -> list[tuple[bool, object]]:
 class ListInsert(EditSpec):
     """Ensure `values` are elements of the collection assigned to one of `names`."""
 
-    names: list[str] = Field(min_length=1, description="assignment targets to look for, first found wins")
+    names: list[str] = Field(min_length=1, description="assignment targets to look for; every one assigned in scope is edited")
     values: list[Scalar] = Field(min_length=1, description="literals that must be elements")
     within: str | None = Field(None, description="only inside this scope, e.g. Class.method")
     after: Scalar = Field(None, description="insert after this element; missing: append, and say so")

@@ -87,7 +87,7 @@ def _has_comma(item: cst.CSTNode) -> bool:
 def insert_item(node: Seq, item: Item, index: int) -> Seq:
     """Return `node` with `item` inserted at `index`, laid out like its neighbours."""
     if not isinstance(node, SEQUENCE_TYPES):
-        raise EditError(f"value is a {type(node).__name__}, not a list, tuple, set or dict")
+        raise EditError(f"the value is not a list, tuple, set or dict literal (libcst node: {type(node).__name__})")
     elements = list(node.elements)
     item = item.with_changes(comma=cst.MaybeSentinel.DEFAULT)
     indent = _item_indent(node)
@@ -167,8 +167,9 @@ def remove_item(node: Seq, index: int) -> Seq:
     if not elements:
         if isinstance(node, cst.Tuple) and not node.lpar:
             raise EditError("removing the only element of an unparenthesized tuple")
-        node = _with_open_ws(node, cst.SimpleWhitespace("")) if _open_ws(node) is not None else node
-        return _with_close_ws(node.with_changes(elements=[]), cst.SimpleWhitespace(""))
+        if isinstance(node, cst.Set):
+            raise EditError("removing the only element of a set literal ({} would be a dict)")
+        return _emptied(node)
 
     if index < len(elements):
         # The gap before the next item now follows the previous item (or the bracket).
@@ -199,3 +200,18 @@ def remove_item(node: Seq, index: int) -> Seq:
     if isinstance(prev_ws, cst.ParenthesizedWhitespace) and isinstance(close, cst.ParenthesizedWhitespace):
         node = _with_close_ws(node, close.with_changes(first_line=prev_ws.first_line))
     return node.with_changes(elements=elements)
+
+
+def _emptied(node: Seq) -> Seq:
+    """`node` with no items: `[]`, unless a comment on the opening bracket's line or a
+    comment-only line before the closing bracket (neither is an item's) must survive."""
+    open_ws, close = _open_ws(node), _close_ws(node)
+    comment = open_ws.first_line if isinstance(open_ws, cst.ParenthesizedWhitespace) else _CLEAN_LINE
+    tail = close.empty_lines if isinstance(close, cst.ParenthesizedWhitespace) else ()
+    node = node.with_changes(elements=[])
+    if comment.comment is None and not any(line.comment for line in tail):
+        node = _with_open_ws(node, cst.SimpleWhitespace("")) if open_ws is not None else node
+        return _with_close_ws(node, cst.SimpleWhitespace(""))
+    last_line = close.last_line if isinstance(close, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace("")
+    node = _with_open_ws(node, cst.ParenthesizedWhitespace(comment, list(tail), True, last_line))
+    return _with_close_ws(node, cst.SimpleWhitespace(""))

@@ -7,7 +7,7 @@ from typing import Any
 import libcst as cst
 from pydantic import BaseModel, Field, model_validator
 
-from patchkit.edits.base import expression_node, literal_node
+from patchkit.edits.base import EditError, expression_node, literal_node
 
 
 class WantsValue(BaseModel):
@@ -19,6 +19,11 @@ class WantsValue(BaseModel):
         given = ("value" in self.model_fields_set) + (self.expr is not None)
         if given != 1:
             raise ValueError("give exactly one of `value` or `expr`")
+        if self.expr is not None:
+            try:
+                expression_node(self.expr)
+            except EditError as exc:  # a recipe error, not a target that is missing
+                raise ValueError(str(exc)) from None
         return self
 
     def wanted_node(self, quote: str = '"') -> cst.BaseExpression:

@@ -1,0 +1,145 @@
+"""Fan-out over hosts: bounded concurrency, a canary batch, a failure budget, progress.
+
+- `concurrency`: hosts worked on at once.
+- `serial` (canary): the first N hosts run alone first; the rest start only if all of
+  them succeeded.
+- `max_fail`: once more than K hosts have failed, hosts not yet started are skipped.
+- Ctrl-C: hosts not started are reported `skipped`, hosts in flight `failed`
+  ("interrupted"); the host agent finishes the request it is on (its writes are
+  atomic), so no file is left half-written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Protocol
+
+from patchkit.inventory import HostSpec
+from patchkit.results import HostResult
+
+
+class Progress(Protocol):
+    def started(self, host: str) -> None: ...
+    def finished(self, host: str, result: HostResult) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass
+class FanOutPolicy:
+    concurrency: int = 32
+    serial: int | None = None
+    max_fail: int | None = None
+
+
+@dataclass
+class _State:
+    failed: int = 0
+    stop_reason: str | None = None
+    results: dict[str, HostResult] = field(default_factory=dict)
+
+
+async def fan_out(
+    hosts: list[HostSpec],
+    run_one: Callable[[HostSpec], Awaitable[HostResult]],
+    policy: FanOutPolicy,
+    progress: Progress | None = None,
+) -> dict[str, HostResult]:
+    state = _State()
+    limit = asyncio.Semaphore(max(1, policy.concurrency))
+
+    async def one(host: HostSpec) -> None:
+        async with limit:
+            if state.stop_reason:
+                state.results[host.name] = HostResult(status="skipped", message=f"not run: {state.stop_reason}")
+                return
+            if progress:
+                progress.started(host.name)
+            try:
+                result = await run_one(host)
+            except asyncio.CancelledError:
+                state.results[host.name] = HostResult(status="failed", message="interrupted while in progress")
+                raise
+            state.results[host.name] = result
+            if progress:
+                progress.finished(host.name, result)
+            if result.status == "failed":
+                state.failed += 1
+                if policy.max_fail is not None and state.failed > policy.max_fail:
+                    state.stop_reason = f"more than {policy.max_fail} host(s) failed (--max-fail)"
+
+    batches = [hosts]
+    if policy.serial and policy.serial < len(hosts):
+        batches = [hosts[: policy.serial], hosts[policy.serial:]]
+    try:
+        for i, batch in enumerate(batches):
+            if i > 0 and state.failed and not state.stop_reason:
+                state.stop_reason = f"a host of the first {policy.serial} (--serial canary) failed"
+            await asyncio.gather(*(one(h) for h in batch))
+    except asyncio.CancelledError:
+        pass
+    finally:
+        if progress:
+            progress.close()
+    for host in hosts:
+        state.results.setdefault(host.name, HostResult(status="skipped", message="not run: interrupted"))
+    return {h.name: state.results[h.name] for h in hosts}
+
+
+class LineProgress:
+    """One plain line per finished host on stderr (for logs and non-terminals)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+
+    def started(self, host: str) -> None:
+        return None
+
+    def finished(self, host: str, result: HostResult) -> None:
+        self.done += 1
+        note = f" — {result.message}" if result.status == "failed" and result.message else ""
+        print(f"[{self.done}/{self.total}] {host}: {result.status}{note}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        return None
+
+
+class LiveProgress:
+    """A live per-host view on a terminal (rich)."""
+
+    def __init__(self, hosts: list[str]) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self.states = {h: "waiting" for h in hosts}
+        self.live = Live(self._render(), console=Console(stderr=True), refresh_per_second=8, transient=True)
+        self.live.start()
+
+    def _render(self):  # type: ignore[no-untyped-def]
+        from rich.table import Table
+
+        table = Table.grid(padding=(0, 2))
+        for host, status in self.states.items():
+            table.add_row(host, status)
+        return table
+
+    def started(self, host: str) -> None:
+        self.states[host] = "working…"
+        self.live.update(self._render())
+
+    def finished(self, host: str, result: HostResult) -> None:
+        self.states[host] = result.status
+        self.live.update(self._render())
+
+    def close(self) -> None:
+        self.live.stop()
+
+
+def progress_for(hosts: list[HostSpec], enabled: bool) -> Progress | None:
+    if not enabled or len(hosts) < 2:
+        return None
+    if sys.stderr.isatty():
+        return LiveProgress([h.name for h in hosts])
+    return LineProgress(len(hosts))
