@@ -20,7 +20,11 @@ DEFAULT_STATE_DIR = "~/.local/state/patchkit"
 
 
 def new_run_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+    """UTC time to the microsecond, then random: runs sort by id in the order they started
+    (the journal relies on it: newest run to roll back, oldest runs to prune)."""
+    now = time.time()
+    micro = int(now % 1 * 1_000_000)
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{micro:06d}Z-" + secrets.token_hex(3)
 
 
 @dataclass

@@ -6,6 +6,7 @@ back to file:line:column so every error a user sees points at their text.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,23 +56,44 @@ class LoadedYaml:
             raise self.error_from(exc) from None
 
     def error_from(self, exc: ValidationError) -> UsageError:
+        errors = exc.errors()
+        misspelt = _misspellings(errors)
         lines = []
         seen: set[Loc] = set()
-        for err in exc.errors():
+        for err in errors:
             loc = _clean_loc(err["loc"])
-            if loc in seen:
-                continue  # a union reports one error per member; the first is enough
+            if loc in seen or (err["type"] == "missing" and loc in misspelt.values()):
+                continue  # a union reports one error per member; a misspelt key's error says it all
             seen.add(loc)
             field = _loc_text(loc)
             msg = err["msg"]
+            if err["type"] == "value_error":
+                msg = msg.removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = f"unknown key {loc[-1]!r}"
+                if loc in misspelt:
+                    msg += f" (did you mean {misspelt[loc][-1]!r}?)"
                 field = _loc_text(loc[:-1])
             elif err["type"] == "missing":
                 msg = f"missing required key {loc[-1]!r}"
                 field = _loc_text(loc[:-1])
             lines.append(f"{self.mark_for(loc)}: {field + ': ' if field else ''}{msg}")
         return UsageError("\n".join(lines))
+
+
+def _misspellings(errors: list[Any]) -> dict[Loc, Loc]:
+    """Unknown key -> the missing required key it is close to, in the same mapping."""
+    missing = [_clean_loc(e["loc"]) for e in errors if e["type"] == "missing"]
+    out: dict[Loc, Loc] = {}
+    for err in errors:
+        if err["type"] != "extra_forbidden":
+            continue
+        loc = _clean_loc(err["loc"])
+        here = {str(m[-1]): m for m in missing if m[:-1] == loc[:-1]}
+        close = difflib.get_close_matches(str(loc[-1]), list(here), n=1)
+        if close:
+            out[loc] = here[close[0]]
+    return out
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> Loc:

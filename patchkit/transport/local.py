@@ -56,6 +56,8 @@ class LocalTransport:
             raise HostError(f"interpreter {argv[0]} not found") from None
         except PermissionError:
             raise HostError(f"interpreter {argv[0]} is not executable") from None
+        except OSError as exc:  # e.g. ENOEXEC: not a program at all
+            raise HostError(f"interpreter {argv[0]} cannot be run: {exc.strerror or exc}") from None
         return _LocalStreams(proc)
 
     async def close(self) -> None:

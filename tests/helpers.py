@@ -1,0 +1,207 @@
+"""Shared test helpers: a sandbox host built from a fixture package, and the real CLI.
+
+A sandbox is a directory under pytest's tmp_path holding
+    pkgs/<package>/...        a copy of fixtures/pkgs/<package> (what patchkit patches)
+    venv/                     `python -m venv --without-pip`, with a .pth naming pkgs/
+    state/                    the host's journal (state_dir of the inventory)
+    inventory.yaml            one host, `local`, with that python and state_dir
+so every test works on its own files and never touches ~/.local/state/patchkit.
+Tests run the installed `patchkit` executable in a subprocess, as a user would.
+
+Import the pytest fixtures from here (`from helpers import sandbox_fixture`); conftest.py is
+not ours to write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+PKGS = FIXTURES / "pkgs"
+RECIPES = FIXTURES / "recipes"
+
+TOY_SPECULATIVE = "toyllm/config/speculative.py"
+TOY_MODEL = "toyllm/config/model.py"
+
+
+def patchkit_executable() -> str:
+    """The installed console script; next to this interpreter first (skips pyenv's shim)."""
+    beside = Path(sys.executable).parent / "patchkit"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("patchkit")
+    if not found:
+        pytest.fail("the patchkit executable is not installed (pip install -e .)")
+    return found
+
+
+PATCHKIT = patchkit_executable()
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def recipe(name: str) -> str:
+    path = RECIPES / name
+    assert path.is_file(), path
+    return str(path)
+
+
+@dataclass
+class Result:
+    """One finished patchkit process."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> dict[str, Any]:
+        """The whole of stdout must be one JSON document."""
+        try:
+            return json.loads(self.stdout)
+        except ValueError as exc:  # pragma: no cover - shown on failure only
+            raise AssertionError(f"stdout is not one JSON document ({exc}):\n{self.stdout}\n"
+                                 f"stderr:\n{self.stderr}") from None
+
+    def __str__(self) -> str:
+        return (f"$ patchkit {' '.join(self.args)}\nexit {self.returncode}\n"
+                f"--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}")
+
+
+def run_patchkit(*args: str, timeout: float = 60, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> Result:
+    proc = subprocess.run([PATCHKIT, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=env, check=False)
+    return Result(list(args), proc.returncode, proc.stdout, proc.stderr)
+
+
+def start_patchkit(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([PATCHKIT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=cwd, env=env)
+
+
+def finish(proc: subprocess.Popen[str], args: list[str], timeout: float = 60) -> Result:
+    stdout, stderr = proc.communicate(timeout=timeout)
+    return Result(args, proc.returncode, stdout, stderr)
+
+
+def run_many(argvs: list[list[str]], timeout: float = 60) -> list[Result]:
+    """Independent patchkit runs side by side (start-up dominates their cost)."""
+    procs = [start_patchkit(*argv) for argv in argvs]
+    return [finish(proc, argv, timeout) for proc, argv in zip(procs, argvs)]
+
+
+def make_venv(root: Path, package_dirs: list[Path]) -> Path:
+    """A pip-less venv whose site-packages reaches `package_dirs` through a .pth file."""
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
+    site = Path(purelib)
+    assert site.is_dir(), site
+    (site / "patchkit_fixture_pkgs.pth").write_text("".join(f"{d}\n" for d in package_dirs))
+    return python
+
+
+@dataclass
+class Sandbox:
+    """A local host with its own interpreter, copies of fixture packages and a journal."""
+
+    root: Path
+    python: Path
+    pkgs: Path
+    state: Path
+    inventory: Path
+
+    def file(self, relpath: str) -> Path:
+        return self.pkgs / relpath
+
+    def run(self, command: str, recipe_file: str | None = None, *args: str, json_out: bool = False,
+            timeout: float = 60) -> Result:
+        """`patchkit COMMAND [RECIPE] -i INVENTORY -e python=... [--json] ARGS`."""
+        argv = self.argv(command, recipe_file, *(["--json"] if json_out else []), *args)
+        return run_patchkit(*argv, timeout=timeout)
+
+    def argv(self, command: str, recipe_file: str | None = None, *args: str) -> list[str]:
+        argv = [command] + ([recipe_file] if recipe_file is not None else [])
+        return argv + ["-i", str(self.inventory), "-e", f"python={self.python}", *args]
+
+    def start(self, command: str, recipe_file: str, *args: str) -> subprocess.Popen[str]:
+        return start_patchkit(*self.argv(command, recipe_file, *args))
+
+    @property
+    def spy_python(self) -> Path:
+        """An interpreter that notes every start in `contacted`, then is the sandbox's python."""
+        spy = self.root / "spy-python"
+        if not spy.exists():
+            spy.write_text(f'#!/bin/sh\necho "$@" >> "{self.contacted}"\nexec "{self.python}" "$@"\n')
+            spy.chmod(0o755)
+        return spy
+
+    @property
+    def contacted(self) -> Path:
+        return self.root / "contacted"
+
+    def run_records(self, recipe_name: str) -> list[dict[str, Any]]:
+        folder = self.state / "runs" / recipe_name
+        if not folder.is_dir():
+            return []
+        return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+    def backups(self) -> list[Path]:
+        folder = self.state / "backups"
+        return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+
+
+def make_sandbox(root: Path, packages: tuple[str, ...] = ("toyllm", "brokenllm")) -> Sandbox:
+    root.mkdir(parents=True, exist_ok=True)
+    pkgs = root / "pkgs"
+    for package in packages:
+        shutil.copytree(PKGS / package, pkgs, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    python = make_venv(root, [pkgs])
+    state = root / "state"
+    inventory = root / "inventory.yaml"
+    inventory.write_text(
+        "hosts:\n"
+        "  local:\n"
+        f"    python: {json.dumps(str(python))}\n"
+        f"    state_dir: {json.dumps(str(state))}\n"
+    )
+    return Sandbox(root=root, python=python, pkgs=pkgs, state=state, inventory=inventory)
+
+
+@pytest.fixture(name="sandbox")
+def sandbox_fixture(tmp_path: Path) -> Sandbox:
+    """A fresh local host with toyllm and brokenllm installed and an empty journal."""
+    return make_sandbox(tmp_path / "host")
+
+
+def host(result: Result, name: str = "local") -> dict[str, Any]:
+    """The one host's entry of a --json report."""
+    doc = result.json()
+    assert name in doc["hosts"], result
+    return doc["hosts"][name]
+
+
+def step(result: Result, name: str, host_name: str = "local") -> dict[str, Any]:
+    steps = {s["name"]: s for s in host(result, host_name)["steps"]}
+    assert name in steps, result
+    return steps[name]
