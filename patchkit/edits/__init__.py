@@ -1,16 +1,15 @@
-"""Pure CST edit operations, registered by the name a recipe uses for them."""
+"""Pure CST edit operations, registered by the name a recipe uses for them.
+
+specs.py holds what a recipe writes; each operation's module (list_insert.py, ...) holds
+its libcst engine, imported only when an edit is computed.
+"""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from patchkit.edits.base import EditError, EditResult, EditSpec, Verdict
-from patchkit.edits.call_kwarg import CallKwarg
-from patchkit.edits.codemod import CodemodEdit
-from patchkit.edits.dict_set import DictSet
-from patchkit.edits.list_insert import ListInsert
-from patchkit.edits.list_remove import ListRemove
-from patchkit.edits.set_value import SetValue
+from patchkit.edits.model import EditError, EditResult, EditSpec, Verdict
+from patchkit.edits.specs import CallKwarg, CodemodEdit, DictSet, ListInsert, ListRemove, SetValue
 
 __all__ = ["Edit", "EditError", "EditResult", "EditSpec", "Verdict", "EDIT_KINDS"]
 

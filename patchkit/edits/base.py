@@ -9,33 +9,11 @@ from __future__ import annotations
 import ast
 import difflib
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Sequence
 
 import libcst as cst
-from pydantic import BaseModel, ConfigDict
 
-Verdict = Literal["changed", "already", "not_found"]
-Scalar = str | int | float | bool | None
-
-
-@dataclass(frozen=True)
-class EditResult:
-    verdict: Verdict
-    source: str
-    message: str
-
-
-class EditError(Exception):
-    """The source cannot be edited as asked (not a parse error of ours: theirs)."""
-
-
-class EditSpec(BaseModel):
-    """Base of every edit's parameters; subclasses implement `apply`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    def apply(self, source: str) -> EditResult:  # pragma: no cover - abstract
-        raise NotImplementedError
+from patchkit.edits.model import EditError, EditResult, EditSpec, Scalar, Verdict  # noqa: F401 (re-exported)
 
 
 def parse_module(source: str) -> cst.Module:

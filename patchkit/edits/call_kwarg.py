@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import libcst as cst
-from pydantic import Field
+from typing import TYPE_CHECKING
 
-from patchkit.edits.base import EditResult, EditSpec, ScopedTransformer, parse_module, quote_style, same_expression
-from patchkit.edits.values import WantsValue
+import libcst as cst
+
+from patchkit.edits.base import EditResult, ScopedTransformer, parse_module, quote_style, same_expression
+from patchkit.edits.values import wanted_node
+
+if TYPE_CHECKING:
+    from patchkit.edits.specs import CallKwarg
 
 _CLEAN_LINE = cst.TrailingWhitespace()
 
@@ -21,28 +25,21 @@ def callee_name(func: cst.BaseExpression) -> str:
     return ""
 
 
-class CallKwarg(EditSpec, WantsValue):
-    """Ensure every call to `callee` (last dotted part or full name) passes `keyword=value`."""
-
-    callee: str = Field(description="function name, e.g. SamplingParams or torch.compile")
-    keyword: str
-    within: str | None = None
-
-    def apply(self, source: str) -> EditResult:
-        module = parse_module(source)
-        editor = _KwargEditor(self)
-        new = module.visit(editor)
-        if editor.edited:
-            return EditResult("changed", new.code, "; ".join(editor.notes))
-        if editor.unchanged:
-            return EditResult("already", source, "already in place")
-        where = f" within {self.within}" if self.within else ""
-        parts = [f"no call to {self.callee}{where}"]
-        if editor.scope_hint():
-            parts.append(editor.scope_hint())
-        if editor.elsewhere:
-            parts.append("found calls in " + ", ".join(sorted(editor.elsewhere)))
-        return EditResult("not_found", source, "; ".join(parts))
+def run(spec: CallKwarg, source: str) -> EditResult:
+    module = parse_module(source)
+    editor = _KwargEditor(spec)
+    new = module.visit(editor)
+    if editor.edited:
+        return EditResult("changed", new.code, "; ".join(editor.notes))
+    if editor.unchanged:
+        return EditResult("already", source, "already in place")
+    where = f" within {spec.within}" if spec.within else ""
+    parts = [f"no call to {spec.callee}{where}"]
+    if editor.scope_hint():
+        parts.append(editor.scope_hint())
+    if editor.elsewhere:
+        parts.append("found calls in " + ", ".join(sorted(editor.elsewhere)))
+    return EditResult("not_found", source, "; ".join(parts))
 
 
 class _KwargEditor(ScopedTransformer):
@@ -64,7 +61,7 @@ class _KwargEditor(ScopedTransformer):
         if not self.in_scope():
             self.elsewhere.add(self.qualname or "<module>")
             return updated
-        wanted = self.spec.wanted_node(quote_style([a.value for a in updated.args]))
+        wanted = wanted_node(self.spec, quote_style([a.value for a in updated.args]))
         for i, arg in enumerate(updated.args):
             if arg.keyword is not None and arg.keyword.value == self.spec.keyword:
                 if same_expression(arg.value, wanted):

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
-from pydantic import Field
 
 from patchkit.edits.base import (
     AssignmentEditor,
     EditError,
     EditResult,
-    EditSpec,
-    Scalar,
     literal_node,
     literal_of,
     quote_style,
@@ -18,18 +17,14 @@ from patchkit.edits.base import (
     same_expression,
 )
 from patchkit.edits.sequence import insert_item
-from patchkit.edits.values import WantsValue
+from patchkit.edits.values import wanted_node
+
+if TYPE_CHECKING:
+    from patchkit.edits.specs import DictSet
 
 
-class DictSet(EditSpec, WantsValue):
-    """Ensure `names[key] == value` in the dict literal assigned to one of `names`."""
-
-    names: list[str] = Field(min_length=1)
-    key: Scalar
-    within: str | None = None
-
-    def apply(self, source: str) -> EditResult:
-        return run_assignment_editor(source, _DictSetter(self))
+def run(spec: DictSet, source: str) -> EditResult:
+    return run_assignment_editor(source, _DictSetter(spec))
 
 
 class _DictSetter(AssignmentEditor):
@@ -47,7 +42,7 @@ class _DictSetter(AssignmentEditor):
                 continue
             ok, key = literal_of(element.key)
             if ok and key == self.spec.key:
-                wanted = self.spec.wanted_node(quote_style([element.value, *strings]))
+                wanted = wanted_node(self.spec, quote_style([element.value, *strings]))
                 if same_expression(element.value, wanted):
                     return value
                 self.note(f"set key {self.spec.key!r} to {self.spec.describe()}")
@@ -56,5 +51,5 @@ class _DictSetter(AssignmentEditor):
                 return value.with_changes(elements=elements)
         self.note(f"added key {self.spec.key!r}: {self.spec.describe()}")
         quote = quote_style(strings)
-        new = cst.DictElement(literal_node(self.spec.key, quote), self.spec.wanted_node(quote))
+        new = cst.DictElement(literal_node(self.spec.key, quote), wanted_node(self.spec, quote))
         return insert_item(value, new, len(value.elements))

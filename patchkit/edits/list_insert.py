@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 
 import libcst as cst
-from pydantic import Field
 
 from patchkit.edits.base import (
     AssignmentEditor,
     EditError,
     EditResult,
-    EditSpec,
-    Scalar,
     literal_node,
     literal_of,
     quote_style,
     run_assignment_editor,
 )
 from patchkit.edits.sequence import Seq, insert_item
+
+if TYPE_CHECKING:
+    from patchkit.edits.specs import ListInsert
 
 COLLECTIONS = (cst.List, cst.Tuple, cst.Set)
 
@@ -32,16 +34,8 @@ def element_values(node: Seq) -> list[tuple[bool, object]]:
     return [literal_of(e.value) for e in node.elements]  # type: ignore[union-attr]
 
 
-class ListInsert(EditSpec):
-    """Ensure `values` are elements of the collection assigned to one of `names`."""
-
-    names: list[str] = Field(min_length=1, description="assignment targets to look for; every one assigned in scope is edited")
-    values: list[Scalar] = Field(min_length=1, description="literals that must be elements")
-    within: str | None = Field(None, description="only inside this scope, e.g. Class.method")
-    after: Scalar = Field(None, description="insert after this element; missing: append, and say so")
-
-    def apply(self, source: str) -> EditResult:
-        return run_assignment_editor(source, _Inserter(self))
+def run(spec: ListInsert, source: str) -> EditResult:
+    return run_assignment_editor(source, _Inserter(spec))
 
 
 class _Inserter(AssignmentEditor):

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 
 import libcst as cst
-from pydantic import Field
 
-from patchkit.edits.base import AssignmentEditor, EditResult, EditSpec, Scalar, run_assignment_editor
+from patchkit.edits.base import AssignmentEditor, EditResult, run_assignment_editor
 from patchkit.edits.list_insert import collection_of, element_values
 from patchkit.edits.sequence import remove_item
 
+if TYPE_CHECKING:
+    from patchkit.edits.specs import ListRemove
 
-class ListRemove(EditSpec):
-    """Ensure `values` are not elements of the collection assigned to one of `names`."""
 
-    names: list[str] = Field(min_length=1)
-    values: list[Scalar] = Field(min_length=1)
-    within: str | None = None
-
-    def apply(self, source: str) -> EditResult:
-        return run_assignment_editor(source, _Remover(self))
+def run(spec: ListRemove, source: str) -> EditResult:
+    return run_assignment_editor(source, _Remover(spec))
 
 
 class _Remover(AssignmentEditor):

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
-from pydantic import Field
 
-from patchkit.edits.base import AssignmentEditor, EditResult, EditSpec, quote_style, run_assignment_editor, same_expression
-from patchkit.edits.values import WantsValue
+from patchkit.edits.base import AssignmentEditor, EditResult, quote_style, run_assignment_editor, same_expression
+from patchkit.edits.values import wanted_node
+
+if TYPE_CHECKING:
+    from patchkit.edits.specs import SetValue
 
 
-class SetValue(EditSpec, WantsValue):
-    """Ensure `names = <value>` (within a scope), compared by meaning."""
-
-    names: list[str] = Field(min_length=1)
-    within: str | None = None
-
-    def apply(self, source: str) -> EditResult:
-        return run_assignment_editor(source, _Setter(self))
+def run(spec: SetValue, source: str) -> EditResult:
+    return run_assignment_editor(source, _Setter(spec))
 
 
 class _Setter(AssignmentEditor):
@@ -25,7 +23,7 @@ class _Setter(AssignmentEditor):
         self.spec = spec
 
     def edit_value(self, value: cst.BaseExpression) -> cst.BaseExpression:
-        wanted = self.spec.wanted_node(quote_style([value]))
+        wanted = wanted_node(self.spec, quote_style([value]))
         if same_expression(value, wanted):
             return value
         old = cst.Module(body=[]).code_for_node(value)
