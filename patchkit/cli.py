@@ -28,8 +28,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="set a recipe variable; python=PATH picks the target interpreter")
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
         sp.add_argument("--concurrency", type=int, default=32, help="hosts worked on at once (default 32)")
+        sp.add_argument("--serial", type=int, metavar="N", help="canary: run the first N hosts, go on only if they all succeeded")
+        sp.add_argument("--max-fail", type=int, metavar="K", help="stop starting hosts once more than K have failed")
         sp.add_argument("--lock-timeout", type=float, default=60.0, help="seconds to wait for another run's host lock")
         sp.add_argument("--state-dir", help="journal folder on hosts that set none (default ~/.local/state/patchkit)")
+        sp.add_argument("--accept-new-host-keys", action="store_true",
+                        help="SSH: record the key of a host seen for the first time (a changed key is still refused)")
         sp.add_argument("--log-format", choices=["console", "json"], default="console")
         sp.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
         if recipe:
@@ -104,6 +108,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         lock_timeout=args.lock_timeout,
         state_dir=args.state_dir,
+        serial=args.serial,
+        max_fail=args.max_fail,
+        progress=not args.json or sys.stderr.isatty(),
+        accept_new_host_keys=args.accept_new_host_keys,
     )
     command = "apply" if args.command == "plan" else args.command
     runner = Runner(loaded, options, new_run_id(), args.command)

@@ -7,7 +7,6 @@ never stops the others.
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import time
 from contextlib import asynccontextmanager
@@ -19,6 +18,7 @@ import structlog
 from patchkit import __version__
 from patchkit.agent import AgentClient
 from patchkit.errors import HostError, UsageError
+from patchkit.fanout import FanOutPolicy, fan_out, progress_for
 from patchkit.inventory import HostSpec
 from patchkit.journal import DEFAULT_STATE_DIR, Journal, active_step, rollback_target
 from patchkit.recipe import LoadedRecipe, Step
@@ -41,6 +41,9 @@ class Options:
     concurrency: int = 32
     lock_timeout: float = 60.0
     state_dir: str | None = None  # for hosts whose inventory entry names none
+    serial: int | None = None  # canary batch size
+    max_fail: int | None = None
+    progress: bool = False
     accept_new_host_keys: bool = False  # SSH: record unknown host keys (a changed key is still refused)
 
 
@@ -90,24 +93,21 @@ class Runner:
     edits: EditCache = field(default_factory=EditCache)
 
     async def on_hosts(self, hosts: list[HostSpec], work: Callable[[Session], Awaitable[HostResult]]) -> dict[str, HostResult]:
-        limit = asyncio.Semaphore(max(1, self.options.concurrency))
-
         async def one(host: HostSpec) -> HostResult:
-            async with limit:
-                started = time.monotonic()
-                python = interpreter_for(host, self.loaded, self.options)
-                try:
-                    async with session(host, python, self.options, f"{self.command} {self.run_id}") as s:
-                        result = await work(s)
-                        result.exec_requests = s.transport.exec_requests
-                except HostError as exc:
-                    result = HostResult(status="failed", message=str(exc))
-                log.info("host.done", host=host.name, status=result.status, command=self.command,
-                         seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
-                return result
+            started = time.monotonic()
+            python = interpreter_for(host, self.loaded, self.options)
+            try:
+                async with session(host, python, self.options, f"{self.command} {self.run_id}") as s:
+                    result = await work(s)
+                    result.exec_requests = s.transport.exec_requests
+            except HostError as exc:
+                result = HostResult(status="failed", message=str(exc))
+            log.info("host.done", host=host.name, status=result.status, command=self.command,
+                     seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
+            return result
 
-        results = await asyncio.gather(*(one(h) for h in hosts))
-        return {h.name: r for h, r in zip(hosts, results)}
+        policy = FanOutPolicy(self.options.concurrency, self.options.serial, self.options.max_fail)
+        return await fan_out(hosts, one, policy, progress_for(hosts, self.options.progress))
 
     # ------------------------------------------------------------------ apply / plan
 
@@ -187,7 +187,7 @@ class Runner:
             recipe.select(wanted)  # unknown names are a usage error
         target = rollback_target(records, self.options.run, wanted)
         if target is None:
-            what = f"run {self.options.run}" if self.options.run else "an applied change"
+            what = f"run {self.options.run}" if self.options.run else "applied change"
             if self.options.run:
                 return HostResult(status="failed", message=f"no {what} of {recipe.name} in the journal")
             return HostResult(status="ok", message=f"nothing to roll back: no {what} of {recipe.name} in the journal")

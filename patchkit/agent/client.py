@@ -46,8 +46,13 @@ class AgentClient:
         streams = await transport.spawn(agent_argv(python))
         client = cls(streams, host)
         source = agent_source()
-        streams.stdin.write(str(len(source)).encode() + b"\n" + source)
-        await streams.stdin.drain()
+        try:
+            streams.stdin.write(str(len(source)).encode() + b"\n" + source)
+            await streams.stdin.drain()
+        except (ConnectionError, OSError) as exc:  # the process is gone already (sudo refused, not python...)
+            detail = await streams.error_tail()
+            await streams.close()
+            raise HostError(f"cannot start {python} on {host}: {detail or f'it exited at once ({exc})'}") from None
         try:
             client.info = await client.call("hello", timeout=60)
         except HostError as exc:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -233,7 +234,8 @@ def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, im
                       % (path, sha256_bytes(original)[:12], expected_sha256[:12]))
     st = stat_of(path)
     backup_path = expand(backup_path)
-    ensure_private_dir(os.path.dirname(backup_path))
+    ensure_private_dir(os.path.dirname(os.path.dirname(backup_path)))  # backups/
+    ensure_private_dir(os.path.dirname(backup_path))  # backups/<run_id>/
     atomic_write(backup_path, original, mode=0o600)
     if sha256_file(backup_path) != expected_sha256:
         raise Refused("backup %s did not read back intact; nothing written" % backup_path)
@@ -408,6 +410,9 @@ OPS = {
 
 
 def serve(stdin, stdout):
+    # Ctrl-C on the control side must not cut a request in half: finish it, then
+    # leave when stdin closes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for line in iter(stdin.readline, b""):
         request = json.loads(line)
         try:

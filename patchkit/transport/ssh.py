@@ -1,0 +1,338 @@
+"""The SSH transport (asyncssh): one connection per host per run, one exec per agent.
+
+What it guarantees:
+- one TCP/SSH connection per host, opened on the first spawn and reused;
+- every spawn is exactly one exec request (counted in `exec_requests`), built with
+  `shlex.join(argv)`: the remote login shell never sees unquoted input;
+- host keys are always verified against a known_hosts file (the inventory's, else
+  ~/.ssh/known_hosts). An unknown or changed key is refused with a message that says how
+  to accept it. `accept_new_host_keys` is OpenSSH's `StrictHostKeyChecking accept-new`:
+  an unknown key is recorded, a changed key is still refused;
+- ~/.ssh/config (HostName, Port, User, IdentityFile, ProxyJump, ...) is read by asyncssh;
+  what the inventory sets wins over it. ssh-agent keys (SSH_AUTH_SOCK) are offered first;
+- connection set-up is retried (refused, reset, lost, timeout) a few times with backoff;
+  host-key and authentication failures never are;
+- `become: true` runs the process through `sudo -n` (never prompts) unless we log in as root.
+
+Jump hosts (ProxyJump) are opened by asyncssh itself and verified against the default
+known_hosts (~/.ssh/known_hosts or the config's UserKnownHostsFile), as OpenSSH would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import socket
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import structlog
+from asyncssh.public_key import get_default_public_key_algs
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from patchkit.errors import HostError
+from patchkit.inventory import HostSpec
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+CONNECT_TIMEOUT_S = 10.0  # TCP + handshake + authentication, per attempt
+CONNECT_ATTEMPTS = 3
+CLOSE_TIMEOUT_S = 10.0
+KEEPALIVE_S = 30.0  # long steps (a server launch) keep the connection through NATs and firewalls
+
+log = structlog.get_logger("patchkit")
+
+# Connection set-up failures worth another attempt. Everything else (host key, auth,
+# name resolution, a bad identity file) fails at once.
+_TRANSIENT = (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError, TimeoutError,
+              asyncssh.ConnectionLost)
+
+
+class HostKeyRefused(HostError):
+    """The host's key is unknown or changed (never retried)."""
+
+
+def _is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, _TRANSIENT)
+
+
+def _known_hosts_pattern(host: str, port: int | None) -> str:
+    return host if port in (None, 22) else f"[{host}]:{port}"
+
+
+def _keyscan(host: str, port: int | None, known_hosts: str) -> str:
+    port_opt = "" if port in (None, 22) else f"-p {port} "
+    return f"ssh-keyscan {port_opt}{shlex.quote(host)} >> {shlex.quote(known_hosts)}"
+
+
+def _lost(exc: asyncssh.Error) -> ConnectionError:
+    """asyncssh's errors on a dropped connection, as the ConnectionError the agent client expects."""
+    return ConnectionError(f"SSH connection lost ({exc.reason})" if getattr(exc, "reason", "") else str(exc))
+
+
+class _Writer:
+    def __init__(self, writer: asyncssh.SSHWriter) -> None:
+        self._writer = writer
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._writer.write(data)
+        except asyncssh.Error as exc:
+            raise _lost(exc) from None
+
+    async def drain(self) -> None:
+        try:
+            await self._writer.drain()
+        except asyncssh.Error as exc:
+            raise _lost(exc) from None
+
+
+class _Reader:
+    def __init__(self, reader: asyncssh.SSHReader) -> None:
+        self._reader = reader
+
+    async def readline(self) -> bytes:
+        try:
+            return await self._reader.readline()
+        except asyncssh.Error as exc:
+            raise _lost(exc) from None
+
+
+class _SSHStreams:
+    """The pipes of one remote process (binary)."""
+
+    def __init__(self, proc: asyncssh.SSHClientProcess, sudo_user: str | None) -> None:
+        self.proc = proc
+        self.stdin = _Writer(proc.stdin)
+        self.stdout = _Reader(proc.stdout)
+        self._sudo_user = sudo_user
+
+    async def error_tail(self) -> str:
+        try:
+            data = await asyncio.wait_for(self.proc.stderr.read(), 5)
+        except (TimeoutError, asyncssh.Error, OSError):
+            return ""
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+        tail = "\n".join(text.strip().splitlines()[-5:])
+        if self._sudo_user is not None and "sudo" in tail:
+            tail += (f" (become: true runs `sudo -n` as {self._sudo_user}, which needs passwordless sudo"
+                     " for the target interpreter on this host)")
+        return tail
+
+    async def close(self) -> None:
+        try:
+            if not self.proc.stdin.is_closing():
+                self.proc.stdin.write_eof()
+            await asyncio.wait_for(self.proc.wait_closed(), CLOSE_TIMEOUT_S)
+        except (TimeoutError, asyncssh.Error, OSError, BrokenPipeError):
+            self.proc.close()
+
+
+class SSHTransport:
+    name = "ssh"
+
+    def __init__(self, host: HostSpec, accept_new_host_keys: bool = False,
+                 connect_timeout: float = CONNECT_TIMEOUT_S, attempts: int = CONNECT_ATTEMPTS) -> None:
+        self.host = host
+        self.accept_new_host_keys = accept_new_host_keys
+        self.connect_timeout = connect_timeout
+        self.attempts = max(1, attempts)
+        self.exec_requests = 0
+        self.known_hosts = os.path.expanduser(host.known_hosts or DEFAULT_KNOWN_HOSTS)
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._connecting = asyncio.Lock()
+        self._username: str | None = host.user
+        # Filled while connecting, for messages.
+        self._target = (host.address or "", host.port)
+        self._known_entries = 0
+        self._presented: asyncssh.SSHKey | None = None
+        self._host_key_algs: list[str] | None = None
+
+    @property
+    def label(self) -> str:
+        host, port = self._target
+        return f"{self.host.name} ({host}:{port or 22})"
+
+    # ------------------------------------------------------------------ connection
+
+    async def _connection(self) -> asyncssh.SSHClientConnection:
+        async with self._connecting:
+            if self._conn is None:
+                self._conn = await self._connect_with_retries()
+            return self._conn
+
+    async def _connect_with_retries(self) -> asyncssh.SSHClientConnection:
+        try:
+            options = await self._options()
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(_is_transient),
+                stop=stop_after_attempt(self.attempts),
+                wait=wait_exponential(multiplier=0.25, max=2.0),
+                reraise=True,
+            ):
+                with attempt:
+                    # the inventory's address and port again: connect() re-reads them over `options`
+                    return await asyncssh.connect(self.host.address or "", self.host.port or (), options=options,
+                                                  server_host_key_algs=self._host_key_algs or ())
+        except HostError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a readable HostError
+            raise self._connect_error(exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _options(self) -> asyncssh.SSHClientConnectionOptions:
+        host = self.host
+        kwargs: dict[str, Any] = {
+            "known_hosts": self._match_known_hosts,
+            "client_factory": lambda: _Client(self),
+            "connect_timeout": self.connect_timeout,
+            "keepalive_interval": KEEPALIVE_S,
+            "request_pty": False,
+        }
+        # Set in the inventory: wins over ~/.ssh/config. Unset: asyncssh takes the config's.
+        if host.port:
+            kwargs["port"] = host.port
+        if host.user:
+            kwargs["username"] = host.user
+        if host.identity_file:
+            kwargs["client_keys"] = [os.path.expanduser(host.identity_file)]
+        try:
+            options = await asyncssh.SSHClientConnectionOptions.construct(
+                None, config=(), host=host.address or "", **kwargs)  # config=(): ~/.ssh/config, as connect() does
+        except (OSError, asyncssh.KeyImportError, ValueError) as exc:
+            raise HostError(f"{self.host.name}: bad SSH settings: {exc}") from None
+        self._target = (options.host, options.port)
+        self._username = options.username
+        self._host_key_algs = self._preferred_host_key_algs(options)
+        return options
+
+    def _known(self, host: str, addr: str, port: int | None) -> tuple[list, list, list]:
+        try:
+            data = Path(self.known_hosts).read_bytes()
+        except FileNotFoundError:
+            data = b""
+        except OSError as exc:
+            raise HostKeyRefused(f"{self.label}: cannot read known_hosts {self.known_hosts}: {exc}") from None
+        keys, ca_keys, revoked = asyncssh.match_known_hosts(data, host, addr, port)[:3]
+        return list(keys), list(ca_keys), list(revoked)
+
+    def _match_known_hosts(self, host: str, addr: str, port: int | None) -> tuple[list, list, list]:
+        """asyncssh asks (with the resolved name, address and port) which keys to trust."""
+        keys, ca_keys, revoked = self._known(host, addr, port)
+        self._known_entries = len(keys) + len(ca_keys)
+        return keys, ca_keys, revoked
+
+    def _preferred_host_key_algs(self, options: asyncssh.SSHClientConnectionOptions) -> list[str] | None:
+        """As OpenSSH does: the key types known_hosts holds for the host first, then every other.
+
+        asyncssh alone offers only the known types, so a host that now has a key of another
+        type fails the handshake ("connection lost", retried); this way it presents that key
+        and is refused as a changed key, with the message that says what to do.
+        """
+        if options.config.get("HostKeyAlgorithms"):
+            return None
+        port = options.port if options.port != 22 else None
+        keys, ca_keys, _ = self._known(options.host, "", port)  # no address yet: by name (or IP literal)
+        if not keys or ca_keys:
+            return None
+        first: list[bytes] = []
+        for key in keys:
+            first.extend(alg for alg in key.sig_algorithms if alg not in first)
+        return [alg.decode() for alg in first + [a for a in get_default_public_key_algs() if a not in first]]
+
+    def _validate_unknown_key(self, host: str, port: int, key: asyncssh.SSHKey) -> bool:
+        """Called by asyncssh for a key that no known_hosts entry trusts."""
+        self._presented = key
+        if self._known_entries or not self.accept_new_host_keys:
+            return False
+        kind, blob = key.export_public_key("openssh").decode().split()[:2]
+        line = f"{_known_hosts_pattern(host, port)} {kind} {blob}\n"
+        folder = os.path.dirname(self.known_hosts) or "."
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd = os.open(self.known_hosts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())  # one write with O_APPEND: parallel hosts never interleave
+        finally:
+            os.close(fd)
+        log.warning("ssh.host_key_recorded", host=self.host.name, entry=f"{_known_hosts_pattern(host, port)} {kind}",
+                    fingerprint=key.get_fingerprint(), known_hosts=self.known_hosts)
+        return True
+
+    def _connect_error(self, exc: BaseException) -> HostError:
+        label = self.label
+        host, port = self._target
+        if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+            pattern = _known_hosts_pattern(host, port)
+            presented = "a key"
+            if self._presented is not None:
+                presented = f"{self._presented.get_algorithm()} {self._presented.get_fingerprint()}"
+            keyscan = _keyscan(host, port, self.known_hosts)
+            if self._known_entries:
+                return HostKeyRefused(
+                    f"{label}: HOST KEY CHANGED: the host presented {presented}, which is not the key recorded "
+                    f"for {pattern} in {self.known_hosts}; refusing to connect (the host may have been "
+                    f"reinstalled, or someone is in the middle). If the change is expected, remove the old entry "
+                    f"with `ssh-keygen -R {shlex.quote(pattern)} -f {shlex.quote(self.known_hosts)}` and add the "
+                    f"new one with `{keyscan}` (--accept-new-host-keys never replaces a changed key)")
+            return HostKeyRefused(
+                f"{label}: host key unknown: no entry for {pattern} in {self.known_hosts} (the host presented "
+                f"{presented}); refusing to connect. Check the fingerprint, then add it with `{keyscan}`, or rerun "
+                f"with --accept-new-host-keys to record the keys of hosts seen for the first time")
+        if isinstance(exc, asyncssh.PermissionDenied):
+            return HostError(f"{label}: authentication failed as {self._username or '?'}: {exc.reason} "
+                             f"(keys tried: ssh-agent, identity_file / ~/.ssh/config IdentityFile, ~/.ssh/id_*)")
+        if isinstance(exc, ConnectionRefusedError):
+            return HostError(f"{label}: connection refused")
+        if isinstance(exc, ConnectionResetError):
+            return HostError(f"{label}: connection reset")
+        if isinstance(exc, TimeoutError):
+            return HostError(f"{label}: no SSH connection within {self.connect_timeout:g}s "
+                             f"({self.attempts} attempts)")
+        if isinstance(exc, socket.gaierror):
+            return HostError(f"{label}: cannot resolve {host}: {exc.strerror}")
+        if isinstance(exc, asyncssh.DisconnectError):
+            return HostError(f"{label}: SSH connection failed: {exc.reason}")
+        if isinstance(exc, OSError):
+            return HostError(f"{label}: {exc.strerror or exc}")
+        return HostError(f"{label}: SSH connection failed: {type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ Transport
+
+    async def spawn(self, argv: list[str]) -> _SSHStreams:
+        conn = await self._connection()
+        sudo_user = None
+        if self.host.become and self._username != "root":
+            argv = ["sudo", "-n", "-H", "--", *argv]
+            sudo_user = self._username or "?"
+        command = shlex.join(argv)
+        self.exec_requests += 1
+        try:
+            proc = await conn.create_process(command, encoding=None, request_pty=False)
+        except asyncssh.ChannelOpenError as exc:
+            raise HostError(f"{self.label}: cannot open a session: {exc.reason}") from None
+        except (asyncssh.Error, OSError) as exc:
+            raise HostError(f"{self.label}: cannot start {argv[0]}: {exc}") from None
+        return _SSHStreams(proc, sudo_user)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+            try:
+                await asyncio.wait_for(conn.wait_closed(), CLOSE_TIMEOUT_S)
+            except (TimeoutError, asyncssh.Error, OSError):
+                pass
+
+
+class _Client(asyncssh.SSHClient):
+    def __init__(self, transport: SSHTransport) -> None:
+        self._transport = transport
+
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        return self._transport._validate_unknown_key(host, port, key)
