@@ -42,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     apply = sub.add_parser("apply", help="apply a recipe (verified; a failed check restores the original)")
     targets(apply)
     apply.add_argument("--dry-run", action="store_true", help="show diffs, write nothing (same as plan)")
+    apply.add_argument("--verify-all", action="store_true", help="deploy: re-hash every file, ignoring hash caches")
     targets(sub.add_parser("plan", help="unified diffs of what apply would change; nothing written"))
     targets(sub.add_parser("status", help="per host and step: applied | pending | drifted | not-applicable"))
     rollback = sub.add_parser("rollback", help="undo the last (or named) run from the host's journal")
@@ -111,6 +112,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         serial=args.serial,
         max_fail=args.max_fail,
         progress=not args.json or sys.stderr.isatty(),
+        verify_all=getattr(args, "verify_all", False),
         accept_new_host_keys=args.accept_new_host_keys,
     )
     command = "apply" if args.command == "plan" else args.command

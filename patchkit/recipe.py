@@ -81,11 +81,46 @@ class CheckStep(PackageGate):
     timeout_s: float = Field(300, gt=0)
 
 
+class DeployTarget(Strict):
+    """The target model a drafter must fit: its config.json on the host, or values."""
+
+    config: str | None = Field(None, description="path of the target's config.json on the host")
+    hidden_size: int | None = None
+    vocab_size: int | None = None
+    num_hidden_layers: int | None = None
+
+
+class DeployStep(Strict):
+    src: str = Field(description="file or folder on the control machine (relative: to the recipe's folder)")
+    dest: str = Field(description="absolute path on the host (~ allowed)")
+    validate_as: str | None = Field(None, alias="validate", description="validator run on src before and dest after, e.g. eagle3-drafter")
+    target: DeployTarget | None = None
+
+    @field_validator("dest")
+    @classmethod
+    def _dest_is_absolute(cls, value: str) -> str:
+        if not (value.startswith("/") or value.startswith("~/")):
+            raise ValueError(f"dest {value!r} must be an absolute path (or start with ~/)")
+        if ".." in value.split("/"):
+            raise ValueError(f"dest {value!r} may not contain '..'")
+        return value
+
+    @field_validator("validate_as")
+    @classmethod
+    def _known_validator(cls, value: str | None) -> str | None:
+        from patchkit.checkpoint import VALIDATORS
+
+        if value is not None and value not in VALIDATORS:
+            raise ValueError(f"unknown validator {value!r} (known: {', '.join(sorted(VALIDATORS))})")
+        return value
+
+
 class Step(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str | None = None
     patch: PatchStep | None = None
     check: CheckStep | None = None
+    deploy: DeployStep | None = None
     verify: Verify | None = None
 
     @model_validator(mode="after")
@@ -102,7 +137,7 @@ class Step(Strict):
         return next(k for k in STEP_KINDS if getattr(self, k) is not None)
 
 
-STEP_KINDS = ("patch", "check")
+STEP_KINDS = ("patch", "check", "deploy")
 
 
 class Recipe(Strict):

@@ -29,6 +29,7 @@ class StepResult(BaseModel):
     backup: str | None = None
     checks: list[Check] = Field(default_factory=list)
     restored: bool | None = None  # after a failed verification: is the original back?
+    details: dict[str, Any] | None = None  # kind-specific: files a deploy wrote, bytes sent...
 
 
 class HostResult(BaseModel):
@@ -66,6 +67,7 @@ class RunRecord(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def changed_steps(self) -> list[StepResult]:
+        """Steps that changed something we can undo (a patched file, deployed files)."""
         return [s for s in self.steps if s.status == "changed" and s.file and s.backup]
 
     def live_steps(self) -> list[StepResult]:

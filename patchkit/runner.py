@@ -8,6 +8,7 @@ never stops the others.
 from __future__ import annotations
 
 import getpass
+import traceback
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from patchkit.recipe import LoadedRecipe, Step
 from patchkit.results import HostResult, RunRecord, StepResult, host_status
 from patchkit.steps.check import run_check
 from patchkit.steps.context import EditCache, HostContext
+from patchkit.steps.deploy import apply_deploy, plan_deploy, undo_files
 from patchkit.steps.patch import apply_patch, plan_patch
 from patchkit.transport import LocalTransport, Transport
 
@@ -44,6 +46,7 @@ class Options:
     serial: int | None = None  # canary batch size
     max_fail: int | None = None
     progress: bool = False
+    verify_all: bool = False  # deploy: re-hash every file instead of trusting size+mtime caches
     accept_new_host_keys: bool = False  # SSH: record unknown host keys (a changed key is still refused)
 
 
@@ -102,6 +105,10 @@ class Runner:
                     result.exec_requests = s.transport.exec_requests
             except HostError as exc:
                 result = HostResult(status="failed", message=str(exc))
+            except Exception as exc:  # a bug must fail its host, not the fleet
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                log.error("host.crashed", host=host.name, error=repr(exc), at=f"{where.filename}:{where.lineno}")
+                result = HostResult(status="failed", message=f"internal error: {type(exc).__name__}: {exc}")
             log.info("host.done", host=host.name, status=result.status, command=self.command,
                      seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
             return result
@@ -114,7 +121,7 @@ class Runner:
     def _context(self, s: Session) -> HostContext:
         assert self.loaded
         return HostContext(s.host.name, s.agent, s.journal, self.run_id, self.loaded, self.edits,
-                           self.options.dry_run, self.options.force)
+                           self.options.dry_run, self.options.force, self.options.verify_all)
 
     async def apply(self, s: Session) -> HostResult:
         assert self.loaded
@@ -149,6 +156,8 @@ class Runner:
                 return await apply_patch(ctx, step, await plan_patch(ctx, step))
             if step.check:
                 return await run_check(ctx, step)
+            if step.deploy:
+                return await apply_deploy(ctx, step)
         except HostError as exc:
             return StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc))
         raise UsageError(f"step {step.name}: unknown kind")  # pragma: no cover - validated earlier
@@ -162,16 +171,16 @@ class Runner:
         records = await s.journal.runs(self.loaded.recipe.name)
         steps = []
         for step in self.loaded.recipe.select(self.options.steps):
-            if not step.patch:
+            if step.check:
                 steps.append(StepResult(name=step.name, kind=step.kind, status="not-applicable",
                                         message="a check has no state; apply runs it"))
                 continue
             try:
-                plan = await plan_patch(ctx, step)
+                planned = (await plan_patch(ctx, step)).result if step.patch else (await plan_deploy(ctx, step))[0]
             except HostError as exc:
-                steps.append(StepResult(name=step.name, kind="patch", status="failed", message=str(exc)))
+                steps.append(StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc)))
                 continue
-            steps.append(_state_of(plan.result, records))
+            steps.append(_state_of(planned, records))
         order = ["failed", "drifted", "pending"]
         worst = next((o for o in order if any(st.status == o for st in steps)), "applied")
         return HostResult(status=worst if worst != "applied" else "ok", steps=steps)
@@ -208,6 +217,8 @@ class Runner:
         return HostResult(status=record.status, steps=record.steps, message=f"rollback of run {target.run_id}")
 
     async def _restore(self, s: Session, step: StepResult, target: RunRecord) -> StepResult:
+        if step.kind == "deploy":
+            return await self._undeploy(s, step, target)
         result = StepResult(name=step.name, kind=step.kind, status="failed", file=step.file,
                             sha256_before=step.sha256_after, sha256_after=step.sha256_before, backup=step.backup)
         try:
@@ -222,6 +233,13 @@ class Runner:
         else:
             result.status, result.message = "changed", f"restored the original from run {target.run_id}"
         return result
+
+    async def _undeploy(self, s: Session, step: StepResult, target: RunRecord) -> StepResult:
+        written = (step.details or {}).get("files", [])
+        message = await undo_files(s.agent, written, force=self.options.force)
+        failed = message.startswith("NOT")
+        return StepResult(name=step.name, kind="deploy", status="failed" if failed else "changed", file=step.file,
+                          message=message if failed else f"{message} (deployed by run {target.run_id})")
 
     # ------------------------------------------------------------------ history
 

@@ -1,5 +1,7 @@
 """The host side of patchkit: a stdlib-only program run by the *target* interpreter.
 
+Shipped as a bundle: checkpoint/reader.py and agent/transfer.py, then this file.
+
 It is sent over the transport's one process (local subprocess or one SSH exec) and
 then answers JSON requests, one per line, until stdin closes. Everything that reads
 or changes the host happens here; everything that decides what to change happens on
@@ -406,7 +408,15 @@ OPS = {
     "journal_write": op_journal_write,
     "journal_list": op_journal_list,
     "journal_prune": op_journal_prune,
+    # from transfer.py, bundled in front of this file (see client.agent_source)
+    "manifest": op_manifest,  # noqa: F821
+    "part_info": op_part_info,  # noqa: F821
+    "receive_file": op_receive_file,  # noqa: F821
+    "remove_file": op_remove_file,  # noqa: F821
+    "read_checkpoint": op_read_checkpoint,  # noqa: F821
 }
+STREAMING_OPS = {"receive_file"}  # these read their data from stdin, after the request line
+REFUSALS = (Refused, TransferRefused)  # noqa: F821
 
 
 def serve(stdin, stdout):
@@ -416,9 +426,13 @@ def serve(stdin, stdout):
     for line in iter(stdin.readline, b""):
         request = json.loads(line)
         try:
-            result = OPS[request["op"]](**request.get("args", {}))
+            op = request["op"]
+            if op in STREAMING_OPS:
+                result = OPS[op](stdin, **request.get("args", {}))
+            else:
+                result = OPS[op](**request.get("args", {}))
             reply = {"id": request.get("id"), "ok": True, "result": result}
-        except Refused as exc:
+        except REFUSALS as exc:
             reply = {"id": request.get("id"), "ok": False, "error": str(exc), "kind": "refused"}
         except Exception as exc:  # reported to the control side, which decides
             reply = {"id": request.get("id"), "ok": False, "error": "%s: %s" % (type(exc).__name__, exc),

@@ -20,6 +20,7 @@ class EditCache:
 
     results: dict[tuple[str, str], EditResult] = field(default_factory=dict)
     hits: int = 0
+    memo: dict[str, Any] = field(default_factory=dict)  # other once-per-run work (deploy sources)
 
 
 @dataclass
@@ -32,6 +33,7 @@ class HostContext:
     edits: EditCache
     dry_run: bool
     force: bool = False
+    verify_all: bool = False
     _located: dict[str, Any] = field(default_factory=dict)
 
     async def locate(self, package: str, modules: list[str]) -> dict[str, Any]:

@@ -1,0 +1,83 @@
+"""Manifests of a deploy source on the control machine: relative path, size, sha256, mode.
+
+Hashing a multi-GB checkpoint on every run would dominate a no-op deploy, so hashes
+are cached by (size, mtime_ns) in the control machine's cache folder, the way the
+host keeps its own cache in the journal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchkit.errors import UsageError
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    rel: str
+    size: int
+    sha256: str
+    mode: int
+
+
+def cache_file() -> Path:
+    base = os.environ.get("PATCHKIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "patchkit")
+    return Path(base) / "source-hashes.json"
+
+
+def sha256_of(path: Path, limit: int | None = None) -> str:
+    """sha256 of the file, or of its first `limit` bytes."""
+    h = hashlib.sha256()
+    remaining = limit
+    with open(path, "rb") as f:
+        while remaining is None or remaining > 0:
+            chunk = f.read(CHUNK if remaining is None else min(CHUNK, remaining))
+            if not chunk:
+                break
+            h.update(chunk)
+            if remaining is not None:
+                remaining -= len(chunk)
+    return h.hexdigest()
+
+
+def source_manifest(src: Path, verify_all: bool = False) -> list[FileEntry]:
+    """Every regular file under `src` (or `src` itself), symlinks refused (they could point anywhere)."""
+    if not src.exists():
+        raise UsageError(f"deploy source {src} does not exist")
+    cache_path = cache_file()
+    try:
+        cache: dict[str, list] = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    entries: list[FileEntry] = []
+    files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if not p.is_dir() or p.is_symlink())
+    for path in files:
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            raise UsageError(f"deploy source {path} is a symlink; patchkit copies regular files only")
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        rel = path.name if path == src else path.relative_to(src).as_posix()
+        key = str(path.resolve())
+        cached = cache.get(key)
+        if cached and not verify_all and cached[0] == st.st_size and cached[1] == st.st_mtime_ns:
+            digest = cached[2]
+        else:
+            digest = sha256_of(path)
+            cache[key] = [st.st_size, st.st_mtime_ns, digest]
+        entries.append(FileEntry(rel, st.st_size, digest, stat.S_IMODE(st.st_mode)))
+    try:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache))
+        os.replace(tmp, cache_path)
+    except OSError:
+        pass  # a cache we cannot write only costs time
+    return entries

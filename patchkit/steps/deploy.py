@@ -1,0 +1,200 @@
+"""The deploy step: sync a local file or folder to `dest` on the host, by content.
+
+plan: source manifest (hash-cached) vs the host's manifest (hash-cached in its journal)
+      -> the files whose content differs; validation of the source by name.
+apply: each differing file is streamed through the agent into a part file next to its
+      final name, hashed on the host, the old file backed up, then renamed into place;
+      an interrupted transfer resumes from the verified prefix of its part file. The
+      destination is validated again after; any failure puts back what was there.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from pathlib import Path
+from typing import Any
+
+from patchkit.agent import AgentClient
+from patchkit.checkpoint import VALIDATORS
+from patchkit.errors import HostError, UsageError
+from patchkit.manifest import FileEntry, sha256_of, source_manifest
+from patchkit.recipe import Step
+from patchkit.results import StepResult
+from patchkit.steps.context import HostContext
+
+
+def source_path(ctx: HostContext, src: str) -> Path:
+    path = Path(src).expanduser()
+    return path if path.is_absolute() else (ctx.loaded.path.parent / path).resolve()
+
+
+def _shared(ctx: HostContext, key: str, make: Any) -> Any:
+    """Computed once per run for all hosts (source hashing and validation)."""
+    if key not in ctx.edits.memo:
+        ctx.edits.memo[key] = make()
+    return ctx.edits.memo[key]
+
+
+def _source(ctx: HostContext, step: Step) -> tuple[Path, list[FileEntry], list[str]]:
+    spec = step.deploy
+    assert spec is not None
+    src = source_path(ctx, spec.src)
+
+    def build() -> tuple[list[FileEntry], list[str]]:
+        entries = source_manifest(src, ctx.verify_all)
+        if src.is_file():  # a single file is named by dest on the host
+            entries = [FileEntry(posixpath.basename(spec.dest.rstrip("/")), e.size, e.sha256, e.mode) for e in entries]
+        problems: list[str] = []
+        if spec.validate_as:
+            from patchkit.checkpoint.reader import read_checkpoint
+
+            problems = VALIDATORS[spec.validate_as](read_checkpoint(str(src)), _local_target(ctx, spec.target))
+        return entries, problems
+
+    entries, problems = _shared(ctx, f"deploy-source:{step.name}:{src}", build)
+    return src, entries, problems
+
+
+def _local_target(ctx: HostContext, target: Any) -> dict | None:
+    if target is None or target.config is not None:
+        return None  # a config on the host is read there, after the copy
+    return target.model_dump(exclude_none=True, exclude={"config"})
+
+
+async def _host_target(ctx: HostContext, target: Any) -> dict | None:
+    if target is None:
+        return None
+    if target.config is None:
+        return target.model_dump(exclude_none=True, exclude={"config"})
+    import base64
+
+    read = await ctx.agent.call("read", path=target.config)
+    if not read["exists"]:
+        raise HostError(f"target config {target.config} does not exist on the host")
+    try:
+        return json.loads(base64.b64decode(read["content_b64"]))
+    except ValueError:
+        raise HostError(f"target config {target.config} is not JSON") from None
+
+
+def _cache_file(ctx: HostContext) -> str:
+    return posixpath.join(ctx.journal.state_dir, "hashcache.json")
+
+
+async def plan_deploy(ctx: HostContext, step: Step) -> tuple[StepResult, list[FileEntry], dict]:
+    spec = step.deploy
+    assert spec is not None
+    result = StepResult(name=step.name, kind="deploy", status="failed", file=spec.dest)
+    try:
+        src, entries, problems = _source(ctx, step)
+    except UsageError as exc:
+        result.message = str(exc)
+        return result, [], {}
+    if problems:
+        result.message = f"source {src} is not a valid {spec.validate_as}; nothing sent:\n" + "\n".join(problems)
+        return result, [], {}
+    remote = await ctx.agent.call("manifest", dest=spec.dest, cache_file=_cache_file(ctx), verify_all=ctx.verify_all,
+                                  timeout=3600)
+    if remote["exists"] and src.is_dir() and not remote["is_dir"]:
+        result.message = f"{spec.dest} is a file on the host, the source {src} a folder"
+        return result, [], remote
+    if src.is_file() and remote["is_dir"]:
+        result.message = f"{spec.dest} is a folder on the host; a file source needs dest to be the file's path"
+        return result, [], remote
+    todo = [e for e in entries if remote["files"].get(e.rel, {}).get("sha256") != e.sha256]
+    total = sum(e.size for e in entries)
+    result.details = {"files_total": len(entries), "bytes_total": total,
+                      "files_to_send": len(todo), "bytes_to_send": sum(e.size for e in todo)}
+    if not todo:
+        result.status, result.message = "ok", f"all {len(entries)} files in place ({_size(total)})"
+    else:
+        result.status = "changed"
+        result.message = f"{len(todo)} of {len(entries)} files differ ({_size(sum(e.size for e in todo))} to send)"
+    return result, todo, remote
+
+
+def _dest_root(spec: Any, src: Path) -> str:
+    """The folder files land in: dest itself for a folder source; dest's parent for a file."""
+    return spec.dest if src.is_dir() else posixpath.dirname(spec.dest.rstrip("/")) or "/"
+
+
+async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
+    spec = step.deploy
+    assert spec is not None
+    result, todo, remote = await plan_deploy(ctx, step)
+    if result.status != "changed" or ctx.dry_run:
+        return result
+    src = source_path(ctx, spec.src)
+    root = _dest_root(spec, src)
+    written: list[dict[str, Any]] = []
+    sent = 0
+    try:
+        for entry in todo:
+            rel = entry.rel
+            local = src / rel if src.is_dir() else src
+            offset = await _resume_offset(ctx, root, rel, local, entry, remote)
+            backup = posixpath.join(ctx.journal.state_dir, "backups", ctx.run_id, step.name, rel)
+            done = await ctx.agent.send_file(
+                "receive_file", local, offset, entry.size - offset,
+                dest=root, rel=rel, offset=offset, length=entry.size - offset, expected_sha256=entry.sha256,
+                mode=entry.mode, backup_path=backup, cache_file=_cache_file(ctx),
+            )
+            sent += entry.size - offset
+            written.append({"rel": rel, "path": done["path"], "sha256_after": done["sha256"],
+                            "sha256_before": done["sha256_before"], "backup": done["backup"],
+                            "resumed_from": offset})
+        if spec.validate_as:
+            view = await ctx.agent.call("read_checkpoint", path=spec.dest, timeout=600)
+            problems = VALIDATORS[spec.validate_as](view, await _host_target(ctx, spec.target))
+            if problems:
+                raise HostError(f"{spec.dest} on the host is not a valid {spec.validate_as}:\n" + "\n".join(problems))
+    except HostError as exc:
+        undone = await undo_files(ctx.agent, written, force=False)
+        result.status = "failed"
+        result.message = f"{exc}; {undone}"
+        result.details = {**(result.details or {}), "files": [], "bytes_sent": sent}
+        return result
+    result.details = {**(result.details or {}), "files": written, "bytes_sent": sent}
+    resumed = sum(1 for w in written if w["resumed_from"])
+    result.message = (f"sent {len(written)} file(s), {_size(sent)}" + (f" ({resumed} resumed)" if resumed else "")
+                      + (f"; {spec.validate_as} valid at {spec.dest}" if spec.validate_as else ""))
+    result.backup = posixpath.join(ctx.journal.state_dir, "backups", ctx.run_id, step.name)
+    return result
+
+
+async def _resume_offset(ctx: HostContext, root: str, rel: str, local: Path, entry: FileEntry, remote: dict) -> int:
+    if rel not in remote.get("parts", {}):
+        return 0
+    info = await ctx.agent.call("part_info", dest=root, rel=rel, prefix_len=entry.size)
+    n = info["size"]
+    if 0 < n <= entry.size and info["sha256"] == sha256_of(local, n):
+        return n
+    return 0
+
+
+async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: bool) -> str:
+    """Put back what a deploy replaced and remove what it created (newest first)."""
+    problems = []
+    for item in reversed(written):
+        try:
+            if item.get("backup"):
+                await agent.call("restore", path=item["path"], backup_path=item["backup"],
+                                     expected_current=item["sha256_after"], original_sha256=item["sha256_before"],
+                                     force=force)
+            else:
+                await agent.call("remove_file", path=item["path"], expected_sha256=item["sha256_after"],
+                                     force=force)
+        except HostError as exc:
+            problems.append(str(exc))
+    if problems:
+        return "NOT everything was put back: " + "; ".join(problems)
+    return f"put back {len(written)} file(s)" if written else "nothing was written"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
