@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     apply = sub.add_parser("apply", help="apply a recipe (verified; a failed check restores the original)")
     targets(apply)
     apply.add_argument("--dry-run", action="store_true", help="show diffs, write nothing (same as plan)")
+    apply.add_argument("--no-restart", action="store_true",
+                       help="launch: fail instead of restarting a server that runs a different command")
     apply.add_argument("--verify-all", action="store_true", help="deploy: re-hash every file, ignoring hash caches")
     targets(sub.add_parser("plan", help="unified diffs of what apply would change; nothing written"))
     targets(sub.add_parser("status", help="per host and step: applied | pending | drifted | not-applicable"))
@@ -113,6 +115,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         max_fail=args.max_fail,
         progress=not args.json or sys.stderr.isatty(),
         verify_all=getattr(args, "verify_all", False),
+        no_restart=getattr(args, "no_restart", False),
         accept_new_host_keys=args.accept_new_host_keys,
     )
     command = "apply" if args.command == "plan" else args.command

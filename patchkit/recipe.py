@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -115,12 +115,80 @@ class DeployStep(Strict):
         return value
 
 
+def _words(value: Any) -> Any:
+    """argv and env values are strings; a lone `{{ port }}` substitutes an int, which is fine here."""
+    if isinstance(value, list):
+        return [str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value]
+    if isinstance(value, dict):
+        return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for k, v in value.items()}
+    return value
+
+
+class Health(Strict):
+    url: str = Field(description="probed from the host's side, e.g. http://127.0.0.1:8000/health")
+    timeout_s: float = Field(600, gt=0, description="give up after this long")
+    request_timeout_s: float = Field(5, gt=0, description="per probe: vLLM accepts connections before it is ready")
+    interval_s: float = Field(1, gt=0, description="first wait between probes (backs off to 10 s)")
+
+
+class Completion(Strict):
+    prompt: str = "Hello"
+    max_tokens: int = Field(8, ge=1)
+
+
+class Ready(Strict):
+    model: str | None = Field(None, description="/v1/models must list this id")
+    completion: Completion | None = Field(None, description="a smoke completion that must succeed")
+
+
+class SpecDecodeGate(Strict):
+    prompts: list[str] = Field(default_factory=lambda: [f"Story {i}:" for i in range(8)], min_length=1)
+    max_tokens: int = Field(64, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    model: str | None = Field(None, description="model id for requests (default: the first /v1/models entry)")
+    min_acceptance_rate: float | None = Field(None, ge=0, le=1)
+    min_mean_acceptance_length: float | None = Field(None, ge=1)
+
+
+class Baseline(Strict):
+    """The same model without speculation, measured on the same prompts."""
+
+    command: list[str] = Field(min_length=1)
+    health: Health
+    min_speedup: float | None = Field(None, gt=0, description="speculative tokens/s over baseline tokens/s")
+
+    _argv = field_validator("command", mode="before")(classmethod(lambda cls, v: _words(v)))
+    keep: Literal["faster", "speculative", "baseline"] = Field(
+        "faster", description="which server stays up afterwards")
+
+
+class LaunchStep(Strict):
+    command: list[str] = Field(min_length=1, description="argv, no shell; a first word python/python3 means the target interpreter")
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    log: str | None = Field(None, description="log file on the host (default: <state_dir>/launch/<step>.log)")
+    health: Health
+    ready: Ready | None = None
+    spec_decode: SpecDecodeGate | None = None
+    baseline: Baseline | None = None
+    stop_timeout_s: float = Field(30, gt=0)
+
+    _argv = field_validator("command", "env", mode="before")(classmethod(lambda cls, v: _words(v)))
+
+    @model_validator(mode="after")
+    def _baseline_needs_gate(self) -> "LaunchStep":
+        if self.baseline and not self.spec_decode:
+            raise ValueError("`baseline` compares throughput on the spec_decode prompts: add `spec_decode`")
+        return self
+
+
 class Step(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str | None = None
     patch: PatchStep | None = None
     check: CheckStep | None = None
     deploy: DeployStep | None = None
+    launch: LaunchStep | None = None
     verify: Verify | None = None
 
     @model_validator(mode="after")
@@ -137,7 +205,7 @@ class Step(Strict):
         return next(k for k in STEP_KINDS if getattr(self, k) is not None)
 
 
-STEP_KINDS = ("patch", "check", "deploy")
+STEP_KINDS = ("patch", "check", "deploy", "launch")
 
 
 class Recipe(Strict):

@@ -67,8 +67,10 @@ class RunRecord(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def changed_steps(self) -> list[StepResult]:
-        """Steps that changed something we can undo (a patched file, deployed files)."""
-        return [s for s in self.steps if s.status == "changed" and s.file and s.backup]
+        """Steps that changed something we can undo (a patched file, deployed files, a server)."""
+        return [s for s in self.steps
+                if s.status in ("changed", "failed") and s.kind == "launch" and (s.details or {}).get("servers")
+                or s.status == "changed" and s.file and s.backup]
 
     def live_steps(self) -> list[StepResult]:
         """Changed steps whose change has not been rolled back."""

@@ -27,6 +27,7 @@ from patchkit.results import HostResult, RunRecord, StepResult, host_status
 from patchkit.steps.check import run_check
 from patchkit.steps.context import EditCache, HostContext
 from patchkit.steps.deploy import apply_deploy, plan_deploy, undo_files
+from patchkit.steps.launch import apply_launch, plan_launch, undo_launch
 from patchkit.steps.patch import apply_patch, plan_patch
 from patchkit.transport import LocalTransport, Transport
 
@@ -46,6 +47,7 @@ class Options:
     serial: int | None = None  # canary batch size
     max_fail: int | None = None
     progress: bool = False
+    no_restart: bool = False  # launch: refuse to replace a server running a different command
     verify_all: bool = False  # deploy: re-hash every file instead of trusting size+mtime caches
     accept_new_host_keys: bool = False  # SSH: record unknown host keys (a changed key is still refused)
 
@@ -121,7 +123,8 @@ class Runner:
     def _context(self, s: Session) -> HostContext:
         assert self.loaded
         return HostContext(s.host.name, s.agent, s.journal, self.run_id, self.loaded, self.edits,
-                           self.options.dry_run, self.options.force, self.options.verify_all)
+                           self.options.dry_run, self.options.force, self.options.verify_all,
+                           self.options.no_restart)
 
     async def apply(self, s: Session) -> HostResult:
         assert self.loaded
@@ -158,6 +161,8 @@ class Runner:
                 return await run_check(ctx, step)
             if step.deploy:
                 return await apply_deploy(ctx, step)
+            if step.launch:
+                return await apply_launch(ctx, step)
         except HostError as exc:
             return StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc))
         raise UsageError(f"step {step.name}: unknown kind")  # pragma: no cover - validated earlier
@@ -176,6 +181,9 @@ class Runner:
                                         message="a check has no state; apply runs it"))
                 continue
             try:
+                if step.launch:
+                    steps.append(_launch_state((await plan_launch(ctx, step))[0]))
+                    continue
                 planned = (await plan_patch(ctx, step)).result if step.patch else (await plan_deploy(ctx, step))[0]
             except HostError as exc:
                 steps.append(StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc)))
@@ -219,6 +227,9 @@ class Runner:
     async def _restore(self, s: Session, step: StepResult, target: RunRecord) -> StepResult:
         if step.kind == "deploy":
             return await self._undeploy(s, step, target)
+        if step.kind == "launch":
+            ok, message = await undo_launch(s.agent, s.journal.state_dir, step, self.options.force)
+            return StepResult(name=step.name, kind="launch", status="changed" if ok else "failed", message=message)
         result = StepResult(name=step.name, kind=step.kind, status="failed", file=step.file,
                             sha256_before=step.sha256_after, sha256_after=step.sha256_before, backup=step.backup)
         try:
@@ -281,6 +292,21 @@ def _state_of(planned: StepResult, records: list[RunRecord]) -> StepResult:
         out.status, out.message = "applied", f"applied by patchkit (backup {ours.backup})"
     else:
         out.status, out.message = "applied", "in place (not applied by patchkit: nothing to roll back)"
+    return out
+
+
+def _launch_state(planned: StepResult) -> StepResult:
+    """running and healthy -> applied; running, unhealthy -> drifted; stopped -> pending."""
+    out = planned.model_copy(deep=True)
+    details = planned.details or {}
+    if planned.status == "ok":
+        out.status, out.message = "applied", f"running, healthy (pid {details.get('pid')})"
+    elif details.get("running") and planned.message.startswith("running"):
+        out.status, out.message = "drifted", f"unhealthy: {planned.message}"
+    elif details.get("running"):
+        out.status = "pending"
+    else:
+        out.status, out.message = "pending", f"stopped: {planned.message}"
     return out
 
 

@@ -24,7 +24,7 @@ BOOTSTRAP = (
 # The agent is one program made of these stdlib-only files, in this order: later ones
 # use what earlier ones define (hostagent.py registers everything as ops).
 AGENT_BUNDLE = (("patchkit.checkpoint", "reader.py"), ("patchkit.agent", "transfer.py"),
-                ("patchkit.agent", "hostagent.py"))
+                ("patchkit.agent", "processes.py"), ("patchkit.agent", "hostagent.py"))
 
 
 def agent_source() -> bytes:

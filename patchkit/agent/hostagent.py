@@ -1,6 +1,6 @@
 """The host side of patchkit: a stdlib-only program run by the *target* interpreter.
 
-Shipped as a bundle: checkpoint/reader.py and agent/transfer.py, then this file.
+Shipped as a bundle: checkpoint/reader.py, agent/transfer.py, agent/processes.py, then this file.
 
 It is sent over the transport's one process (local subprocess or one SSH exec) and
 then answers JSON requests, one per line, until stdin closes. Everything that reads
@@ -414,6 +414,13 @@ OPS = {
     "receive_file": op_receive_file,  # noqa: F821
     "remove_file": op_remove_file,  # noqa: F821
     "read_checkpoint": op_read_checkpoint,  # noqa: F821
+    # from processes.py, bundled in front of this file
+    "launch_start": op_launch_start,  # noqa: F821
+    "launch_inspect": op_launch_inspect,  # noqa: F821
+    "launch_stop": op_launch_stop,  # noqa: F821
+    "http": op_http,  # noqa: F821
+    "http_batch": op_http_batch,  # noqa: F821
+    "log_tail": op_log_tail,  # noqa: F821
 }
 STREAMING_OPS = {"receive_file"}  # these read their data from stdin, after the request line
 REFUSALS = (Refused, TransferRefused)  # noqa: F821

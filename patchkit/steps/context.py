@@ -34,6 +34,7 @@ class HostContext:
     dry_run: bool
     force: bool = False
     verify_all: bool = False
+    no_restart: bool = False
     _located: dict[str, Any] = field(default_factory=dict)
 
     async def locate(self, package: str, modules: list[str]) -> dict[str, Any]:

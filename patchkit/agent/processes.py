@@ -1,0 +1,191 @@
+"""Host-side server supervision for the launch step (stdlib only, Python >= 3.8).
+
+Bundled into the host agent (see client.AGENT_BUNDLE). A server runs in its own
+session, detached from the agent and the SSH connection, its output appended to a
+log file. Its record (pid, start time, command hash, log) lives in the journal, and
+the start time read from /proc tells a live server from a recycled pid.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+
+def _launch_dir(state_dir):
+    folder = os.path.join(os.path.abspath(os.path.expanduser(state_dir)), "launch")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    return folder
+
+
+def _record_path(state_dir, name):
+    return os.path.join(_launch_dir(state_dir), name + ".json")
+
+
+def _proc_start_time(pid):
+    """Field 22 of /proc/PID/stat (clock ticks since boot), or None if no such process."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data.rsplit(")", 1)[1].split()
+    return int(fields[19])
+
+
+def _alive(record):
+    if not record:
+        return False
+    started = _proc_start_time(record["pid"])
+    if started is None or started != record.get("proc_start"):
+        return False
+    try:
+        with open("/proc/%d/stat" % record["pid"]) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except OSError:
+        return False
+
+
+def _read_record(state_dir, name):
+    try:
+        with open(_record_path(state_dir, name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _write_record(state_dir, name, record):
+    path = _record_path(state_dir, name)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def _reap(pid):
+    """Exit status of our own child if it has ended (None while it runs or if not ours)."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    if done == 0:
+        return None
+    if os.WIFEXITED(status):
+        return "exit status %d" % os.WEXITSTATUS(status)
+    if os.WIFSIGNALED(status):
+        return "killed by signal %d" % os.WTERMSIG(status)
+    return "ended"
+
+
+def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash):
+    log_path = os.path.abspath(os.path.expanduser(log_path))
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    log = open(log_path, "ab")
+    log.write(("\n=== patchkit launch %s at %s: %s\n" % (name, time.strftime("%Y-%m-%d %H:%M:%S"), argv)).encode())
+    log.flush()
+    try:
+        proc = subprocess.Popen(argv, cwd=os.path.expanduser(cwd) if cwd else None, env=full_env,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    except OSError as exc:
+        raise TransferRefused("cannot start %s: %s" % (argv[0], exc.strerror or exc))  # noqa: F821 - bundled
+    finally:
+        log.close()
+    record = {"name": name, "pid": proc.pid, "proc_start": _proc_start_time(proc.pid), "argv": argv,
+              "env": env or {}, "cwd": cwd, "log": log_path, "command_hash": command_hash, "started": time.time()}
+    _write_record(state_dir, name, record)
+    return record
+
+
+def op_launch_inspect(state_dir, name, url=None, request_timeout=5.0):
+    """Is the named server running, did it exit (and how), and does its health URL answer?"""
+    record = _read_record(state_dir, name)
+    out = {"record": record, "running": False, "exit": None, "health": None}
+    if record is None:
+        return out
+    out["running"] = _alive(record)
+    if not out["running"]:
+        out["exit"] = _reap(record["pid"]) or "not running"
+    if url and out["running"]:
+        out["health"] = _http("GET", url, None, request_timeout)
+    return out
+
+
+def op_launch_stop(state_dir, name, timeout_s=30.0):
+    """SIGTERM the server's process group, SIGKILL after timeout_s. Forgets the record."""
+    record = _read_record(state_dir, name)
+    if record is None or not _alive(record):
+        if record is not None:
+            os.unlink(_record_path(state_dir, name))
+        return {"stopped": False, "how": "not running"}
+    pid = record["pid"]
+    how = "SIGTERM"
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + timeout_s
+    while _alive(record) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.2)
+    if _alive(record):
+        how = "SIGKILL after %ss" % timeout_s
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for _ in range(50):
+            _reap(pid)
+            if not _alive(record):
+                break
+            time.sleep(0.1)
+    os.unlink(_record_path(state_dir, name))
+    return {"stopped": True, "how": how, "record": record}
+
+
+def _http(method, url, body, timeout):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"} if data else {})
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            text = response.read().decode("utf-8", "replace")
+            return {"status": response.status, "body": text, "seconds": time.monotonic() - started}
+    except urllib.error.HTTPError as exc:
+        return {"status": exc.code, "body": exc.read().decode("utf-8", "replace")[-2000:],
+                "seconds": time.monotonic() - started}
+    except Exception as exc:  # refused, timed out, reset: all "no answer" for a probe
+        return {"status": None, "error": "%s: %s" % (type(exc).__name__, exc), "seconds": time.monotonic() - started}
+
+
+def op_http(method, url, body=None, timeout=30.0):
+    """One HTTP request made from the host (so loopback-only servers work over SSH)."""
+    return _http(method, url, body, timeout)
+
+
+def op_http_batch(requests, timeout=300.0):
+    """Requests one after another, timed on the host: no control-side round trips in the numbers."""
+    started = time.monotonic()
+    results = [_http(r.get("method", "POST"), r["url"], r.get("body"), timeout) for r in requests]
+    return {"results": results, "seconds": time.monotonic() - started}
+
+
+def op_log_tail(path, lines=40):
+    path = os.path.abspath(os.path.expanduser(path))
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return {"tail": "(cannot read %s: %s)" % (path, exc.strerror)}
+    return {"tail": "\n".join(text.splitlines()[-lines:])}

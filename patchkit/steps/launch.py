@@ -1,0 +1,339 @@
+"""The launch step: a supervised server (vLLM, SGLang) with health, readiness and
+speculative-decoding gates.
+
+"It came up" is not the bar: the seed of this project was an EAGLE-3 server that
+started fine and ran at 0.66x of plain decoding. So after health and readiness the
+step can measure the acceptance rate from the server's own Prometheus counters and,
+optionally, throughput against the same model without speculation.
+
+Every probe and request is made by the host agent, from the host's side: a server
+bound to 127.0.0.1 works over SSH, and timings carry no control-side round trips.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_delay, wait_exponential
+
+from patchkit.agent import AgentClient
+from patchkit.errors import HostError
+from patchkit.recipe import Health, LaunchStep, Step
+from patchkit.results import StepResult
+from patchkit.steps.context import HostContext
+
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+
+
+class GateFailed(Exception):
+    """A launch gate said no; the message says why, with numbers."""
+
+
+def resolved_argv(command: list[str], ctx: HostContext) -> list[str]:
+    if command[0] in ("python", "python3"):
+        return [ctx.agent.info.get("python", command[0]), *command[1:]]
+    return list(command)
+
+
+def command_hash(argv: list[str], env: dict[str, str], cwd: str | None) -> str:
+    return hashlib.sha256(json.dumps([argv, sorted(env.items()), cwd]).encode()).hexdigest()
+
+
+def base_url(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum of every sample per metric name (labels folded), e.g. over engines."""
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_part, _, rest = line.partition(" ")
+        name = name_part.split("{", 1)[0]
+        try:
+            value = float(rest.split()[0])
+        except (IndexError, ValueError):
+            continue
+        totals[name] = totals.get(name, 0.0) + value
+    return totals
+
+
+def acceptance(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    drafted = after.get(DRAFT_TOKENS, 0.0) - before.get(DRAFT_TOKENS, 0.0)
+    accepted = after.get(ACCEPTED, 0.0) - before.get(ACCEPTED, 0.0)
+    drafts = after.get(DRAFTS, 0.0) - before.get(DRAFTS, 0.0)
+    return {
+        "draft_tokens": drafted,
+        "accepted_tokens": accepted,
+        "drafts": drafts,
+        "acceptance_rate": accepted / drafted if drafted > 0 else None,
+        "mean_acceptance_length": 1 + accepted / drafts if drafts > 0 else None,
+    }
+
+
+async def _inspect(agent: AgentClient, state_dir: str, name: str, health: Health | None) -> dict[str, Any]:
+    return await agent.call("launch_inspect", state_dir=state_dir, name=name,
+                            url=health.url if health else None,
+                            request_timeout=health.request_timeout_s if health else 5.0,
+                            timeout=(health.request_timeout_s if health else 5.0) + 60)
+
+
+async def _log_tail(agent: AgentClient, path: str | None) -> str:
+    if not path:
+        return ""
+    return (await agent.call("log_tail", path=path, lines=30))["tail"]
+
+
+async def wait_healthy(agent: AgentClient, state_dir: str, name: str, health: Health) -> float:
+    """Seconds until the health URL answered 200; HostError with the log tail otherwise."""
+    started = time.monotonic()
+    last: dict[str, Any] = {}
+
+    async def probe() -> bool:
+        info = await _inspect(agent, state_dir, name, health)
+        last.update(info)
+        if not info["running"]:
+            tail = await _log_tail(agent, (info.get("record") or {}).get("log"))
+            raise HostError(f"{name} exited before it was healthy ({info['exit']}); last lines of its log:\n{tail}")
+        return (info.get("health") or {}).get("status") == 200
+
+    try:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_result(lambda healthy: not healthy),
+            wait=wait_exponential(multiplier=health.interval_s, max=10),
+            stop=stop_after_delay(health.timeout_s),
+        ):
+            with attempt:
+                healthy = await probe()
+            if not attempt.retry_state.outcome.failed:
+                attempt.retry_state.set_result(healthy)
+    except RetryError:
+        probe_result = (last.get("health") or {})
+        seen = probe_result.get("status") or probe_result.get("error") or "no answer"
+        tail = await _log_tail(agent, (last.get("record") or {}).get("log"))
+        raise HostError(f"{name} not healthy after {health.timeout_s:g}s ({health.url}: {seen}); "
+                        f"last lines of its log:\n{tail}") from None
+    return time.monotonic() - started
+
+
+async def _models(agent: AgentClient, url: str) -> list[str]:
+    reply = await agent.call("http", method="GET", url=base_url(url) + "/v1/models", timeout=60)
+    if reply.get("status") != 200:
+        raise GateFailed(f"/v1/models answered {reply.get('status') or reply.get('error')}")
+    return [m.get("id") for m in json.loads(reply["body"]).get("data", [])]
+
+
+async def check_ready(agent: AgentClient, spec: LaunchStep) -> str:
+    if spec.ready is None:
+        return ""
+    notes = []
+    if spec.ready.model:
+        models = await _models(agent, spec.health.url)
+        if spec.ready.model not in models:
+            raise GateFailed(f"/v1/models lists {models}, not {spec.ready.model!r}")
+        notes.append(f"serves {spec.ready.model}")
+    if spec.ready.completion:
+        model = spec.ready.model or (await _models(agent, spec.health.url))[0]
+        body = {"model": model, "prompt": spec.ready.completion.prompt,
+                "max_tokens": spec.ready.completion.max_tokens, "temperature": 0}
+        reply = await agent.call("http", method="POST", url=base_url(spec.health.url) + "/v1/completions",
+                                 body=body, timeout=300)
+        if reply.get("status") != 200:
+            raise GateFailed(f"smoke completion failed: {reply.get('status') or reply.get('error')}: "
+                             f"{(reply.get('body') or '')[:300]}")
+        notes.append("smoke completion ok")
+    return ", ".join(notes)
+
+
+async def measure(agent: AgentClient, url: str, gate: Any) -> dict[str, Any]:
+    """Run the gate's prompts; acceptance from the counters, tokens/s timed on the host."""
+    root = base_url(url)
+    model = gate.model or (await _models(agent, url))[0]
+    metrics_before = await agent.call("http", method="GET", url=root + "/metrics", timeout=60)
+    requests = [{"method": "POST", "url": root + "/v1/completions",
+                 "body": {"model": model, "prompt": p, "max_tokens": gate.max_tokens, "temperature": gate.temperature}}
+                for p in gate.prompts]
+    batch = await agent.call("http_batch", requests=requests, timeout=3600)
+    metrics_after = await agent.call("http", method="GET", url=root + "/metrics", timeout=60)
+    failed = [r for r in batch["results"] if r.get("status") != 200]
+    if failed:
+        first = failed[0]
+        raise GateFailed(f"{len(failed)} of {len(requests)} completions failed: "
+                         f"{first.get('status') or first.get('error')} {(first.get('body') or '')[:300]}")
+    tokens = sum(json.loads(r["body"]).get("usage", {}).get("completion_tokens", 0) for r in batch["results"])
+    out: dict[str, Any] = {"completion_tokens": tokens, "seconds": round(batch["seconds"], 3),
+                           "tokens_per_s": round(tokens / batch["seconds"], 2) if batch["seconds"] else None}
+    if metrics_before.get("status") == 200 and metrics_after.get("status") == 200:
+        out.update(acceptance(parse_prometheus(metrics_before["body"]), parse_prometheus(metrics_after["body"])))
+    return out
+
+
+def _log_path(ctx: HostContext, step_name: str, spec_log: str | None) -> str:
+    return spec_log or posixpath.join(ctx.journal.state_dir, "launch", f"{step_name}.log")
+
+
+async def _start(ctx: HostContext, name: str, command: list[str], env: dict[str, str], cwd: str | None,
+                 log: str) -> dict[str, Any]:
+    argv = resolved_argv(command, ctx)
+    return await ctx.agent.call("launch_start", state_dir=ctx.journal.state_dir, name=name, argv=argv, env=env,
+                                cwd=cwd, log_path=log, command_hash=command_hash(argv, env, cwd))
+
+
+async def _stop(ctx: HostContext, name: str, timeout_s: float) -> dict[str, Any]:
+    return await ctx.agent.call("launch_stop", state_dir=ctx.journal.state_dir, name=name, timeout_s=timeout_s,
+                                timeout=timeout_s + 60)
+
+
+async def plan_launch(ctx: HostContext, step: Step) -> tuple[StepResult, dict[str, Any]]:
+    spec = step.launch
+    assert spec is not None
+    result = StepResult(name=step.name, kind="launch", status="changed", file=spec.health.url)
+    argv = resolved_argv(spec.command, ctx)
+    wanted = command_hash(argv, spec.env, spec.cwd)
+    info = await _inspect(ctx.agent, ctx.journal.state_dir, step.name, spec.health)
+    record = info.get("record") or {}
+    healthy = (info.get("health") or {}).get("status") == 200
+    if info["running"] and record.get("command_hash") == wanted and healthy:
+        result.status = "ok"
+        result.message = f"running and healthy (pid {record['pid']})"
+    elif info["running"] and record.get("command_hash") == wanted:
+        result.message = f"running (pid {record['pid']}) but unhealthy: " \
+                         f"{(info.get('health') or {}).get('status') or (info.get('health') or {}).get('error')}"
+    elif info["running"]:
+        result.message = f"a different command runs as {step.name} (pid {record['pid']}): restart"
+    else:
+        ended = info["exit"] if info["exit"] not in (None, "not running") else "no longer running"
+        result.message = f"{ended} (pid {record.get('pid')})" if record else "not started yet"
+    result.details = {"pid": record.get("pid"), "running": info["running"], "healthy": healthy,
+                      "log": record.get("log"), "command_hash": wanted}
+    return result, info
+
+
+async def apply_launch(ctx: HostContext, step: Step) -> StepResult:
+    spec = step.launch
+    assert spec is not None
+    result, info = await plan_launch(ctx, step)
+    if result.status == "ok" or ctx.dry_run:
+        if ctx.dry_run and result.status == "changed":
+            result.message = "would start: " + result.message
+        return result
+    record = info.get("record") or {}
+    replaced = None
+    if info["running"]:
+        if record.get("command_hash") != result.details["command_hash"] and ctx.no_restart:
+            result.status = "failed"
+            result.message = (f"a different command runs as {step.name} (pid {record['pid']}); "
+                              "--no-restart refuses to replace it")
+            return result
+        stopped = await _stop(ctx, step.name, spec.stop_timeout_s)
+        replaced = stopped.get("record")
+    log = _log_path(ctx, step.name, spec.log)
+    started = await _start(ctx, step.name, spec.command, spec.env, spec.cwd, log)
+    servers = [started]
+    details: dict[str, Any] = {"servers": servers, "replaced": replaced, "log": log}
+    result.details = details
+    try:
+        details["startup_s"] = round(await wait_healthy(ctx.agent, ctx.journal.state_dir, step.name, spec.health), 1)
+        notes = [f"healthy after {details['startup_s']}s (pid {started['pid']})"]
+        ready = await check_ready(ctx.agent, spec)
+        if ready:
+            notes.append(ready)
+        if spec.spec_decode:
+            notes.append(await _spec_gate(ctx, step, spec, details))
+    except (HostError, GateFailed) as exc:
+        result.status = "failed"
+        result.message = str(exc)
+        if isinstance(exc, GateFailed) or "not healthy" in str(exc):
+            await _stop(ctx, step.name, spec.stop_timeout_s)
+            details["stopped_after_failure"] = True
+        return result
+    result.message = "; ".join(n for n in notes if n)
+    if details.get("gate_failed"):
+        result.status = "failed"
+    return result
+
+
+async def _spec_gate(ctx: HostContext, step: Step, spec: LaunchStep, details: dict[str, Any]) -> str:
+    gate = spec.spec_decode
+    assert gate is not None
+    measured = await measure(ctx.agent, spec.health.url, gate)
+    details["spec_decode"] = measured
+    rate, mal = measured.get("acceptance_rate"), measured.get("mean_acceptance_length")
+    if rate is None:
+        raise GateFailed("no draft tokens were proposed: is speculative decoding on? "
+                         f"({DRAFT_TOKENS} did not move)")
+    note = f"acceptance {rate:.1%}, mean acceptance length {mal:.2f}, {measured['tokens_per_s']} tok/s"
+    problems = []
+    if gate.min_acceptance_rate is not None and rate < gate.min_acceptance_rate:
+        problems.append(f"acceptance rate {rate:.2%} is below {gate.min_acceptance_rate:.0%}")
+    if gate.min_mean_acceptance_length is not None and mal is not None and mal < gate.min_mean_acceptance_length:
+        problems.append(f"mean acceptance length {mal:.2f} is below {gate.min_mean_acceptance_length}")
+    if problems:
+        raise GateFailed("; ".join(problems) + f" ({int(measured['accepted_tokens'])} of "
+                         f"{int(measured['draft_tokens'])} drafted tokens accepted over {len(gate.prompts)} prompts)")
+    if spec.baseline:
+        note += "; " + await _baseline(ctx, step, spec, details)
+    return note
+
+
+async def _baseline(ctx: HostContext, step: Step, spec: LaunchStep, details: dict[str, Any]) -> str:
+    base = spec.baseline
+    assert base is not None and spec.spec_decode is not None
+    name = f"{step.name}-baseline"
+    log = _log_path(ctx, name, None)
+    started = await _start(ctx, name, base.command, spec.env, spec.cwd, log)
+    details["servers"].append(started)
+    await wait_healthy(ctx.agent, ctx.journal.state_dir, name, base.health)
+    plain = await measure(ctx.agent, base.health.url, spec.spec_decode)
+    details["baseline"] = plain
+    spec_tps = details["spec_decode"]["tokens_per_s"] or 0.0
+    speedup = spec_tps / plain["tokens_per_s"] if plain["tokens_per_s"] else None
+    details["speedup"] = round(speedup, 3) if speedup is not None else None
+    keep = base.keep if base.keep != "faster" else ("speculative" if (speedup or 0) >= 1 else "baseline")
+    if keep == "speculative":
+        await _stop(ctx, name, spec.stop_timeout_s)
+        details["servers"] = [s for s in details["servers"] if s["name"] != name]
+    else:
+        await _stop(ctx, step.name, spec.stop_timeout_s)
+        details["servers"] = [s for s in details["servers"] if s["name"] != step.name]
+    details["kept"] = keep
+    note = f"speedup {speedup:.2f}x over no speculation ({plain['tokens_per_s']} tok/s); kept the {keep} server"
+    if base.min_speedup is not None and (speedup or 0) < base.min_speedup:
+        details["gate_failed"] = True
+        note = f"speculation is SLOWER than required: {note} (min_speedup {base.min_speedup})"
+    return note
+
+
+async def undo_launch(agent: AgentClient, state_dir: str, step: StepResult, force: bool) -> tuple[bool, str]:
+    """Stop the servers a run started (if they are still the ones it started); restart what it replaced."""
+    details = step.details or {}
+    notes, ok = [], True
+    for server in details.get("servers", []):
+        info = await agent.call("launch_inspect", state_dir=state_dir, name=server["name"])
+        current = info.get("record") or {}
+        if not info["running"]:
+            notes.append(f"{server['name']} already stopped")
+            continue
+        if current.get("pid") != server["pid"] and not force:
+            ok = False
+            notes.append(f"{server['name']} is now pid {current.get('pid')}, not the pid {server['pid']} this run "
+                         "started; left running (--force stops it)")
+            continue
+        stopped = await agent.call("launch_stop", state_dir=state_dir, name=server["name"], timeout_s=30, timeout=120)
+        notes.append(f"stopped {server['name']} (pid {server['pid']}, {stopped['how']})")
+    previous = details.get("replaced")
+    if previous and ok:
+        again = await agent.call("launch_start", state_dir=state_dir, name=previous["name"], argv=previous["argv"],
+                                 env=previous.get("env") or {}, cwd=previous.get("cwd"), log_path=previous["log"],
+                                 command_hash=previous["command_hash"])
+        notes.append(f"restarted the server it replaced (pid {again['pid']})")
+    return ok, "; ".join(notes) or "nothing to stop"
