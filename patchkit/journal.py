@@ -68,17 +68,16 @@ def active_changes(records: list[RunRecord]) -> dict[tuple[str, str], RunRecord]
 
     That run's backup is the way back to the original, so it is never pruned.
     """
-    active: dict[tuple[str, str], RunRecord] = {}
+    stacks: dict[tuple[str, str], list[RunRecord]] = {}
     for record in sorted(records, key=lambda r: r.run_id):
         if record.kind != "apply":
             continue
         for step in record.changed_steps():
             key = (step.name, step.file or "")
-            if step.name in record.rolled_back_steps:
-                active.pop(key, None)
-            else:
-                active[key] = record
-    return active
+            stack = stacks.setdefault(key, [])
+            if step.name not in record.rolled_back_steps:
+                stack.append(record)  # an undone run drops out; an older one still in place stays
+    return {key: stack[-1] for key, stack in stacks.items() if stack}
 
 
 def active_step(records: list[RunRecord], step: str, file: str) -> StepResult | None:

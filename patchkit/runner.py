@@ -26,7 +26,7 @@ from patchkit.recipe import LoadedRecipe, Step
 from patchkit.results import HostResult, RunRecord, StepResult, host_status
 from patchkit.steps.check import run_check
 from patchkit.steps.context import EditCache, HostContext
-from patchkit.steps.deploy import apply_deploy, plan_deploy, undo_files
+from patchkit.steps.deploy import apply_deploy, plan_deploy, status_deploy, undo_files
 from patchkit.steps.launch import apply_launch, plan_launch, undo_launch
 from patchkit.steps.patch import apply_patch, plan_patch
 from patchkit.transport import LocalTransport, Transport
@@ -142,8 +142,8 @@ class Runner:
                 result = await self._run_step(ctx, step)
                 log.info("step.done", host=s.host.name, step=step.name, status=result.status, message=result.message)
             record.steps.append(result)
-            if result.status == "failed":
-                stopped_by = step.name
+            if result.status == "failed" and not self.options.dry_run:
+                stopped_by = step.name  # a plan reads only: it goes on, to show every problem at once
             if result.status in ("changed", "failed") and not self.options.dry_run:
                 await s.journal.write(record)  # after every change: a crash never loses a backup's record
         status = host_status(record.steps)
@@ -183,6 +183,9 @@ class Runner:
             try:
                 if step.launch:
                     steps.append(_launch_state((await plan_launch(ctx, step))[0]))
+                    continue
+                if step.deploy:
+                    steps.append(await status_deploy(ctx, step, records))
                     continue
                 planned = (await plan_patch(ctx, step)).result if step.patch else (await plan_deploy(ctx, step))[0]
             except HostError as exc:

@@ -1111,6 +1111,7 @@ IDEMPOTENT_CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "dict_set_change": ("dict_set", "d = {'a': 1}\n", {"names": ["d"], "key": "a", "expr": "os.cpu_count()"}),
     "call_kwarg_add": ("call_kwarg", "f(\n    a,\n)\n", {"callee": "f", "keyword": "k", "value": None}),
     "call_kwarg_change": ("call_kwarg", "f(k=1)\n", {"callee": "f", "keyword": "k", "value": "v"}),
+    "replace_function": ("replace_function", 'def f():\n    """Doc."""\n    return 1\n', {"function": "f", "body": "return 2"}),
 }
 
 

@@ -77,13 +77,19 @@ def _cached_sha(cache, path, st, verify_all):
 
 
 def op_manifest(dest, cache_file, verify_all=False):
-    """What is at dest: per relative path size, sha256 and mode; unfinished parts too."""
+    """What is at dest: per relative path size, sha256 and mode; unfinished parts too (by the
+    relative path of the file they will become)."""
     dest = os.path.abspath(os.path.expanduser(dest))
     cache_file = os.path.abspath(os.path.expanduser(cache_file))
+    # A single-file deploy's part file sits next to dest, not inside it.
+    single_part = _part_path(dest)
+    parts = {}
+    if not os.path.isdir(dest) and os.path.isfile(single_part):
+        parts[os.path.basename(dest)] = os.path.getsize(single_part)
     if not os.path.exists(dest):
-        return {"exists": False, "is_dir": False, "files": {}, "parts": {}}
+        return {"exists": False, "is_dir": False, "files": {}, "parts": parts, "dest": dest}
     cache = _load_cache(cache_file)
-    files, parts = {}, {}
+    files = {}
     if os.path.isfile(dest):
         st = os.stat(dest)
         files[os.path.basename(dest)] = {"size": st.st_size, "sha256": _cached_sha(cache, dest, st, verify_all),
@@ -96,14 +102,16 @@ def op_manifest(dest, cache_file, verify_all=False):
                 st = os.lstat(path)
                 if not stat.S_ISREG(st.st_mode):
                     continue
-                rel = os.path.relpath(path, dest).replace(os.sep, "/")
-                if name.startswith(".") and name.endswith(PART_SUFFIX):
-                    parts[rel] = st.st_size
+                if name.startswith(".") and name.endswith(PART_SUFFIX) and len(name) > len(PART_SUFFIX) + 1:
+                    # keyed by the file it will become: .NAME.patchkit-part -> NAME
+                    final = os.path.join(folder, name[1:-len(PART_SUFFIX)])
+                    parts[os.path.relpath(final, dest).replace(os.sep, "/")] = st.st_size
                     continue
+                rel = os.path.relpath(path, dest).replace(os.sep, "/")
                 files[rel] = {"size": st.st_size, "sha256": _cached_sha(cache, path, st, verify_all),
                               "mode": stat.S_IMODE(st.st_mode)}
     _save_cache(cache_file, cache)
-    return {"exists": True, "is_dir": os.path.isdir(dest), "files": files, "parts": parts}
+    return {"exists": True, "is_dir": os.path.isdir(dest), "files": files, "parts": parts, "dest": dest}
 
 
 def op_part_info(dest, rel, prefix_len=None):
@@ -121,6 +129,11 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
     whole file's hash, back up what it replaces, then rename it into place."""
     final = _inside(dest, rel)
     folder = os.path.dirname(final)
+    created_dirs = []  # deepest first: what undoing this file removes again, if empty
+    missing = folder
+    while not os.path.isdir(missing) and os.path.dirname(missing) != missing:
+        created_dirs.append(missing)
+        missing = os.path.dirname(missing)
     os.makedirs(folder, exist_ok=True)
     part = _part_path(final)
     with open(part, "r+b" if (offset and os.path.exists(part)) else "wb") as f:
@@ -160,20 +173,28 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
     st = os.stat(final)
     cache[final] = [st.st_size, st.st_mtime_ns, got]
     _save_cache(cache_file, cache)
-    return {"path": final, "sha256": got, "sha256_before": before, "backup": backup_path}
+    return {"path": final, "sha256": got, "sha256_before": before, "backup": backup_path,
+            "created_dirs": created_dirs}
 
 
-def op_remove_file(path, expected_sha256, force=False):
-    """Remove a file a deploy created, only if it is still what the deploy wrote."""
+def op_remove_file(path, expected_sha256, force=False, remove_dirs=()):
+    """Remove a file a deploy created, only if it is still what the deploy wrote; then the
+    folders the deploy created for it (`remove_dirs`, deepest first), those left empty."""
     path = os.path.abspath(os.path.expanduser(path))
-    if not os.path.isfile(path):
-        return {"removed": False, "already": True}
-    current = _sha256_path(path)
-    if current != expected_sha256 and not force:
-        raise TransferRefused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to remove "
-                              "(--force removes anyway)" % (path, current[:12], expected_sha256[:12]))
-    os.unlink(path)
-    return {"removed": True, "already": False}
+    removed = False
+    if os.path.isfile(path):
+        current = _sha256_path(path)
+        if current != expected_sha256 and not force:
+            raise TransferRefused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to remove "
+                                  "(--force removes anyway)" % (path, current[:12], expected_sha256[:12]))
+        os.unlink(path)
+        removed = True
+    for folder in remove_dirs or ():
+        try:
+            os.rmdir(os.path.abspath(os.path.expanduser(folder)))
+        except OSError:
+            pass  # not empty (someone else's files, or a file we could not remove) or gone already
+    return {"removed": removed, "already": not removed}
 
 
 def op_read_checkpoint(path):

@@ -9,7 +9,15 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from patchkit.edits.model import EditError, EditResult, EditSpec, Verdict
-from patchkit.edits.specs import CallKwarg, CodemodEdit, DictSet, ListInsert, ListRemove, SetValue
+from patchkit.edits.specs import (
+    CallKwarg,
+    CodemodEdit,
+    DictSet,
+    ListInsert,
+    ListRemove,
+    ReplaceFunction,
+    SetValue,
+)
 
 __all__ = ["Edit", "EditError", "EditResult", "EditSpec", "Verdict", "EDIT_KINDS"]
 
@@ -20,6 +28,7 @@ EDIT_KINDS: dict[str, type[EditSpec]] = {
     "dict_set": DictSet,
     "call_kwarg": CallKwarg,
     "codemod": CodemodEdit,
+    "replace_function": ReplaceFunction,
 }
 
 
@@ -34,6 +43,7 @@ class Edit(BaseModel):
     dict_set: DictSet | None = None
     call_kwarg: CallKwarg | None = None
     codemod: CodemodEdit | None = None
+    replace_function: ReplaceFunction | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Edit":

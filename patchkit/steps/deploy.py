@@ -20,7 +20,7 @@ from patchkit.checkpoint import VALIDATORS
 from patchkit.errors import HostError, UsageError
 from patchkit.manifest import FileEntry, sha256_of, source_manifest
 from patchkit.recipe import Step
-from patchkit.results import StepResult
+from patchkit.results import RunRecord, StepResult
 from patchkit.steps.context import HostContext
 
 
@@ -143,7 +143,7 @@ async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
             sent += entry.size - offset
             written.append({"rel": rel, "path": done["path"], "sha256_after": done["sha256"],
                             "sha256_before": done["sha256_before"], "backup": done["backup"],
-                            "resumed_from": offset})
+                            "resumed_from": offset, "created_dirs": done.get("created_dirs", [])})
         if spec.validate_as:
             view = await ctx.agent.call("read_checkpoint", path=spec.dest, timeout=600)
             problems = VALIDATORS[spec.validate_as](view, await _host_target(ctx, spec.target))
@@ -163,6 +163,48 @@ async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
     return result
 
 
+def _deployed(records: list[RunRecord], step_name: str) -> dict[str, str]:
+    """Path on the host -> sha256 patchkit left there, over this step's live deploys (newest wins)."""
+    out: dict[str, str] = {}
+    for record in sorted(records, key=lambda r: r.run_id):
+        if record.kind != "apply":
+            continue
+        for done in record.live_steps():
+            if done.name == step_name and done.kind == "deploy":
+                out.update({f["path"]: f["sha256_after"] for f in (done.details or {}).get("files", [])})
+    return out
+
+
+async def status_deploy(ctx: HostContext, step: Step, records: list[RunRecord]) -> StepResult:
+    """applied | pending | drifted: drifted means a file patchkit deployed changed on the host
+    since; a new version at the source (the host untouched) is pending, not drift."""
+    planned, _, remote = await plan_deploy(ctx, step)
+    out = planned.model_copy(deep=True)
+    if planned.status == "failed":
+        return out
+    root = remote.get("dest")
+    here: dict[str, str] = {}
+    if root:
+        for rel, info in remote.get("files", {}).items():
+            here[posixpath.join(root, rel) if remote["is_dir"] else root] = info["sha256"]
+    deployed = {path: sha for path, sha in _deployed(records, step.name).items()
+                if root and (path == root or path.startswith(root.rstrip("/") + "/"))}
+    changed = sorted(path for path, sha in deployed.items() if here.get(path) != sha)
+    if changed:
+        out.status = "drifted"
+        out.message = (f"{len(changed)} file(s) changed on the host since patchkit deployed them: "
+                       + ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else ""))
+    elif planned.status == "changed":
+        out.status = "pending"
+        if deployed:
+            out.message = f"the source changed since the last deploy: {planned.message}"
+    else:
+        out.status = "applied"
+        out.message = (f"deployed by patchkit; {planned.message}" if deployed
+                       else f"in place (not deployed by patchkit: nothing to roll back); {planned.message}")
+    return out
+
+
 async def _resume_offset(ctx: HostContext, root: str, rel: str, local: Path, entry: FileEntry, remote: dict) -> int:
     if rel not in remote.get("parts", {}):
         return 0
@@ -174,7 +216,25 @@ async def _resume_offset(ctx: HostContext, root: str, rel: str, local: Path, ent
 
 
 async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: bool) -> str:
-    """Put back what a deploy replaced and remove what it created (newest first)."""
+    """Put back what a deploy replaced and remove what it created (newest first), with the
+    folders it created. Unless forced, all or nothing: if any file changed since the deploy
+    wrote it, nothing is touched (a half-undone checkpoint is worse than either version)."""
+    if written and not force:
+        try:
+            current = await agent.call("hash", paths=[item["path"] for item in written], timeout=3600)
+        except HostError as exc:
+            return f"NOT put back (nothing was changed): cannot hash the deployed files: {exc}"
+        drifted = []
+        for item in written:
+            now = current.get(item["path"])
+            # a restore is also fine if the original is back already; a removal if the file is gone
+            fine = {item["sha256_after"], item["sha256_before"] if item.get("backup") else None}
+            if now not in fine:
+                drifted.append(f"{item['path']} changed since the deploy wrote it (sha256 "
+                               f"{(now or 'missing')[:12]}, not {item['sha256_after'][:12]})")
+        if drifted:
+            return ("NOT put back (nothing was changed): " + "; ".join(drifted)
+                    + " (--force puts back anyway)")
     problems = []
     for item in reversed(written):
         try:
@@ -184,7 +244,7 @@ async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: b
                                      force=force)
             else:
                 await agent.call("remove_file", path=item["path"], expected_sha256=item["sha256_after"],
-                                     force=force)
+                                 force=force, remove_dirs=item.get("created_dirs") or [])
         except HostError as exc:
             problems.append(str(exc))
     if problems:

@@ -1,0 +1,200 @@
+"""replace_function: make a function's body equal a wanted body, compared by meaning.
+
+Only the body block changes. The decorators, the `def` line (signature, the comment after
+its colon), the comments above the def and everything else in the file stay
+byte-identical. The wanted body is parsed as its own module and grafted in as CST nodes,
+so it takes the function's indentation (tabs or spaces, any depth) while the contents of
+its multi-line strings are kept exactly.
+
+Docstrings: with `keep_docstring` (the default), a function's docstring stays in front of
+a wanted body that has none of its own; a wanted body with a docstring always brings it.
+"Already in place" means the function's body equals, by AST, the body this op would
+write: formatting and comments do not count.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from patchkit.edits.base import EditError, EditResult, parse_module
+
+if TYPE_CHECKING:
+    from patchkit.edits.specs import ReplaceFunction
+
+
+def run(spec: ReplaceFunction, source: str) -> EditResult:
+    module = parse_module(source)
+    defs = _Definitions()
+    module.visit(defs)
+    matches = [node for name, node in defs.functions if name == spec.function]
+    if not matches:
+        return EditResult("not_found", source, _not_found_message(spec.function, defs))
+    if len(matches) > 1:
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        lines = ", ".join(str(positions[node].start.line) for node in matches)
+        return EditResult(
+            "not_found", source,
+            f"cannot edit {spec.function}: it is defined {len(matches)} times (lines {lines}); "
+            "replace_function edits exactly one definition (use a codemod to pick one)",
+        )
+    function = matches[0]
+    block, kept_docstring = _new_block(spec, function)
+    new_function = function.with_changes(body=block)
+    if _body_meaning(module, function) == _body_meaning(module, new_function):
+        return EditResult("already", source, "already in place")
+    new_source = module.deep_replace(function, new_function).code  # type: ignore[union-attr]
+    try:
+        ast.parse(new_source)
+    except SyntaxError as exc:  # pragma: no cover - a bug of ours, never written to a host
+        raise EditError(f"replacing the body of {spec.function} gave invalid Python: {exc.msg}") from exc
+    kind = "async function" if function.asynchronous else "function"
+    old_n, new_n = _line_count(module, function.body), _line_count(module, block)
+    note = f"replaced the body of {kind} {spec.function} ({old_n} -> {new_n} lines)"
+    if kept_docstring:
+        note += "; kept its docstring"
+    return EditResult("changed", new_source, note)
+
+
+class _Definitions(cst.CSTVisitor):
+    """Every function (by qualified name, in source order) and class name in a module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scope: list[str] = []
+        self.functions: list[tuple[str, cst.FunctionDef]] = []
+        self.classes: set[str] = set()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scope.append(node.name.value)
+        self.classes.add(".".join(self.scope))
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.scope.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scope.append(node.name.value)
+        self.functions.append((".".join(self.scope), node))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scope.pop()
+
+
+def _not_found_message(wanted: str, defs: _Definitions) -> str:
+    names = list(dict.fromkeys(name for name, _ in defs.functions))
+    message = f"no function {wanted}"
+    if wanted in defs.classes:
+        message += f" ({wanted} is a class: name one of its methods, e.g. {wanted}.__init__)"
+    last = wanted.rsplit(".", 1)[-1]
+    same_name = [name for name in names if name.rsplit(".", 1)[-1] == last]
+    close = difflib.get_close_matches(wanted, names, n=3, cutoff=0.6)
+    near = list(dict.fromkeys(same_name + close))[:5]
+    if near:
+        return f"{message}; did you mean {', '.join(near)}?"
+    if not names:
+        return f"{message}; the file defines no functions"
+    return message
+
+
+class _BlankLinesWithoutIndent(cst.CSTTransformer):
+    """Blank lines of the wanted body, parsed at column 0, would take the function's
+    indentation once grafted in (trailing whitespace): mark them unindented."""
+
+    def leave_EmptyLine(self, original_node: cst.EmptyLine, updated_node: cst.EmptyLine) -> cst.EmptyLine:
+        if updated_node.comment is None and updated_node.indent:
+            return updated_node.with_changes(indent=False)
+        return updated_node
+
+
+def _is_blank(line: cst.EmptyLine) -> bool:
+    return line.comment is None
+
+
+def _strip_blank_edges(lines: Sequence[cst.EmptyLine], leading: bool) -> list[cst.EmptyLine]:
+    lines = list(lines)
+    if leading:
+        while lines and _is_blank(lines[0]):
+            lines.pop(0)
+    else:
+        while lines and _is_blank(lines[-1]):
+            lines.pop()
+    return lines
+
+
+def _wanted_statements(spec: ReplaceFunction) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
+    """The wanted body's statements and its trailing comments, ready to graft in."""
+    try:
+        parsed = cst.parse_module(spec.body_source)
+    except cst.ParserSyntaxError as exc:  # ast accepted it (validated at load); libcst did not
+        raise EditError(f"libcst cannot parse the body for {spec.function}: {exc.message}") from exc
+    parsed = parsed.visit(_BlankLinesWithoutIndent())
+    statements = list(parsed.body)
+    if not statements:  # pragma: no cover - refused when the recipe is validated
+        raise EditError(f"the body for {spec.function} has no statements")
+    # Comments before the first statement are the module's header: they belong to the body.
+    header = _strip_blank_edges(parsed.header, leading=True)
+    first = statements[0]
+    statements[0] = first.with_changes(leading_lines=[*header, *first.leading_lines])
+    return statements, _strip_blank_edges(parsed.footer, leading=False)
+
+
+def _string_value(node: cst.BaseExpression) -> bool:
+    return isinstance(node, (cst.SimpleString, cst.ConcatenatedString)) and isinstance(node.evaluated_value, str)
+
+
+def _docstring_statement(function: cst.FunctionDef) -> cst.SimpleStatementLine | None:
+    """The function's docstring as a statement line of its own, or None."""
+    body = function.body
+    if isinstance(body, cst.SimpleStatementSuite):  # def f(): "doc"; return 1
+        small = body.body[0] if body.body else None
+        if isinstance(small, cst.Expr) and _string_value(small.value):
+            return cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
+        return None
+    first = body.body[0] if body.body else None
+    if not isinstance(first, cst.SimpleStatementLine) or not first.body:
+        return None
+    expr = first.body[0]
+    if not (isinstance(expr, cst.Expr) and _string_value(expr.value)):
+        return None
+    if len(first.body) == 1:
+        return first
+    return first.with_changes(body=[expr.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
+
+
+def _new_block(spec: ReplaceFunction, function: cst.FunctionDef) -> tuple[cst.IndentedBlock, bool]:
+    statements, footer = _wanted_statements(spec)
+    kept_docstring = False
+    if spec.keep_docstring and not spec.has_docstring():
+        docstring = _docstring_statement(function)
+        if docstring is not None:
+            statements.insert(0, docstring)
+            kept_docstring = True
+    old = function.body
+    if isinstance(old, cst.IndentedBlock):
+        # The old footer's comments were the old body's; blank lines after them are layout.
+        trailing_blank: list[cst.EmptyLine] = []
+        for line in reversed(old.footer):
+            if not _is_blank(line):
+                break
+            trailing_blank.insert(0, line)
+        # `indent` and `header` (the comment after the colon) are the function's: kept.
+        return old.with_changes(body=statements, footer=[*footer, *trailing_blank]), kept_docstring
+    # A one-line body (`def f(): return 1`) becomes a block at the module's default indent.
+    return cst.IndentedBlock(body=statements, header=old.trailing_whitespace, footer=footer), kept_docstring
+
+
+def _body_meaning(module: cst.Module, function: cst.FunctionDef) -> list[str]:
+    """The function's body as AST dumps: equal when equal by meaning."""
+    tree = ast.parse(module.code_for_node(function))
+    node = tree.body[0]
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    return [ast.dump(statement) for statement in node.body]
+
+
+def _line_count(module: cst.Module, block: cst.BaseSuite) -> int:
+    return max(1, len(module.code_for_node(block).strip("\n").splitlines()))
