@@ -22,6 +22,7 @@ from patchkit.results import HostResult
 
 class Progress(Protocol):
     def started(self, host: str) -> None: ...
+    def note(self, host: str, text: str) -> None: ...
     def finished(self, host: str, result: HostResult) -> None: ...
     def close(self) -> None: ...
 
@@ -97,6 +98,9 @@ class LineProgress:
     def started(self, host: str) -> None:
         return None
 
+    def note(self, host: str, text: str) -> None:
+        return None  # a log is no place for a byte counter
+
     def finished(self, host: str, result: HostResult) -> None:
         self.done += 1
         note = f" — {result.message}" if result.status == "failed" and result.message else ""
@@ -127,6 +131,10 @@ class LiveProgress:
 
     def started(self, host: str) -> None:
         self.states[host] = "working…"
+        self.live.update(self._render())
+
+    def note(self, host: str, text: str) -> None:
+        self.states[host] = text
         self.live.update(self._render())
 
     def finished(self, host: str, result: HostResult) -> None:

@@ -19,7 +19,7 @@ import structlog
 from patchkit import __version__
 from patchkit.agent import AgentClient
 from patchkit.errors import HostError, UsageError
-from patchkit.fanout import FanOutPolicy, fan_out, progress_for
+from patchkit.fanout import FanOutPolicy, Progress, fan_out, progress_for
 from patchkit.inventory import HostSpec
 from patchkit.journal import DEFAULT_STATE_DIR, Journal, active_step, rollback_target
 from patchkit.recipe import LoadedRecipe, Step
@@ -96,6 +96,7 @@ class Runner:
     run_id: str
     command: str
     edits: EditCache = field(default_factory=EditCache)
+    progress: Progress | None = None
 
     async def on_hosts(self, hosts: list[HostSpec], work: Callable[[Session], Awaitable[HostResult]]) -> dict[str, HostResult]:
         async def one(host: HostSpec) -> HostResult:
@@ -116,7 +117,8 @@ class Runner:
             return result
 
         policy = FanOutPolicy(self.options.concurrency, self.options.serial, self.options.max_fail)
-        return await fan_out(hosts, one, policy, progress_for(hosts, self.options.progress))
+        self.progress = progress_for(hosts, self.options.progress)
+        return await fan_out(hosts, one, policy, self.progress)
 
     # ------------------------------------------------------------------ apply / plan
 
@@ -124,7 +126,11 @@ class Runner:
         assert self.loaded
         return HostContext(s.host.name, s.agent, s.journal, self.run_id, self.loaded, self.edits,
                            self.options.dry_run, self.options.force, self.options.verify_all,
-                           self.options.no_restart)
+                           self.options.no_restart, self._note_for(s.host.name))
+
+    def _note_for(self, host: str) -> Callable[[str], None]:
+        progress = self.progress
+        return (lambda text: progress.note(host, text)) if progress else (lambda text: None)
 
     async def apply(self, s: Session) -> HostResult:
         assert self.loaded

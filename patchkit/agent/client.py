@@ -8,7 +8,7 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from patchkit.errors import HostError
 from patchkit.transport.base import AgentStreams, Transport
@@ -55,6 +55,7 @@ class AgentClient:
         self._lock = asyncio.Lock()
         self.info: dict[str, Any] = {}
         self.bytes_sent = 0
+        self.on_bytes: Callable[[int], None] | None = None  # progress: total bytes streamed so far
 
     @classmethod
     async def start(cls, transport: Transport, python: str, host: str) -> "AgentClient":
@@ -118,6 +119,8 @@ class AgentClient:
                 await self._streams.stdin.drain()
                 remaining -= len(chunk)
                 self.bytes_sent += len(chunk)
+                if self.on_bytes:
+                    self.on_bytes(self.bytes_sent)
 
     async def close(self) -> None:
         await self._streams.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -35,6 +35,7 @@ class HostContext:
     force: bool = False
     verify_all: bool = False
     no_restart: bool = False
+    note: Callable[[str], None] = lambda text: None  # live progress line for this host
     _located: dict[str, Any] = field(default_factory=dict)
 
     async def locate(self, package: str, modules: list[str]) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import posixpath
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from patchkit.agent import AgentClient
 from patchkit.checkpoint import VALIDATORS
@@ -129,6 +130,7 @@ async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
     root = _dest_root(spec, src)
     written: list[dict[str, Any]] = []
     sent = 0
+    ctx.agent.on_bytes = _progress_line(ctx, step.name, sum(e.size for e in todo))
     try:
         for entry in todo:
             rel = entry.rel
@@ -250,6 +252,20 @@ async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: b
     if problems:
         return "NOT everything was put back: " + "; ".join(problems)
     return f"put back {len(written)} file(s)" if written else "nothing was written"
+
+
+def _progress_line(ctx: HostContext, step: str, total: int) -> Callable[[int], None]:
+    """bytes, rate and ETA for the host's live progress line."""
+    started = time.monotonic()
+    first = ctx.agent.bytes_sent
+
+    def update(sent_so_far: int) -> None:
+        done = sent_so_far - first
+        rate = done / max(time.monotonic() - started, 1e-6)
+        eta = (total - done) / rate if rate > 0 else 0
+        ctx.note(f"{step}: {_size(done)} / {_size(total)}, {_size(int(rate))}/s, ETA {eta:.0f}s")
+
+    return update
 
 
 def _size(n: int) -> str:
