@@ -188,4 +188,11 @@ def op_log_tail(path, lines=40):
             text = f.read().decode("utf-8", "replace")
     except OSError as exc:
         return {"tail": "(cannot read %s: %s)" % (path, exc.strerror)}
-    return {"tail": "\n".join(text.splitlines()[-lines:])}
+    lines_all = text.splitlines()
+    # A server's root cause is often far above its last line ("see root cause above").
+    errors = []
+    for line in lines_all:
+        stripped = line.strip()
+        if ("Error:" in stripped or "Exception:" in stripped) and stripped not in errors:
+            errors.append(stripped)
+    return {"tail": "\n".join(lines_all[-lines:]), "errors": errors[-5:]}

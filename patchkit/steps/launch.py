@@ -88,9 +88,13 @@ async def _inspect(agent: AgentClient, state_dir: str, name: str, health: Health
 
 
 async def _log_tail(agent: AgentClient, path: str | None) -> str:
+    """The errors the log mentions (root causes sit far above the last line), then its tail."""
     if not path:
         return ""
-    return (await agent.call("log_tail", path=path, lines=30))["tail"]
+    found = await agent.call("log_tail", path=path, lines=30)
+    errors = found.get("errors") or []
+    head = ("errors in the log:\n" + "\n".join(errors) + "\n--- last lines:\n") if errors else ""
+    return head + found["tail"]
 
 
 async def wait_healthy(agent: AgentClient, state_dir: str, name: str, health: Health) -> float:

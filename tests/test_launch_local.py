@@ -1,0 +1,157 @@
+"""The launch step's supervision rules with a small real server (python -m http.server).
+
+The vLLM-specific gates (acceptance rate, baseline) run against real `vllm serve` in
+test_launch_vllm.py; here the point is the life cycle: start detached, idempotent
+re-apply, status after a kill behind our back, restart on a new command, --no-restart,
+fail fast with the log tail, rollback leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_recipe(path: Path, command: list[str], port: int, timeout_s: float = 20) -> Path:
+    recipe = {
+        "name": "web",
+        "steps": [{
+            "name": "web",
+            "launch": {
+                "command": command,
+                "cwd": str(path.parent),
+                "health": {"url": f"http://127.0.0.1:{port}/", "timeout_s": timeout_s, "interval_s": 0.2},
+                "ready": {"completion": None},
+            },
+        }],
+    }
+    path.write_text(json.dumps(recipe))  # JSON is YAML
+    return path
+
+
+def patchkit(state: Path, *args: str) -> tuple[int, dict]:
+    proc = subprocess.run(["patchkit", *args, "--json", "--state-dir", str(state)],
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def step_of(report: dict) -> dict:
+    return report["hosts"]["local"]["steps"][0]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z"
+
+
+@pytest.fixture
+def web(tmp_path: Path):
+    port = free_port()
+    recipe = write_recipe(tmp_path / "web.yaml", [sys.executable, "-m", "http.server", str(port),
+                                                  "--bind", "127.0.0.1"], port)
+    state = tmp_path / "state"
+    yield recipe, state, port
+    patchkit(state, "rollback", str(recipe), "--force")  # never leave a server behind
+
+
+def test_life_cycle(web) -> None:
+    recipe, state, port = web
+    code, report = patchkit(state, "apply", str(recipe))
+    step = step_of(report)
+    assert code == 0 and step["status"] == "changed", step["message"]
+    pid = step["details"]["servers"][0]["pid"]
+    assert alive(pid)
+    assert os.getsid(pid) == pid  # its own session: survives the agent and any SSH connection
+
+    code, report = patchkit(state, "apply", str(recipe))
+    assert code == 0 and step_of(report)["status"] == "ok" and str(pid) in step_of(report)["message"]
+
+    code, report = patchkit(state, "status", str(recipe))
+    assert code == 0 and step_of(report)["status"] == "applied"
+
+    os.killpg(pid, signal.SIGKILL)
+    time.sleep(0.3)
+    code, report = patchkit(state, "status", str(recipe))
+    assert code == 3 and step_of(report)["status"] == "pending" and "stopped" in step_of(report)["message"]
+
+    code, report = patchkit(state, "apply", str(recipe))
+    assert code == 0 and step_of(report)["status"] == "changed"
+    new_pid = step_of(report)["details"]["servers"][0]["pid"]
+    assert new_pid != pid and alive(new_pid)
+
+    code, report = patchkit(state, "rollback", str(recipe))
+    assert code == 0 and "stopped web" in step_of(report)["message"]
+    time.sleep(0.2)
+    assert not alive(new_pid)
+    log = state / "launch" / "web.log"
+    assert "patchkit launch web" in log.read_text()
+
+
+def test_a_new_command_restarts_unless_no_restart(web, tmp_path: Path) -> None:
+    recipe, state, port = web
+    code, report = patchkit(state, "apply", str(recipe))
+    first = step_of(report)["details"]["servers"][0]["pid"]
+    other = write_recipe(tmp_path / "web2.yaml", [sys.executable, "-m", "http.server", str(port), "--bind",
+                                                  "127.0.0.1", "--directory", str(tmp_path)], port)
+    other.write_text(other.read_text().replace('"name": "web"', '"name": "web"', 1))
+
+    code, report = patchkit(state, "apply", str(other), "--no-restart")
+    assert code == 1 and "--no-restart" in step_of(report)["message"]
+    assert alive(first)
+
+    code, report = patchkit(state, "apply", str(other))
+    assert code == 0 and step_of(report)["status"] == "changed", step_of(report)["message"]
+    second = step_of(report)["details"]["servers"][0]["pid"]
+    time.sleep(0.2)
+    assert second != first and not alive(first) and alive(second)
+    assert step_of(report)["details"]["replaced"]["pid"] == first
+
+    # Undoing the restart stops the new server and starts the one it replaced again.
+    code, report = patchkit(state, "rollback", str(other))
+    assert code == 0 and "restarted the server it replaced" in step_of(report)["message"]
+    time.sleep(0.2)
+    assert not alive(second)
+
+
+def test_a_server_that_dies_fails_fast_with_its_log(tmp_path: Path) -> None:
+    port = free_port()
+    recipe = write_recipe(tmp_path / "dies.yaml",
+                          [sys.executable, "-c", "import sys; print('model does not fit'); sys.exit(3)"],
+                          port, timeout_s=60)
+    started = time.monotonic()
+    code, report = patchkit(tmp_path / "state", "apply", str(recipe))
+    step = step_of(report)
+    assert code == 1 and step["status"] == "failed"
+    assert "exit status 3" in step["message"] and "model does not fit" in step["message"]
+    assert time.monotonic() - started < 30  # not the 60 s health timeout
+
+
+def test_a_server_that_never_gets_healthy_is_stopped(tmp_path: Path) -> None:
+    port = free_port()
+    recipe = write_recipe(tmp_path / "deaf.yaml", [sys.executable, "-c", "import time; time.sleep(600)"],
+                          port, timeout_s=3)
+    code, report = patchkit(tmp_path / "state", "apply", str(recipe))
+    step = step_of(report)
+    assert code == 1 and "not healthy after 3s" in step["message"]
+    pid = step["details"]["servers"][0]["pid"]
+    time.sleep(0.3)
+    assert not alive(pid)
