@@ -7,16 +7,14 @@ host keeps its own cache in the journal.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit.agent.transfer import sha256_path as sha256_of  # one hashing routine, both sides
 from patchkit.errors import UsageError
-
-CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -30,21 +28,6 @@ class FileEntry:
 def cache_file() -> Path:
     base = os.environ.get("PATCHKIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "patchkit")
     return Path(base) / "source-hashes.json"
-
-
-def sha256_of(path: Path, limit: int | None = None) -> str:
-    """sha256 of the file, or of its first `limit` bytes."""
-    h = hashlib.sha256()
-    remaining = limit
-    with open(path, "rb") as f:
-        while remaining is None or remaining > 0:
-            chunk = f.read(CHUNK if remaining is None else min(CHUNK, remaining))
-            if not chunk:
-                break
-            h.update(chunk)
-            if remaining is not None:
-                remaining -= len(chunk)
-    return h.hexdigest()
 
 
 def source_manifest(src: Path, verify_all: bool = False) -> list[FileEntry]:

@@ -77,12 +77,14 @@ class Result:
         try:
             return json.loads(self.stdout)
         except ValueError as exc:  # pragma: no cover - shown on failure only
-            raise AssertionError(f"stdout is not one JSON document ({exc}):\n{self.stdout}\n"
-                                 f"stderr:\n{self.stderr}") from None
+            raise AssertionError(f"stdout is not one JSON document ({exc}):\n{self}") from None
+
+    def hosts(self) -> dict[str, Any]:
+        return self.json()["hosts"]
 
     def __str__(self) -> str:
         return (f"$ patchkit {' '.join(self.args)}\nexit {self.returncode}\n"
-                f"--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}")
+                f"--- stdout\n{self.stdout[-6000:]}\n--- stderr\n{self.stderr[-4000:]}")
 
 
 def run_patchkit(*args: str, timeout: float = 60, cwd: Path | None = None,

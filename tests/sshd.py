@@ -39,6 +39,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import Result
+
 REPO = Path(__file__).resolve().parent.parent
 TOYLLM = REPO / "fixtures" / "pkgs" / "toyllm"
 SPECULATIVE = "toyllm/config/speculative.py"
@@ -454,27 +456,6 @@ class Testbed:
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         return subprocess.Popen([*patchkit_executable(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=env or self.env())
-
-
-@dataclass
-class Result:
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.stdout)
-        except ValueError as exc:
-            raise AssertionError(f"stdout is not one JSON document ({exc}):\n{self}") from None
-
-    def hosts(self) -> dict[str, Any]:
-        return self.json()["hosts"]
-
-    def __str__(self) -> str:
-        return (f"$ patchkit {' '.join(self.args)}\nexit {self.returncode}\n"
-                f"--- stdout\n{self.stdout[-6000:]}\n--- stderr\n{self.stderr[-4000:]}")
 
 
 @pytest.fixture

@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+import tests.helpers as helpers
+
 from fixtures.make_drafter import (
     INDEX_NAME,
     SHARD_NAMES,
@@ -87,30 +89,11 @@ def deploy_recipe(path: Path, dest: Path, src: str = "./drafter", validate: bool
     return path
 
 
-@dataclass
-class Result:
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.stdout)
-        except ValueError as exc:
-            raise AssertionError(f"stdout is not one JSON document ({exc}):\n{self}") from None
-
-    def hosts(self) -> dict[str, Any]:
-        return self.json()["hosts"]
-
+class Result(helpers.Result):
     def step(self, host: str = "local") -> dict[str, Any]:
         steps = {s["name"]: s for s in self.hosts()[host]["steps"]}
         assert STEP in steps, self
         return steps[STEP]
-
-    def __str__(self) -> str:
-        return (f"$ patchkit {' '.join(self.args)}\nexit {self.returncode}\n"
-                f"--- stdout\n{self.stdout[-6000:]}\n--- stderr\n{self.stderr[-4000:]}")
 
 
 def _argv(args: tuple[str, ...]) -> list[str]:

@@ -67,14 +67,24 @@ def _write_record(state_dir, name, record):
     os.replace(tmp, path)
 
 
-def _reap(pid):
-    """Exit status of our own child if it has ended (None while it runs or if not ours)."""
-    try:
-        done, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return None
-    if done == 0:
-        return None
+def _reap(pid, wait_s=0.0):
+    """Exit status of our own child if it has ended (None while it runs or if not ours).
+
+    wait_s: how long to give a child that is exiting. Its main thread turns zombie (and
+    _alive says no) before its other threads are gone, and until then waitpid has no
+    status to give: a server that died would be reported "not running", without its exit.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if done != 0:
+            break
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
     if os.WIFEXITED(status):
         return "exit status %d" % os.WEXITSTATUS(status)
     if os.WIFSIGNALED(status):
@@ -112,7 +122,7 @@ def op_launch_inspect(state_dir, name, url=None, request_timeout=5.0):
         return out
     out["running"] = _alive(record)
     if not out["running"]:
-        out["exit"] = _reap(record["pid"]) or "not running"
+        out["exit"] = _reap(record["pid"], wait_s=5.0) or "not running"
     if url and out["running"]:
         out["health"] = _http("GET", url, None, request_timeout)
     return out

@@ -21,7 +21,7 @@ class TransferRefused(Exception):
     """Reported to the control side as a refusal with this message."""
 
 
-def _sha256_path(path, limit=None):
+def sha256_path(path, limit=None):
     h = hashlib.sha256()
     remaining = limit
     with open(path, "rb") as f:
@@ -71,7 +71,7 @@ def _cached_sha(cache, path, st, verify_all):
     entry = cache.get(path)
     if entry and not verify_all and entry[0] == st.st_size and entry[1] == st.st_mtime_ns:
         return entry[2]
-    digest = _sha256_path(path)
+    digest = sha256_path(path)
     cache[path] = [st.st_size, st.st_mtime_ns, digest]
     return digest
 
@@ -121,7 +121,7 @@ def op_part_info(dest, rel, prefix_len=None):
         return {"size": 0, "sha256": None}
     size = os.path.getsize(part)
     n = size if prefix_len is None else min(size, prefix_len)
-    return {"size": n, "sha256": _sha256_path(part, n)}
+    return {"size": n, "sha256": sha256_path(part, n)}
 
 
 def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, backup_path, cache_file):
@@ -149,13 +149,13 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
             remaining -= len(chunk)
         f.flush()
         os.fsync(f.fileno())
-    got = _sha256_path(part)
+    got = sha256_path(part)
     if got != expected_sha256:
         os.unlink(part)
         raise TransferRefused("%s arrived with sha256 %s, expected %s; discarded" % (rel, got[:12], expected_sha256[:12]))
     before = None
     if os.path.isfile(final):
-        before = _sha256_path(final)
+        before = sha256_path(final)
         os.makedirs(os.path.dirname(backup_path), mode=0o700, exist_ok=True)
         shutil.copyfile(final, backup_path)
         os.chmod(backup_path, 0o600)
@@ -183,7 +183,7 @@ def op_remove_file(path, expected_sha256, force=False, remove_dirs=()):
     path = os.path.abspath(os.path.expanduser(path))
     removed = False
     if os.path.isfile(path):
-        current = _sha256_path(path)
+        current = sha256_path(path)
         if current != expected_sha256 and not force:
             raise TransferRefused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to remove "
                                   "(--force removes anyway)" % (path, current[:12], expected_sha256[:12]))
