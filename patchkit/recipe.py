@@ -128,7 +128,7 @@ class Health(Strict):
     url: str = Field(description="probed from the host's side, e.g. http://127.0.0.1:8000/health")
     timeout_s: float = Field(600, gt=0, description="give up after this long")
     request_timeout_s: float = Field(5, gt=0, description="per probe: vLLM accepts connections before it is ready")
-    interval_s: float = Field(1, gt=0, description="first wait between probes (backs off to 10 s)")
+    interval_s: float = Field(1, gt=0, description="first wait between probes (backs off to 5 s)")
 
 
 class Completion(Strict):

@@ -113,7 +113,7 @@ async def wait_healthy(agent: AgentClient, state_dir: str, name: str, health: He
     try:
         async for attempt in AsyncRetrying(
             retry=retry_if_result(lambda healthy: not healthy),
-            wait=wait_exponential(multiplier=health.interval_s, max=10),
+            wait=wait_exponential(multiplier=health.interval_s, max=max(health.interval_s, 5)),
             stop=stop_after_delay(health.timeout_s),
         ):
             with attempt:
