@@ -129,7 +129,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     report = RunReport(recipe=loaded.recipe.name if loaded else "", run_id=runner.run_id, dry_run=dry_run,
                        command=args.command, hosts=results)
     (print_json if args.json else print_human)(report)
-    return _exit_code(args.command, report)
+    return 130 if runner.interrupt.requested else _exit_code(args.command, report)
 
 
 def _exit_code(command: str, report: "RunReport") -> int:  # noqa: F821 - imported lazily

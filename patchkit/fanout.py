@@ -4,14 +4,16 @@
 - `serial` (canary): the first N hosts run alone first; the rest start only if all of
   them succeeded.
 - `max_fail`: once more than K hosts have failed, hosts not yet started are skipped.
-- Ctrl-C: hosts not started are reported `skipped`, hosts in flight `failed`
-  ("interrupted"); the host agent finishes the request it is on (its writes are
-  atomic), so no file is left half-written.
+- Ctrl-C once: no new host and no new step starts; steps in progress finish (and are
+  journaled), then the summary says which hosts finished. Ctrl-C again: hosts in
+  flight are abandoned; each host agent still finishes the request it is on (it
+  ignores SIGINT, and every write is atomic), so no file is left half-written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Protocol
@@ -35,6 +37,14 @@ class FanOutPolicy:
 
 
 @dataclass
+class Interrupt:
+    """What Ctrl-C asked for; the runner checks `requested` between steps."""
+
+    requested: bool = False
+    forced: bool = False
+
+
+@dataclass
 class _State:
     failed: int = 0
     stop_reason: str | None = None
@@ -46,9 +56,23 @@ async def fan_out(
     run_one: Callable[[HostSpec], Awaitable[HostResult]],
     policy: FanOutPolicy,
     progress: Progress | None = None,
+    interrupt: Interrupt | None = None,
 ) -> dict[str, HostResult]:
     state = _State()
     limit = asyncio.Semaphore(max(1, policy.concurrency))
+    interrupt = interrupt or Interrupt()
+    tasks: list[asyncio.Task[None]] = []
+
+    def on_sigint() -> None:
+        if not interrupt.requested:
+            interrupt.requested = True
+            state.stop_reason = "interrupted (Ctrl-C)"
+            print("patchkit: interrupted: finishing the steps in progress; Ctrl-C again to abandon them",
+                  file=sys.stderr, flush=True)
+            return
+        interrupt.forced = True
+        for task in tasks:
+            task.cancel()
 
     async def one(host: HostSpec) -> None:
         async with limit:
@@ -73,14 +97,16 @@ async def fan_out(
     batches = [hosts]
     if policy.serial and policy.serial < len(hosts):
         batches = [hosts[: policy.serial], hosts[policy.serial:]]
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
         for i, batch in enumerate(batches):
             if i > 0 and state.failed and not state.stop_reason:
                 state.stop_reason = f"a host of the first {policy.serial} (--serial canary) failed"
-            await asyncio.gather(*(one(h) for h in batch))
-    except asyncio.CancelledError:
-        pass
+            tasks[:] = [asyncio.ensure_future(one(h)) for h in batch]
+            await asyncio.gather(*tasks, return_exceptions=True)
     finally:
+        loop.remove_signal_handler(signal.SIGINT)
         if progress:
             progress.close()
     for host in hosts:

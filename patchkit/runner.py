@@ -19,7 +19,7 @@ import structlog
 from patchkit import __version__
 from patchkit.agent import AgentClient
 from patchkit.errors import HostError, UsageError
-from patchkit.fanout import FanOutPolicy, Progress, fan_out, progress_for
+from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
 from patchkit.inventory import HostSpec
 from patchkit.journal import DEFAULT_STATE_DIR, Journal, active_step, rollback_target
 from patchkit.recipe import LoadedRecipe, Step
@@ -97,6 +97,7 @@ class Runner:
     command: str
     edits: EditCache = field(default_factory=EditCache)
     progress: Progress | None = None
+    interrupt: Interrupt = field(default_factory=Interrupt)
 
     async def on_hosts(self, hosts: list[HostSpec], work: Callable[[Session], Awaitable[HostResult]]) -> dict[str, HostResult]:
         async def one(host: HostSpec) -> HostResult:
@@ -118,7 +119,7 @@ class Runner:
 
         policy = FanOutPolicy(self.options.concurrency, self.options.serial, self.options.max_fail)
         self.progress = progress_for(hosts, self.options.progress)
-        return await fan_out(hosts, one, policy, self.progress)
+        return await fan_out(hosts, one, policy, self.progress, self.interrupt)
 
     # ------------------------------------------------------------------ apply / plan
 
@@ -141,9 +142,11 @@ class Runner:
                            patchkit_version=__version__, started=time.time())
         stopped_by: str | None = None
         for step in recipe.select(self.options.steps):
+            if self.interrupt.requested and not stopped_by:
+                stopped_by = "interrupt"
             if stopped_by:
-                result = StepResult(name=step.name, kind=step.kind, status="skipped",
-                                    message=f"not run: step {stopped_by} failed")
+                why = "interrupted (Ctrl-C)" if stopped_by == "interrupt" else f"step {stopped_by} failed"
+                result = StepResult(name=step.name, kind=step.kind, status="skipped", message=f"not run: {why}")
             else:
                 result = await self._run_step(ctx, step)
                 log.info("step.done", host=s.host.name, step=step.name, status=result.status, message=result.message)
