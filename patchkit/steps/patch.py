@@ -5,8 +5,12 @@ from __future__ import annotations
 import base64
 import difflib
 import hashlib
+import json
+import os
+from pathlib import Path
 from dataclasses import dataclass
 
+from patchkit import __version__
 from patchkit.edits import EditError, EditResult
 from patchkit.errors import HostError
 from patchkit.recipe import Step
@@ -39,11 +43,56 @@ def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
     except UnicodeDecodeError:
         result = EditResult("not_found", "", "the file is not UTF-8 text")
     else:
-        try:
-            result = step.patch.edit.apply(text)
-        except EditError as exc:
-            result = EditResult("not_found", text, str(exc))
+        result = _stored_edit(step, sha, text) or _compute_edit(step, sha, text)
     ctx.edits.results[key] = result
+    return result
+
+
+# Edits are pure: (edit parameters, file content) -> result. A fleet re-applied daily sees
+# the same few file versions again and again, so results are kept on the control machine;
+# a no-op run then needs neither libcst nor a parse of the file.
+def _edit_cache_path(step: Step, sha: str) -> Path | None:
+    assert step.patch
+    if step.patch.edit.codemod:
+        return None  # depends on the user's transformer file too
+    params = json.dumps([__version__, step.patch.edit.model_dump(mode="json")], sort_keys=True)
+    digest = hashlib.sha256(params.encode()).hexdigest()[:24]
+    base = os.environ.get("PATCHKIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "patchkit")
+    return Path(base) / "edits" / f"{digest}-{sha}.json"
+
+
+def _stored_edit(step: Step, sha: str, text: str) -> EditResult | None:
+    path = _edit_cache_path(step, sha)
+    try:
+        data = json.loads(path.read_text()) if path else None
+    except (OSError, ValueError):
+        return None
+    if not data:
+        return None
+    new = data.get("source", text)
+    if data["verdict"] == "changed" and hashlib.sha256(new.encode()).hexdigest() != data.get("sha256_after"):
+        return None  # a damaged entry is recomputed, never trusted
+    return EditResult(data["verdict"], new, data["message"])
+
+
+def _compute_edit(step: Step, sha: str, text: str) -> EditResult:
+    assert step.patch
+    try:
+        result = step.patch.edit.apply(text)
+    except EditError as exc:
+        return EditResult("not_found", text, str(exc))
+    path = _edit_cache_path(step, sha)
+    if path is not None:
+        entry: dict[str, str] = {"verdict": result.verdict, "message": result.message}
+        if result.verdict == "changed":
+            entry.update(source=result.source, sha256_after=hashlib.sha256(result.source.encode()).hexdigest())
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(entry))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a cache we cannot write only costs time
     return result
 
 
