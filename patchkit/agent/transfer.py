@@ -136,7 +136,19 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
         missing = os.path.dirname(missing)
     os.makedirs(folder, exist_ok=True)
     part = _part_path(final)
-    with open(part, "r+b" if (offset and os.path.exists(part)) else "wb") as f:
+    # Hash as the bytes arrive (plus the resumed prefix, read once): one pass over the data.
+    digest = hashlib.sha256()
+    resuming = bool(offset) and os.path.exists(part)
+    if resuming:
+        with open(part, "rb") as prefix:
+            remaining_prefix = offset
+            while remaining_prefix > 0:
+                block = prefix.read(min(CHUNK, remaining_prefix))
+                if not block:
+                    break
+                digest.update(block)
+                remaining_prefix -= len(block)
+    with open(part, "r+b" if resuming else "wb") as f:
         f.truncate(offset)
         f.seek(offset)
         remaining = length
@@ -146,10 +158,11 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
                 f.flush()
                 raise TransferRefused("%s: stream ended after %d of %d bytes" % (rel, length - remaining, length))
             f.write(chunk)
+            digest.update(chunk)
             remaining -= len(chunk)
         f.flush()
         os.fsync(f.fileno())
-    got = sha256_path(part)
+    got = digest.hexdigest()
     if got != expected_sha256:
         os.unlink(part)
         raise TransferRefused("%s arrived with sha256 %s, expected %s; discarded" % (rel, got[:12], expected_sha256[:12]))
