@@ -588,6 +588,72 @@ def breakdown(bench: Bench) -> dict[str, float]:
     return out
 
 
+# the patchkit CLI in-process, with timestamps around AgentClient._stream (bytes going out) and
+# AgentClient._request (request line -> reply line); nothing in patchkit is changed
+TIMELINE = """\
+import json, sys, time
+from patchkit.agent import client as c
+T0 = time.perf_counter()
+EVENTS = []
+_stream, _request = c.AgentClient._stream, c.AgentClient._request
+async def stream(self, local, offset, length):
+    t = time.perf_counter()
+    try:
+        return await _stream(self, local, offset, length)
+    finally:
+        EVENTS.append(["stream", local.name, length, t - T0, time.perf_counter() - T0])
+async def request(self, op, args, payload, timeout):
+    t = time.perf_counter()
+    try:
+        return await _request(self, op, args, payload, timeout)
+    finally:
+        EVENTS.append(["op", op, payload[2] if payload else 0, t - T0, time.perf_counter() - T0])
+c.AgentClient._stream, c.AgentClient._request = stream, request
+from patchkit.cli import main
+try:
+    code = main(sys.argv[1:])
+finally:
+    sys.stderr.write("TIMELINE " + json.dumps({"events": EVENTS, "end": time.perf_counter() - T0}) + "\\n")
+sys.exit(code)
+"""
+
+
+def timeline(bench: Bench) -> dict:
+    """One more fresh patchkit deploy, timed per request: streaming vs waiting for the host's reply."""
+    python = Path(bench.patchkit[0]).parent / "python"
+    python = python if python.exists() else Path(sys.executable)
+    bench.wipe("patchkit")
+    argv = [str(python), "-c", TIMELINE, *bench.argv("patchkit")[len(bench.patchkit):]]
+    run, stdout = bench.run("patchkit", "fresh-timeline", argv=argv)
+    bench.runs.remove(run)
+    bench.check_patchkit(stdout, "fresh")
+    err = (bench.work / "last.err").read_text()
+    data = json.loads(err[err.rindex("TIMELINE ") + len("TIMELINE "):].splitlines()[0])
+    streams = {e[1]: e for e in data["events"] if e[0] == "stream"}
+    files, ops = [], []
+    stream_s = reply_s = 0.0
+    for kind, op, length, start, end in data["events"]:
+        if kind != "op":
+            continue
+        if op == "receive_file":
+            # the stream event that ended last before this request did is this file's
+            s = max((e for e in streams.values() if e[4] <= end), key=lambda e: e[4])
+            files.append({"file": s[1], "mb": round(length / 1e6, 1), "stream_s": round(s[4] - s[3], 2),
+                          "mb_s_while_streaming": round(length / 1e6 / max(s[4] - s[3], 1e-9), 0),
+                          "reply_wait_s": round(end - s[4], 2)})
+            stream_s += s[4] - s[3]
+            reply_s += end - s[4]
+        else:
+            ops.append((op, round(end - start, 3)))
+    first = min(e[3] for e in data["events"]) if data["events"] else 0.0
+    out = {"wall_s": run.seconds, "in_process_end_s": round(data["end"], 2),
+           "before_first_request_s": round(first, 2), "streaming_s": round(stream_s, 2),
+           "waiting_for_host_after_data_s": round(reply_s, 2), "files": files,
+           "other_ops_s": round(sum(d for _, d in ops), 2), "ops": ops}
+    log(f"timeline: {json.dumps(out)}")
+    return out
+
+
 # ---------------------------------------------------------------------- report
 
 
@@ -665,6 +731,8 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="one more patchkit deploy under py-spy (control + agent)")
     p.add_argument("--breakdown", action="store_true",
                    help="also time the pieces alone: raw asyncssh / OpenSSH streams, fsync, sha256 of a shard")
+    p.add_argument("--timeline", action="store_true",
+                   help="one more patchkit deploy with timestamps per request (streaming vs host-side work)")
     p.add_argument("--json-out", help="write all runs as JSON here")
     args = p.parse_args()
     # stopped by SIGTERM or SIGINT (even when started in the background, where SIGINT is ignored):
@@ -719,6 +787,7 @@ def main() -> None:
                         bench.check_patchkit(out, "noop")
         profile = profile_run(bench) if args.profile and "patchkit" in tools else None
         pieces = breakdown(bench) if args.breakdown else None
+        times = timeline(bench) if args.timeline and "patchkit" in tools else None
         meta = {"runs": args.runs, "cipher": args.cipher, "ciphers": ciphers, "zlib_ratio": ratio,
                 "waited_s": waited, "quiet": quiet, "total_bytes": total, "files": len(hashes),
                 "measure_s": round(time.monotonic() - t_start, 1), "load_at_start": os.getloadavg(),
@@ -733,11 +802,13 @@ def main() -> None:
                 for kind in ("self", "inclusive"):
                     print(f"  {side} {kind} (% of {profile[side].get('samples', 0)} samples): "
                           + "; ".join(f"{name} {pct}" for name, pct in profile[side][kind]))
+        if times:
+            print("\npatchkit timeline (one extra fresh deploy, not in the table): " + json.dumps(times))
         if pieces:
             print("\npieces alone (once each): " + ", ".join(f"{k} {v}" for k, v in pieces.items()))
         if args.json_out:
             Path(args.json_out).write_text(json.dumps({"meta": meta, "runs": [asdict(r) for r in bench.runs],
-                                                       "profile": profile, "breakdown": pieces}, indent=1))
+                                                       "profile": profile, "breakdown": pieces, "timeline": times}, indent=1))
     finally:
         host.stop()
         for tool in tools:
