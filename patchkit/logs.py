@@ -1,23 +1,56 @@
-"""structlog set-up, done once by the CLI. Everything else just calls structlog.get_logger."""
+"""Logging, configured once by the CLI; everything else calls `get_logger()`.
+
+structlog (and the rich it pulls in) costs ~0.1 s to import, a fifth of a no-op run;
+events below the configured level are dropped before structlog is ever imported.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
-import structlog
+_settings = {"level": logging.WARNING, "format": "console", "ready": False}
 
 
 def configure(fmt: str = "console", verbose: bool = False) -> None:
-    level = logging.INFO if (verbose or fmt == "json") else logging.WARNING
-    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+    _settings.update(level=logging.INFO if (verbose or fmt == "json") else logging.WARNING, format=fmt, ready=False)
+
+
+def _structlog() -> Any:
+    import structlog
+
+    if not _settings["ready"]:
+        renderer = (structlog.processors.JSONRenderer() if _settings["format"] == "json"
+                    else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+        structlog.configure(
+            processors=[structlog.processors.add_log_level,
+                        structlog.processors.TimeStamper(fmt="iso", utc=True), renderer],
+            wrapper_class=structlog.make_filtering_bound_logger(_settings["level"]),
+            logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+            cache_logger_on_first_use=False,
+        )
+        _settings["ready"] = True
+    return structlog
+
+
+class _Logger:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _emit(self, level: int, method: str, event: str, **fields: Any) -> None:
+        if level >= _settings["level"]:
+            getattr(_structlog().get_logger(self.name), method)(event, **fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._emit(logging.INFO, "info", event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._emit(logging.WARNING, "warning", event, **fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._emit(logging.ERROR, "error", event, **fields)
+
+
+def get_logger(name: str = "patchkit") -> _Logger:
+    return _Logger(name)

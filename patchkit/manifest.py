@@ -13,7 +13,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.agent.transfer import sha256_path as sha256_of  # one hashing routine, both sides
+from patchkit.agent.transfer import (
+    sha256_path as sha256_of,  # one hashing routine, both sides
+)
 from patchkit.errors import UsageError
 
 

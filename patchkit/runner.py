@@ -8,13 +8,11 @@ never stops the others.
 from __future__ import annotations
 
 import getpass
-import traceback
 import time
+import traceback
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Awaitable, Callable
-
-import structlog
 
 from patchkit import __version__
 from patchkit.agent import AgentClient
@@ -22,6 +20,7 @@ from patchkit.errors import HostError, UsageError
 from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
 from patchkit.inventory import HostSpec
 from patchkit.journal import DEFAULT_STATE_DIR, Journal, active_step, rollback_target
+from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
 from patchkit.results import HostResult, RunRecord, StepResult, host_status
 from patchkit.steps.check import run_check
@@ -31,7 +30,7 @@ from patchkit.steps.launch import apply_launch, plan_launch, undo_launch
 from patchkit.steps.patch import apply_patch, plan_patch
 from patchkit.transport import LocalTransport, Transport
 
-log = structlog.get_logger("patchkit")
+log = get_logger("patchkit")
 
 
 @dataclass
@@ -63,7 +62,9 @@ class Session:
 def transport_for(host: HostSpec, accept_new_host_keys: bool = False) -> Transport:
     if host.is_local:
         return LocalTransport()
-    from patchkit.transport.ssh import SSHTransport  # asyncssh only when a host needs it
+    from patchkit.transport.ssh import (
+        SSHTransport,  # asyncssh only when a host needs it
+    )
 
     return SSHTransport(host, accept_new_host_keys=accept_new_host_keys)
 

@@ -6,7 +6,13 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from patchkit.edits.base import EditResult, ScopedTransformer, parse_module, quote_style, same_expression
+from patchkit.edits.base import (
+    EditResult,
+    ScopedTransformer,
+    parse_module,
+    quote_style,
+    same_expression,
+)
 from patchkit.edits.values import wanted_node
 
 if TYPE_CHECKING:

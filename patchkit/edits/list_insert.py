@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-
 import libcst as cst
 
 from patchkit.edits.base import (

@@ -6,7 +6,13 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from patchkit.edits.base import AssignmentEditor, EditResult, quote_style, run_assignment_editor, same_expression
+from patchkit.edits.base import (
+    AssignmentEditor,
+    EditResult,
+    quote_style,
+    run_assignment_editor,
+    same_expression,
+)
 from patchkit.edits.values import wanted_node
 
 if TYPE_CHECKING:

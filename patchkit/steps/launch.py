@@ -19,7 +19,13 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_delay, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    retry_if_result,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from patchkit.agent import AgentClient
 from patchkit.errors import HostError

@@ -7,8 +7,8 @@ import difflib
 import hashlib
 import json
 import os
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
 from patchkit import __version__
 from patchkit.edits import EditError, EditResult

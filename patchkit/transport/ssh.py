@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
-import structlog
 from asyncssh.public_key import get_default_public_key_algs
 from tenacity import (
     AsyncRetrying,
@@ -39,6 +38,7 @@ from tenacity import (
 
 from patchkit.errors import HostError
 from patchkit.inventory import HostSpec
+from patchkit.logs import get_logger
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 CONNECT_TIMEOUT_S = 10.0  # TCP + handshake + authentication, per attempt
@@ -46,7 +46,7 @@ CONNECT_ATTEMPTS = 3
 CLOSE_TIMEOUT_S = 10.0
 KEEPALIVE_S = 30.0  # long steps (a server launch) keep the connection through NATs and firewalls
 
-log = structlog.get_logger("patchkit")
+log = get_logger("patchkit")
 
 # Connection set-up failures worth another attempt. Everything else (host key, auth,
 # name resolution, a bad identity file) fails at once.
