@@ -74,6 +74,16 @@ def cache_dir() -> Path:
 # ---------------------------------------------------------------------- waiting for a quiet machine
 
 
+def wait_quiet(max_wait: float, threshold: float = 0.3, window: float = 0.5) -> float:
+    """Until the whole machine is nearly idle (< threshold busy cores over `window`); seconds waited."""
+    t0 = time.monotonic()
+    while True:
+        b0 = machine_busy()
+        time.sleep(window)
+        if (machine_busy() - b0) / window < threshold or time.monotonic() - t0 > max_wait:
+            return time.monotonic() - t0
+
+
 def wait_idle(max_wait: float, load_below: float = 1.5, poll: float = 20.0) -> tuple[float, bool]:
     """Until no bench/run_bench.py runs and the 1-minute load is below `load_below` (or max_wait)."""
     t0 = time.monotonic()
@@ -249,6 +259,8 @@ class Run:
     host_split: dict[str, float]
     machine_cpu: float
     sync_after_s: float | None = None
+    other_cpu: float = 0.0  # machine-wide busy CPU that is neither the client nor the host side
+    quiet_wait_s: float = 0.0
     note: str = ""
 
 
@@ -262,6 +274,10 @@ class Bench:
     cipher: str
     patchkit: list[str]
     runs: list[Run] = field(default_factory=list)
+    discarded: list[Run] = field(default_factory=list)
+    quiet_max_s: float = 60.0  # before each run: wait up to this long for < 0.3 busy cores
+    noisy_limit: float = 0.6  # other CPU per second of run above this: the run is redone (once)
+    retries: int = 1
 
     # paths ---------------------------------------------------------------
     @property
@@ -379,6 +395,7 @@ class Bench:
     def run(self, tool: str, mode: str, argv: list[str] | None = None, env: dict[str, str] | None = None) -> tuple[Run, str]:
         argv = argv or self.argv(tool)
         out_path, err_path = self.work / "last.out", self.work / "last.err"
+        quiet_wait = wait_quiet(self.quiet_max_s)
         sampler = HostSampler(self.host.proc.pid).start()
         reaped0, busy0 = listener_reaped(self.host.proc.pid), machine_busy()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -406,12 +423,29 @@ class Bench:
         moved = self.total if mode.startswith("fresh") else None
         run = Run(tool, mode, round(seconds, 3), round(moved / seconds / 1e6, 1) if moved else None,
                   round(usage.ru_utime + usage.ru_stime, 2), round(host_cpu, 2), split, round(machine, 2),
-                  round(sync_s, 3) if sync_s is not None else None)
+                  round(sync_s, 3) if sync_s is not None else None,
+                  round(machine - usage.ru_utime - usage.ru_stime - host_cpu, 2), round(quiet_wait, 1))
         self.runs.append(run)
         log(f"{tool:8s} {mode:10s} {seconds:7.2f}s" + (f"  {run.mb_s:7.1f} MB/s" if run.mb_s else "")
             + f"  cpu client {run.client_cpu:.2f}s host {run.host_cpu:.2f}s {split}"
-            + (f"  (+sync {sync_s:.2f}s)" if sync_s is not None else ""))
+            + (f"  (+sync {sync_s:.2f}s)" if sync_s is not None else "") + f"  other {run.other_cpu:.2f}s")
         return run, stdout
+
+    def timed(self, tool: str, mode: str) -> tuple[Run, str]:
+        """A fresh run (destination wiped first) or a no-op run; redone once if the machine was busy."""
+        for attempt in range(self.retries + 1):
+            if mode == "fresh":
+                self.wipe(tool)
+            run, out = self.run(tool, mode)
+            if run.other_cpu / run.seconds <= self.noisy_limit or attempt == self.retries:
+                if attempt:
+                    run.note = "redone: the first attempt was noisy"
+                return run, out
+            self.runs.remove(run)
+            run.note = "discarded: other work on the machine"
+            self.discarded.append(run)
+            log(f"{tool} {mode}: {run.other_cpu:.1f} CPU-s of other work during the run: discarded, redoing")
+        raise AssertionError("unreachable")
 
     def check_patchkit(self, stdout: str, mode: str) -> None:
         doc, _ = json.JSONDecoder().raw_decode(stdout[stdout.index("{"):])  # py-spy's lines around it
@@ -699,6 +733,10 @@ def report(bench: Bench, meta: dict) -> str:
                  f"its rename, inside its time): scp +{syncs['scp']:.2f} s, rsync +{syncs['rsync']:.2f} s")
     noops = {t: [r.seconds for r in rows(t, "noop")] for t in ("patchkit", "rsync")}
     lines.append("no-op runs: " + "; ".join(f"{t} " + " / ".join(f"{s:.2f}" for s in v) for t, v in noops.items()))
+    other = {t: median([r.other_cpu / r.seconds for r in rows(t, "fresh")]) for t in ("patchkit", "scp", "rsync")}
+    lines.append(f"other work during fresh runs (machine busy CPU minus client and host side, in cores, median): "
+                 + ", ".join(f"{t} {v:.2f}" for t, v in other.items())
+                 + f"; runs redone because of other work: {len(bench.discarded)}")
     if not meta["quiet"]:
         lines.append(f"NOTE: the machine was not quiet when measuring started (waited {meta['waited_s']:.0f}s).")
     return "\n".join(lines)
@@ -727,6 +765,10 @@ def main() -> None:
     p.add_argument("--tools", default="patchkit,scp,rsync")
     p.add_argument("--max-wait", type=float, default=900, help="wait at most this long for a quiet machine")
     p.add_argument("--no-wait", action="store_true")
+    p.add_argument("--quiet-wait", type=float, default=60,
+                   help="before each run, wait up to this long for the machine to be idle (default 60 s)")
+    p.add_argument("--noisy-limit", type=float, default=0.6,
+                   help="redo a run (once) when other work used more than this many cores on average (default 0.6)")
     p.add_argument("--no-cold", action="store_true", help="skip the cold-cache patchkit run")
     p.add_argument("--profile", action="store_true", help="one more patchkit deploy under py-spy (control + agent)")
     p.add_argument("--breakdown", action="store_true",
@@ -754,7 +796,8 @@ def main() -> None:
     shutil.copyfile(work / "client" / "id_ed25519.pub", work / "authorized_keys")
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     host = Host("deploy-host", work / "host", work / "authorized_keys")
-    bench = Bench(work, src, hashes, total, host, args.cipher, find_patchkit(args.patchkit))
+    bench = Bench(work, src, hashes, total, host, args.cipher, find_patchkit(args.patchkit),
+                  quiet_max_s=args.quiet_wait, noisy_limit=args.noisy_limit)
     waited, quiet = (0.0, True) if args.no_wait else wait_idle(args.max_wait)
     host.start()
     try:
@@ -774,15 +817,14 @@ def main() -> None:
         for i in range(args.runs if tools else 0):
             order = tools[i % len(tools):] + tools[:i % len(tools)]
             for tool in order:
-                bench.wipe(tool)
-                _, out = bench.run(tool, "fresh")
+                _, out = bench.timed(tool, "fresh")
                 if tool == "patchkit":
                     bench.check_patchkit(out, "fresh")
                 bench.verify(tool, full=(i == 0))
         for tool in ("patchkit", "rsync"):
             if tool in tools:
                 for _ in range(args.runs):
-                    _, out = bench.run(tool, "noop")
+                    _, out = bench.timed(tool, "noop")
                     if tool == "patchkit":
                         bench.check_patchkit(out, "noop")
         profile = profile_run(bench) if args.profile and "patchkit" in tools else None
@@ -808,6 +850,7 @@ def main() -> None:
             print("\npieces alone (once each): " + ", ".join(f"{k} {v}" for k, v in pieces.items()))
         if args.json_out:
             Path(args.json_out).write_text(json.dumps({"meta": meta, "runs": [asdict(r) for r in bench.runs],
+                                                       "discarded": [asdict(r) for r in bench.discarded],
                                                        "profile": profile, "breakdown": pieces, "timeline": times}, indent=1))
     finally:
         host.stop()
