@@ -734,7 +734,7 @@ def report(bench: Bench, meta: dict) -> str:
     noops = {t: [r.seconds for r in rows(t, "noop")] for t in ("patchkit", "rsync")}
     lines.append("no-op runs: " + "; ".join(f"{t} " + " / ".join(f"{s:.2f}" for s in v) for t, v in noops.items()))
     other = {t: median([r.other_cpu / r.seconds for r in rows(t, "fresh")]) for t in ("patchkit", "scp", "rsync")}
-    lines.append(f"other work during fresh runs (machine busy CPU minus client and host side, in cores, median): "
+    lines.append("other work during fresh runs (machine busy CPU minus client and host side, in cores, median): "
                  + ", ".join(f"{t} {v:.2f}" for t, v in other.items())
                  + f"; runs redone because of other work: {len(bench.discarded)}")
     if not meta["quiet"]:
