@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -375,13 +376,19 @@ class Bench:
             "    conn = await t._connection()\n"
             "    print(conn.get_extra_info('send_cipher'), conn.get_extra_info('send_mac'),\n"
             "          conn.get_extra_info('send_compression'))\n"
+            "    streams = await t.spawn(['cat'])\n"
+            "    chan = getattr(streams.proc, '_chan', None)  # asyncssh internals, for the report only\n"
+            "    print('max packet', getattr(chan, '_send_pktsize', '?'), 'window', getattr(chan, '_send_window', '?'))\n"
+            "    await streams.close()\n"
             "    await t.close()\n"
             "asyncio.run(main())\n")
         python = Path(self.patchkit[0]).parent / "python"
         python = python if python.exists() else Path(sys.executable)
         probe = subprocess.run([str(python), "-c", code, str(self.work / "inventory.yaml")], capture_output=True,
                                text=True, timeout=60, env=self.env(True), check=False)
-        out["asyncssh"] = probe.stdout.strip() or f"? {probe.stderr.strip()[-300:]}"
+        lines = probe.stdout.strip().splitlines()
+        out["asyncssh"] = lines[0] if lines else f"? {probe.stderr.strip()[-300:]}"
+        out["asyncssh_channel"] = lines[1] if len(lines) > 1 else "?"
         return out
 
     # one run -------------------------------------------------------------
@@ -703,7 +710,8 @@ def report(bench: Bench, meta: dict) -> str:
     lines = [
         (f"artifact: {len(bench.hashes)} files, {bench.total / 1e9:.3f} GB ({bench.total / MIB:.0f} MiB), random "
          f"bytes (zlib ratio {meta['zlib_ratio']:.3f}); cipher: asyncssh `{meta['ciphers']['asyncssh']}`, "
-         f"OpenSSH `{meta['ciphers']['openssh']}`; {meta['runs']} runs each, medians; MB = 10^6 bytes"),
+         f"OpenSSH `{meta['ciphers']['openssh']}`; asyncssh channel to sshd: {meta['ciphers'].get('asyncssh_channel')}; "
+         f"{meta['runs']} runs each, medians; MB = 10^6 bytes"),
         "",
         "| tool | fresh deploy s (median) | runs s | MB/s | vs scp | client CPU s | host CPU s (split) | no-op s (median) |",
         "|---|---:|---|---:|---:|---:|---|---:|",
@@ -729,8 +737,9 @@ def report(bench: Bench, meta: dict) -> str:
         lines.append(f"patchkit first deploy with a cold control-side hash cache (it hashes the source once too): "
                      f"{cold[0].seconds:.2f} s ({cold[0].mb_s:.0f} MB/s)")
     syncs = {t: median([r.sync_after_s for r in rows(t, "fresh") if r.sync_after_s is not None]) for t in ("scp", "rsync")}
-    lines.append(f"`sync` right after scp / rsync (their data not yet on disk; patchkit fsyncs each file before "
-                 f"its rename, inside its time): scp +{syncs['scp']:.2f} s, rsync +{syncs['rsync']:.2f} s")
+    lines.append("`sync` right after scp / rsync (their data not yet on disk; patchkit fsyncs each file before "
+                 "its rename, inside its time): "
+                 + ", ".join(f"{t} +{v:.2f} s" for t, v in syncs.items() if not math.isnan(v)))
     noops = {t: [r.seconds for r in rows(t, "noop")] for t in ("patchkit", "rsync")}
     lines.append("no-op runs: " + "; ".join(f"{t} " + " / ".join(f"{s:.2f}" for s in v) for t, v in noops.items()))
     other = {t: median([r.other_cpu / r.seconds for r in rows(t, "fresh")]) for t in ("patchkit", "scp", "rsync")}
@@ -805,7 +814,8 @@ def main() -> None:
         bench.write_configs()
         ciphers = bench.negotiated_ciphers()
         log(f"negotiated: {ciphers}")
-        for side, text in ciphers.items():
+        for side in ("openssh", "asyncssh"):
+            text = ciphers[side]
             if args.cipher not in text:
                 raise RuntimeError(f"{side} did not negotiate {args.cipher}: {text}")
         t_start = time.monotonic()
