@@ -8,7 +8,6 @@ host keeps its own cache in the journal.
 from __future__ import annotations
 
 import json
-import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 from patchkit.agent.transfer import (
     sha256_path as sha256_of,  # one hashing routine, both sides
 )
+from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.errors import UsageError
 
 
@@ -28,8 +28,7 @@ class FileEntry:
 
 
 def cache_file() -> Path:
-    base = os.environ.get("PATCHKIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "patchkit")
-    return Path(base) / "source-hashes.json"
+    return cache_dir() / "source-hashes.json"
 
 
 def source_manifest(src: Path, verify_all: bool = False) -> list[FileEntry]:
@@ -58,11 +57,5 @@ def source_manifest(src: Path, verify_all: bool = False) -> list[FileEntry]:
             digest = sha256_of(path)
             cache[key] = [st.st_size, st.st_mtime_ns, digest]
         entries.append(FileEntry(rel, st.st_size, digest, stat.S_IMODE(st.st_mode)))
-    try:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache))
-        os.replace(tmp, cache_path)
-    except OSError:
-        pass  # a cache we cannot write only costs time
+    write_json_quietly(cache_path, cache)
     return entries

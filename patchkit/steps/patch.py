@@ -6,11 +6,11 @@ import base64
 import difflib
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit import __version__
+from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.edits import EditError, EditResult
 from patchkit.errors import HostError
 from patchkit.recipe import Step
@@ -57,8 +57,7 @@ def _edit_cache_path(step: Step, sha: str) -> Path | None:
         return None  # depends on the user's transformer file too
     params = json.dumps([__version__, step.patch.edit.model_dump(mode="json")], sort_keys=True)
     digest = hashlib.sha256(params.encode()).hexdigest()[:24]
-    base = os.environ.get("PATCHKIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "patchkit")
-    return Path(base) / "edits" / f"{digest}-{sha}.json"
+    return cache_dir() / "edits" / f"{digest}-{sha}.json"
 
 
 def _stored_edit(step: Step, sha: str, text: str) -> EditResult | None:
@@ -86,13 +85,7 @@ def _compute_edit(step: Step, sha: str, text: str) -> EditResult:
         entry: dict[str, str] = {"verdict": result.verdict, "message": result.message}
         if result.verdict == "changed":
             entry.update(source=result.source, sha256_after=hashlib.sha256(result.source.encode()).hexdigest())
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(entry))
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a cache we cannot write only costs time
+        write_json_quietly(path, entry)
     return result
 
 
