@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -34,3 +37,74 @@ def test_a_path_that_leaves_dest_is_refused(tmp_path: Path) -> None:
     with pytest.raises(transfer.TransferRefused, match="leaves the destination"):
         transfer.op_receive_file(io.BytesIO(b""), str(tmp_path / "dest"), "../escape", 0, 0, "x", 0o644,
                                  str(tmp_path / "b"), str(tmp_path / "c.json"))
+
+
+class Trickle(io.BytesIO):
+    """stdin that records how much of the stream the agent had read, for the flusher's fake fdatasync."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.delivered = 0
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = super().read(n)
+        self.delivered += len(chunk)
+        return chunk
+
+
+def test_data_is_written_back_while_the_rest_still_arrives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    chunk = 64 << 10
+    monkeypatch.setattr(transfer, "CHUNK", chunk)
+    monkeypatch.setattr(transfer, "FLUSH_EVERY", 2 * chunk)
+    data = os.urandom(32 * chunk)
+    stdin = Trickle(data)
+    flushed_at = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        flushed_at.append((stdin.delivered, os.fstat(fd).st_size))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    done = transfer.op_receive_file(stdin, str(tmp_path / "dest"), "w.bin", 0, len(data),
+                                    hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
+                                    str(tmp_path / "c.json"))
+    assert (tmp_path / "dest" / "w.bin").read_bytes() == data and done["sha256"] == hashlib.sha256(data).hexdigest()
+    assert flushed_at, "no write-back before the end of the stream"
+    assert all(delivered < len(data) for delivered, _ in flushed_at), flushed_at
+    assert all(size >= 2 * chunk for _, size in flushed_at), flushed_at
+
+
+def test_a_failed_write_back_keeps_the_file_from_its_final_name(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "FLUSH_EVERY", 1 << 20)
+    data = os.urandom(4 << 20)
+
+    def fdatasync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    with pytest.raises(OSError, match="Input/output error"):
+        receive(tmp_path, data, hashlib.sha256(data).hexdigest())
+    assert not (tmp_path / "dest" / "w.bin").exists()
+
+
+def test_a_write_back_in_flight_when_the_stream_breaks_finishes_on_its_own_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "FLUSH_EVERY", 1 << 20)
+    data = os.urandom(3 << 20)
+    seen = []
+    real = os.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        time.sleep(0.3)  # still running when the short stream has ended
+        seen.append(os.fstat(fd).st_ino)  # the part file's fd is still open
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    with pytest.raises(transfer.TransferRefused, match="stream ended after"):
+        transfer.op_receive_file(io.BytesIO(data), str(tmp_path / "dest"), "w.bin", 0, len(data) + 1,
+                                 "0" * 64, 0o644, str(tmp_path / "b"), str(tmp_path / "c.json"))
+    part = tmp_path / "dest" / ".w.bin.patchkit-part"
+    assert seen and set(seen) == {part.stat().st_ino}
+    assert part.read_bytes() == data and not (tmp_path / "dest" / "w.bin").exists()

@@ -12,9 +12,11 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 
 PART_SUFFIX = ".patchkit-part"
 CHUNK = 1 << 20
+FLUSH_EVERY = 64 << 20
 
 
 class TransferRefused(Exception):
@@ -124,6 +126,43 @@ def op_part_info(dest, rel, prefix_len=None):
     return {"size": n, "sha256": sha256_path(part, n)}
 
 
+class _Flusher:
+    """Writes a file's data back to disk while the rest of it still arrives.
+
+    Each time another FLUSH_EVERY bytes were written, an fdatasync starts in a thread (unless
+    the last one still runs). It releases the GIL, so writeback overlaps the stream and the
+    fsync before the rename only has the tail left to flush.
+    """
+
+    def __init__(self, fd):
+        self._fd = fd
+        self._every = FLUSH_EVERY
+        self._unflushed = 0
+        self._thread = None
+        self._error = None
+
+    def wrote(self, n):
+        self._unflushed += n
+        if self._unflushed >= self._every and (self._thread is None or not self._thread.is_alive()):
+            self._unflushed = 0
+            self._thread = threading.Thread(target=self._flush, name="patchkit-flusher", daemon=True)
+            self._thread.start()
+
+    def _flush(self):
+        try:
+            getattr(os, "fdatasync", os.fsync)(self._fd)
+        except OSError as exc:
+            self._error = exc
+
+    def wait(self):
+        """Before the fd is closed (a late fdatasync would hit whatever file reuses it)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            raise self._error
+
+
 def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, backup_path, cache_file):
     """Read `length` bytes from stdin into dest/rel's part file from `offset`, verify the
     whole file's hash, back up what it replaces, then rename it into place."""
@@ -149,18 +188,23 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
                 digest.update(block)
                 remaining_prefix -= len(block)
     with open(part, "r+b" if resuming else "wb") as f:
-        f.truncate(offset)
-        f.seek(offset)
-        remaining = length
-        while remaining > 0:
-            chunk = stdin.read(min(CHUNK, remaining))
-            if not chunk:
-                f.flush()
-                raise TransferRefused("%s: stream ended after %d of %d bytes" % (rel, length - remaining, length))
-            f.write(chunk)
-            digest.update(chunk)
-            remaining -= len(chunk)
-        f.flush()
+        flusher = _Flusher(f.fileno())
+        try:
+            f.truncate(offset)
+            f.seek(offset)
+            remaining = length
+            while remaining > 0:
+                chunk = stdin.read(min(CHUNK, remaining))
+                if not chunk:
+                    f.flush()
+                    raise TransferRefused("%s: stream ended after %d of %d bytes" % (rel, length - remaining, length))
+                f.write(chunk)
+                flusher.wrote(len(chunk))
+                digest.update(chunk)
+                remaining -= len(chunk)
+            f.flush()
+        finally:
+            flusher.wait()
         os.fsync(f.fileno())
     got = digest.hexdigest()
     if got != expected_sha256:
