@@ -11,9 +11,10 @@ from __future__ import annotations
 import posixpath
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from patchkit.agent import AgentClient
+from patchkit.agent.client import Pending
 from patchkit.results import RunRecord, StepResult
 
 DEFAULT_STATE_DIR = "~/.local/state/patchkit"
@@ -31,21 +32,33 @@ def new_run_id() -> str:
 class Journal:
     agent: AgentClient
     state_dir: str
+    _unconfirmed: list[Pending] = field(default_factory=list)
 
     def backup_path(self, run_id: str, step: str, file: str) -> str:
         return posixpath.join(self.state_dir, "backups", run_id, f"{step}--{posixpath.basename(file)}")
 
-    async def write(self, record: RunRecord) -> None:
-        await self.agent.call(
+    async def write(self, record: RunRecord, wait: bool = True) -> None:
+        """Write a run record; with wait=False the answer is checked by the next `flush` (or
+        any read of the journal), so a write costs no round trip of its own."""
+        self._unconfirmed.append(await self.agent.send(
             "journal_write",
             state_dir=self.state_dir,
             recipe=record.recipe,
             run_id=record.run_id,
             record=record.model_dump(mode="json"),
-        )
+        ))
+        if wait:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Raise if any record written so far did not land."""
+        while self._unconfirmed:
+            await self._unconfirmed.pop(0).result()
 
     async def runs(self, recipe: str | None = None) -> list[RunRecord]:
-        raw = await self.agent.call("journal_list", state_dir=self.state_dir, recipe=recipe)
+        listing = await self.agent.send("journal_list", state_dir=self.state_dir, recipe=recipe)
+        await self.flush()
+        raw = await listing.result()
         records = []
         for item in raw:
             try:

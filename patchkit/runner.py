@@ -80,8 +80,14 @@ async def session(host: HostSpec, python: str, options: Options, owner: str) -> 
     try:
         agent = await AgentClient.start(transport, python, host.name)
         journal = Journal(agent, host.state_dir or options.state_dir or DEFAULT_STATE_DIR)
-        locked = await agent.call("lock", state_dir=journal.state_dir, timeout_s=options.lock_timeout, owner=owner,
-                                  timeout=options.lock_timeout + 30)
+        # Sent behind `hello` before its answer: one round trip for both on a slow link.
+        try:
+            lock = await agent.send("lock", state_dir=journal.state_dir, timeout_s=options.lock_timeout, owner=owner)
+        except HostError:
+            await agent.started(python)  # the agent died: its own error says why
+            raise
+        await agent.started(python)
+        locked = await lock.result(options.lock_timeout + 30)
         journal.state_dir = locked["state_dir"]  # absolute, as the host resolves ~ and relative paths
         yield Session(host, transport, agent, journal)
     finally:
@@ -149,18 +155,21 @@ class Runner:
                 why = "interrupted (Ctrl-C)" if stopped_by == "interrupt" else f"step {stopped_by} failed"
                 result = StepResult(name=step.name, kind=step.kind, status="skipped", message=f"not run: {why}")
             else:
+                await s.journal.flush()  # a record that did not land stops the run before more changes
                 result = await self._run_step(ctx, step)
                 log.info("step.done", host=s.host.name, step=step.name, status=result.status, message=result.message)
             record.steps.append(result)
             if result.status == "failed" and not self.options.dry_run:
                 stopped_by = step.name  # a plan reads only: it goes on, to show every problem at once
             if result.status in ("changed", "failed") and not self.options.dry_run:
-                await s.journal.write(record)  # after every change: a crash never loses a backup's record
+                # After every change: a crash never loses a backup's record. Pipelined: the agent
+                # writes it before it reads its next request; its answer is checked at the end.
+                await s.journal.write(record, wait=False)
         status = host_status(record.steps)
         if not self.options.dry_run:
             record.finished, record.status = time.time(), status
-            await s.journal.write(record)
-            await s.journal.prune(recipe.name, recipe.keep_runs)
+            await s.journal.write(record, wait=False)
+            await s.journal.prune(recipe.name, recipe.keep_runs)  # waits for the writes too
         return HostResult(status=status, steps=record.steps)
 
     async def _run_step(self, ctx: HostContext, step: Step) -> StepResult:

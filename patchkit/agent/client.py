@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import re
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
@@ -21,17 +23,33 @@ BOOTSTRAP = (
 )
 
 
-# The agent is one program made of these stdlib-only files, in this order: later ones
-# use what earlier ones define (hostagent.py registers everything as ops).
-AGENT_BUNDLE = (("patchkit.checkpoint", "reader.py"), ("patchkit.agent", "transfer.py"),
-                ("patchkit.agent", "processes.py"), ("patchkit.agent", "hostagent.py"))
+# The agent's core, sent at start, and its optional files, sent (in this order: later ones
+# use what earlier ones define) the first time a run asks for an op one of them defines.
+AGENT_CORE = ("patchkit.agent", "hostagent.py")
+AGENT_EXTENSIONS = (("patchkit.checkpoint", "reader.py"), ("patchkit.agent", "transfer.py"),
+                    ("patchkit.agent", "processes.py"))
+
+
+@functools.cache
+def agent_file(pkg: str, name: str) -> bytes:
+    data = resources.files(pkg).joinpath(name).read_bytes()
+    if (pkg, name) != AGENT_CORE:  # only the core runs as the program: drop the others' __main__ tails
+        data = re.split(rb"(?m)^if __name__ ==", data)[0]
+    return data
 
 
 def agent_source() -> bytes:
-    parts = [resources.files(pkg).joinpath(name).read_bytes() for pkg, name in AGENT_BUNDLE]
-    # Only the last file runs as the program: drop the others' `if __name__ == "__main__":` tails.
-    parts = [re.split(rb"(?m)^if __name__ ==", part)[0] for part in parts[:-1]] + parts[-1:]
-    return b"\n\n".join(parts)
+    return agent_file(*AGENT_CORE)
+
+
+@functools.cache
+def extension_of_op() -> dict[str, int]:
+    """op name -> index in AGENT_EXTENSIONS of the file that defines op_<name>."""
+    found: dict[str, int] = {}
+    for index, (pkg, name) in enumerate(AGENT_EXTENSIONS):
+        for op in re.findall(rb"(?m)^def op_(\w+)\(", agent_file(pkg, name)):
+            found[op.decode()] = index
+    return found
 
 
 def agent_argv(python: str) -> list[str]:
@@ -52,31 +70,49 @@ class AgentClient:
         self._streams = streams
         self._host = host
         self._ids = itertools.count(1)
-        self._lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()
+        self._read_lock = asyncio.Lock()
+        self._replies: dict[Any, dict[str, Any]] = {}
+        self._hello: Pending | None = None
+        self._extensions: list[Pending] = []  # op_load requests sent so far, in AGENT_EXTENSIONS order
         self.info: dict[str, Any] = {}
         self.bytes_sent = 0
         self.on_bytes: Callable[[int], None] | None = None  # progress: total bytes streamed so far
 
     @classmethod
     async def start(cls, transport: Transport, python: str, host: str) -> "AgentClient":
+        """Start the agent; its `hello` is on the way but not awaited (see `started`)."""
         streams = await transport.spawn(agent_argv(python))
         client = cls(streams, host)
         source = agent_source()
-        try:
-            streams.stdin.write(str(len(source)).encode() + b"\n" + source)
-            await streams.stdin.drain()
-        except (ConnectionError, OSError) as exc:  # the process is gone already (sudo refused, not python...)
-            detail = await streams.error_tail()
-            await streams.close()
-            raise HostError(f"cannot start {python} on {host}: {detail or f'it exited at once ({exc})'}") from None
-        try:
-            client.info = await client.call("hello", timeout=60)
-        except HostError as exc:
-            raise HostError(f"cannot start {python} on {host}: {exc}") from None
+        client._hello = await client._send_or_explain(
+            "hello", {}, python, preamble=str(len(source)).encode() + b"\n" + source)
         return client
+
+    async def started(self, python: str) -> dict[str, Any]:
+        """Wait for the agent's `hello` (requests may be queued behind it already)."""
+        assert self._hello is not None
+        try:
+            self.info = await self._hello.result(60)
+        except HostError as exc:
+            raise HostError(f"cannot start {python} on {self._host}: {exc}") from None
+        return self.info
+
+    async def _send_or_explain(self, op: str, args: dict[str, Any], python: str, preamble: bytes = b"") -> "Pending":
+        try:
+            return await self._send(op, args, None, preamble)
+        except HostError:  # the process is gone already (sudo refused, not python...)
+            detail = await self._streams.error_tail()
+            await self._streams.close()
+            raise HostError(f"cannot start {python} on {self._host}: {detail or 'it exited at once'}") from None
 
     async def call(self, op: str, timeout: float | None = 600, **args: Any) -> Any:
         return await self._request(op, args, None, timeout)
+
+    async def send(self, op: str, **args: Any) -> "Pending":
+        """Queue a request without waiting for its answer (pipelining: the agent answers in
+        order, so on a slow link several requests cost one round trip). Await `.result()`."""
+        return await self._send(op, args, None)
 
     async def send_file(self, op: str, local: Path, start: int, count: int, timeout: float | None = None,
                         **args: Any) -> Any:
@@ -85,27 +121,49 @@ class AgentClient:
 
     async def _request(self, op: str, args: dict[str, Any], payload: tuple[Path, int, int] | None,
                        timeout: float | None) -> Any:
-        async with self._lock:
-            request = {"id": next(self._ids), "op": op, "args": args}
+        return await (await self._send(op, args, payload)).result(timeout)
+
+    async def _send(self, op: str, args: dict[str, Any], payload: tuple[Path, int, int] | None,
+                    preamble: bytes = b"") -> "Pending":
+        async with self._write_lock:
+            needed = extension_of_op().get(op, -1)
+            while len(self._extensions) <= needed:  # the files this op needs go first, same write
+                pkg, name = AGENT_EXTENSIONS[len(self._extensions)]
+                load_id = next(self._ids)
+                load = {"id": load_id, "op": "load", "args": {"name": name, "source": agent_file(pkg, name).decode()}}
+                preamble += json.dumps(load).encode() + b"\n"
+                self._extensions.append(Pending(self, load_id, f"load {name}"))
+            request_id = next(self._ids)
+            request = {"id": request_id, "op": op, "args": args}
             try:
-                self._streams.stdin.write(json.dumps(request).encode() + b"\n")
+                self._streams.stdin.write(preamble + json.dumps(request).encode() + b"\n")
                 await self._streams.stdin.drain()
                 if payload is not None:
                     await self._stream(*payload)
-                line = await asyncio.wait_for(self._streams.stdout.readline(), timeout)
-            except asyncio.TimeoutError:
-                raise HostError(f"{self._host}: no answer to {op} within {timeout}s") from None
             except (ConnectionError, BrokenPipeError, OSError) as exc:
                 raise HostError(f"{self._host}: connection lost during {op}: {exc}") from None
-            if not line:
-                detail = await self._streams.error_tail()
-                raise HostError(f"{self._host}: agent exited during {op}" + (f": {detail}" if detail else ""))
-            reply = json.loads(line)
-            if reply.get("ok"):
-                return reply["result"]
-            if reply.get("kind") == "refused":
-                raise AgentRefused(reply["error"])
-            raise HostError(f"{self._host}: {op} failed: {reply['error']}")
+        return Pending(self, request_id, op, self._extensions[:needed + 1])
+
+    async def _reply(self, request_id: int, op: str, timeout: float | None) -> Any:
+        async with self._read_lock:  # replies arrive in request order; keep the ones read early
+            while request_id not in self._replies:
+                try:
+                    line = await asyncio.wait_for(self._streams.stdout.readline(), timeout)
+                except asyncio.TimeoutError:
+                    raise HostError(f"{self._host}: no answer to {op} within {timeout}s") from None
+                except (ConnectionError, BrokenPipeError, OSError) as exc:
+                    raise HostError(f"{self._host}: connection lost during {op}: {exc}") from None
+                if not line:
+                    detail = await self._streams.error_tail()
+                    raise HostError(f"{self._host}: agent exited during {op}" + (f": {detail}" if detail else ""))
+                reply = json.loads(line)
+                self._replies[reply.get("id")] = reply
+            reply = self._replies.pop(request_id)
+        if reply.get("ok"):
+            return reply["result"]
+        if reply.get("kind") == "refused":
+            raise AgentRefused(reply["error"])
+        raise HostError(f"{self._host}: {op} failed: {reply['error']}")
 
     async def _stream(self, local: Path, offset: int, length: int) -> None:
         with open(local, "rb") as f:
@@ -124,3 +182,28 @@ class AgentClient:
 
     async def close(self) -> None:
         await self._streams.close()
+
+
+@dataclass
+class Pending:
+    """A request sent to the agent whose answer has not been read yet."""
+
+    client: AgentClient
+    request_id: int
+    op: str
+    needs: list["Pending"] = field(default_factory=list)  # the agent files this op's code came in
+
+    _outcome: tuple[bool, Any] | None = None  # (ok, value or exception) once read
+
+    async def result(self, timeout: float | None = 600) -> Any:
+        if self._outcome is None:
+            try:
+                for load in self.needs:
+                    await load.result(timeout)  # a file that failed to load explains itself
+                self._outcome = (True, await self.client._reply(self.request_id, self.op, timeout))
+            except HostError as exc:
+                self._outcome = (False, exc)
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value

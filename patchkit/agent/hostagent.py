@@ -1,6 +1,7 @@
 """The host side of patchkit: a stdlib-only program run by the *target* interpreter.
 
-Shipped as a bundle: checkpoint/reader.py, agent/transfer.py, agent/processes.py, then this file.
+Sent alone at start; checkpoint/reader.py, agent/transfer.py and agent/processes.py
+follow through `op_load` when a run first needs one of their ops (see client.py).
 
 It is sent over the transport's one process (local subprocess or one SSH exec) and
 then answers JSON requests, one per line, until stdin closes. Everything that reads
@@ -8,20 +9,16 @@ or changes the host happens here; everything that decides what to change happens
 the control machine. Keep it stdlib-only and compatible with Python >= 3.8.
 """
 
-import ast
+# Only what every run needs is imported here: the agent's start is paid once per host per
+# run (see bench/README.md). ast, subprocess, shutil and urllib are imported where used.
 import base64
 import errno
 import fcntl
-import glob
 import hashlib
 import json
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 
 TAIL_LINES = 25
@@ -64,10 +61,21 @@ def fsync_dir(path):
         os.close(fd)
 
 
+def create_temp(folder, prefix, suffix):
+    """A new file (O_EXCL, 0600) with a unique name in folder, as tempfile.mkstemp makes."""
+    for _ in range(100):
+        tmp = os.path.join(folder, "%s%d-%s%s" % (prefix, os.getpid(), os.urandom(4).hex(), suffix))
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError("no free temporary name in %s" % folder)
+
+
 def atomic_write(path, data, mode=None, uid=None, gid=None):
     """Temp file in the same folder, mode/owner kept, fsync, rename, fsync folder."""
     folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".patchkit-tmp", dir=folder)
+    fd, tmp = create_temp(folder, "." + os.path.basename(path) + ".", ".patchkit-tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -92,11 +100,17 @@ def drop_bytecode(path):
     """Stale .pyc of an edited module could outlive a same-size edit within one second."""
     folder, name = os.path.split(path)
     stem = os.path.splitext(name)[0]
-    for pyc in glob.glob(os.path.join(folder, "__pycache__", stem + ".*.pyc")):
-        try:
-            os.unlink(pyc)
-        except OSError:
-            pass
+    cache = os.path.join(folder, "__pycache__")
+    try:
+        names = os.listdir(cache)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(stem + ".") and name.endswith(".pyc"):
+            try:
+                os.unlink(os.path.join(cache, name))
+            except OSError:
+                pass
 
 
 def stat_of(path):
@@ -106,6 +120,8 @@ def stat_of(path):
 
 def run_python(code_or_args, timeout_s, env_extra=None):
     """A fresh target interpreter (never through a shell), cwd / so nothing shadows imports."""
+    import subprocess
+
     env = dict(os.environ)
     env.update(env_extra or {})
     argv = [sys.executable] + list(code_or_args)
@@ -142,6 +158,8 @@ def find_package_root(package):
 
 
 def version_from_file(path):
+    import ast
+
     try:
         with open(path, "rb") as f:
             tree = ast.parse(f.read())
@@ -336,7 +354,7 @@ def op_lock(state_dir, timeout_s, owner):
                 raise Refused("another patchkit run holds the lock %s (%s); waited %ss" % (path, holder, timeout_s))
             time.sleep(0.1)
     # flock dies with its process, so a crashed run never leaves a stale lock behind.
-    info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "owner": owner, "since": time.time()})
+    info = json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "owner": owner, "since": time.time()})
     os.ftruncate(fd, 0)
     os.pwrite(fd, info.encode(), 0)
     LOCK["fd"] = fd
@@ -381,6 +399,8 @@ def op_journal_prune(state_dir, recipe, drop_run_ids):
             os.unlink(record)
         backups = os.path.join(expand(state_dir), "backups", run_id)
         if os.path.isdir(backups):
+            import shutil
+
             shutil.rmtree(backups)
     return {"dropped": len(drop_run_ids)}
 
@@ -392,38 +412,23 @@ def op_hello():
         "pid": os.getpid(),
         "uid": os.geteuid(),
         "home": os.path.expanduser("~"),
-        "hostname": socket.gethostname(),
+        "hostname": os.uname().nodename,
     }
 
 
-OPS = {
-    "hello": op_hello,
-    "lock": op_lock,
-    "locate": op_locate,
-    "read": op_read,
-    "hash": op_hash,
-    "apply": op_apply,
-    "restore": op_restore,
-    "check": op_check,
-    "journal_write": op_journal_write,
-    "journal_list": op_journal_list,
-    "journal_prune": op_journal_prune,
-    # from transfer.py, bundled in front of this file (see client.agent_source)
-    "manifest": op_manifest,  # noqa: F821
-    "part_info": op_part_info,  # noqa: F821
-    "receive_file": op_receive_file,  # noqa: F821
-    "remove_file": op_remove_file,  # noqa: F821
-    "read_checkpoint": op_read_checkpoint,  # noqa: F821
-    # from processes.py, bundled in front of this file
-    "launch_start": op_launch_start,  # noqa: F821
-    "launch_inspect": op_launch_inspect,  # noqa: F821
-    "launch_stop": op_launch_stop,  # noqa: F821
-    "http": op_http,  # noqa: F821
-    "http_batch": op_http_batch,  # noqa: F821
-    "log_tail": op_log_tail,  # noqa: F821
-}
+def op_load(name, source):
+    """Add one of the agent's optional files (transfer, processes, ...): sent only to runs
+    that use its ops, so a patch run does not pay for compiling them."""
+    exec(compile(source, name, "exec"), globals())
+    return {"loaded": name}
+
+
+# Every function named op_<name> is the op <name>, including those of files added by op_load.
 STREAMING_OPS = {"receive_file"}  # these read their data from stdin, after the request line
-REFUSALS = (Refused, TransferRefused)  # noqa: F821
+
+
+def refusals():
+    return tuple(c for c in (Refused, globals().get("TransferRefused")) if c is not None)
 
 
 def serve(stdin, stdout):
@@ -434,12 +439,15 @@ def serve(stdin, stdout):
         request = json.loads(line)
         try:
             op = request["op"]
+            handler = globals().get("op_" + op)
+            if handler is None:
+                raise KeyError("no op %r in this agent" % op)
             if op in STREAMING_OPS:
-                result = OPS[op](stdin, **request.get("args", {}))
+                result = handler(stdin, **request.get("args", {}))
             else:
-                result = OPS[op](**request.get("args", {}))
+                result = handler(**request.get("args", {}))
             reply = {"id": request.get("id"), "ok": True, "result": result}
-        except REFUSALS as exc:
+        except refusals() as exc:
             reply = {"id": request.get("id"), "ok": False, "error": str(exc), "kind": "refused"}
         except Exception as exc:  # reported to the control side, which decides
             reply = {"id": request.get("id"), "ok": False, "error": "%s: %s" % (type(exc).__name__, exc),

@@ -9,10 +9,7 @@ the start time read from /proc tells a live server from a recycled pid.
 import json
 import os
 import signal
-import subprocess
 import time
-import urllib.error
-import urllib.request
 
 
 def _launch_dir(state_dir):
@@ -100,6 +97,8 @@ def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash):
     log = open(log_path, "ab")
     log.write(("\n=== patchkit launch %s at %s: %s\n" % (name, time.strftime("%Y-%m-%d %H:%M:%S"), argv)).encode())
     log.flush()
+    import subprocess
+
     try:
         proc = subprocess.Popen(argv, cwd=os.path.expanduser(cwd) if cwd else None, env=full_env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -161,6 +160,9 @@ def op_launch_stop(state_dir, name, timeout_s=30.0):
 
 
 def _http(method, url, body, timeout):
+    import urllib.error
+    import urllib.request
+
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method,
                                      headers={"Content-Type": "application/json"} if data else {})
