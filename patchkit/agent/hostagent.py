@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -157,13 +158,27 @@ def find_package_root(package):
     return spec.origin
 
 
+# `__version__ = version = '0.16.0'` (setuptools-scm), `__version__: str = "1.2"`, at column 0.
+VERSION_LINE = re.compile(rb"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?(['"])([^'"\\]+)\1\s*(?:#.*)?$""",
+                          re.M)
+
+
 def version_from_file(path):
+    """A top-level string assigned to __version__ or version; a regex first (importing ast
+    costs every host ~6 ms), the syntax tree when the regex finds nothing."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    found = VERSION_LINE.search(data)
+    if found:
+        return found.group(2).decode("utf-8", "replace")
     import ast
 
     try:
-        with open(path, "rb") as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError, ValueError):
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
         return None
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
