@@ -371,3 +371,32 @@ def test_journal_pruning_keeps_the_live_changes_backup(sandbox: Sandbox) -> None
     assert kept == [runs[-1].json()["run_id"], rolled.json()["run_id"], again.json()["run_id"]]
     assert [b.parent.name for b in sandbox.backups()] == [again.json()["run_id"]]
     assert Path(step(again, "eagle3-whitelist")["backup"]).read_bytes() == original
+
+
+TWO_STEPS_ONE_FILE = """\
+name: two_steps_one_file
+steps:
+  - name: first
+    patch:
+      package: toyllm
+      modules: [toyllm.config.speculative]
+      edit: {list_insert: {names: [eagle3_target_supported], values: [kimi_k2], after: afmoe}}
+  - name: second
+    patch:
+      package: toyllm
+      modules: [toyllm.config.speculative]
+      edit: {list_insert: {names: [eagle3_target_supported], values: [deepseek_v3], after: kimi_k2}}
+"""
+
+
+def test_two_steps_on_one_file_each_see_the_file_as_the_step_before_left_it(sandbox: Sandbox) -> None:
+    recipe_file = sandbox.root / "two_steps.yaml"
+    recipe_file.write_text(TWO_STEPS_ONE_FILE)
+
+    applied = sandbox.run("apply", str(recipe_file), json_out=True)
+
+    assert applied.returncode == 0, applied
+    assert [s["status"] for s in host(applied)["steps"]] == ["changed", "changed"], applied
+    assert whitelist(sandbox.file(TOY_SPECULATIVE)) == ORIGINAL_TARGETS + ["kimi_k2", "deepseek_v3"]
+    again = sandbox.run("apply", str(recipe_file), json_out=True)
+    assert [s["status"] for s in host(again)["steps"]] == ["ok", "ok"], again

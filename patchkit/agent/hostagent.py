@@ -226,7 +226,9 @@ def module_file(root, package, module):
     return None
 
 
-def op_locate(package, modules):
+def op_locate(package, modules, read_first=False):
+    """Where the package and its modules are; with read_first, also the content of the first
+    module file that exists (what a patch reads next: one round trip less)."""
     root = find_package_root(package)
     if root is None:
         return {"found": False, "sys_path": [p for p in sys.path if p]}
@@ -234,7 +236,11 @@ def op_locate(package, modules):
     files = {}
     for module in modules:
         files[module] = module_file(root, package, module) if os.path.isdir(root) else None
-    return {"found": True, "root": root, "version": version, "version_source": version_source, "files": files}
+    out = {"found": True, "root": root, "version": version, "version_source": version_source, "files": files}
+    first = next((files[m] for m in modules if files[m]), None)
+    if read_first and first:
+        out["read"] = dict(op_read(first), path=first)
+    return out
 
 
 # ---------------------------------------------------------------- files

@@ -38,10 +38,11 @@ class HostContext:
     note: Callable[[str], None] = lambda text: None  # live progress line for this host
     _located: dict[str, Any] = field(default_factory=dict)
 
-    async def locate(self, package: str, modules: list[str]) -> dict[str, Any]:
-        key = package + "\0" + "\0".join(modules)
+    async def locate(self, package: str, modules: list[str], read_first: bool = False) -> dict[str, Any]:
+        key = f"{package}\0{read_first}\0" + "\0".join(modules)
         if key not in self._located:
-            self._located[key] = await self.agent.call("locate", package=package, modules=modules)
+            self._located[key] = await self.agent.call("locate", package=package, modules=modules,
+                                                       read_first=read_first)
         return self._located[key]
 
 
@@ -54,10 +55,11 @@ class Gate:
     fail: str | None = None
 
 
-async def gate(ctx: HostContext, package: str | None, versions: str | None, modules: list[str] = ()) -> tuple[Gate, dict[str, Any]]:
+async def gate(ctx: HostContext, package: str | None, versions: str | None, modules: list[str] = (),
+               read_first: bool = False) -> tuple[Gate, dict[str, Any]]:
     if package is None:
         return Gate(None), {}
-    located = await ctx.locate(package, list(modules))
+    located = await ctx.locate(package, list(modules), read_first)
     python = ctx.agent.info.get("python", "the target interpreter")
     if not located["found"]:
         return Gate(None, fail=f"package {package} is not importable by {python} "

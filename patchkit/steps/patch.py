@@ -93,7 +93,7 @@ async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
     spec = step.patch
     assert spec is not None
     result = StepResult(name=step.name, kind="patch", status="failed")
-    verdict_gate, located = await gate(ctx, spec.package, spec.versions, spec.modules)
+    verdict_gate, located = await gate(ctx, spec.package, spec.versions, spec.modules, read_first=True)
     result.package_version = verdict_gate.version
     if verdict_gate.fail or verdict_gate.skip:
         result.status = "failed" if verdict_gate.fail else "skipped"
@@ -106,7 +106,8 @@ async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
         if path is None:
             misses.append(f"{module}: no such module")
             continue
-        read = await ctx.agent.call("read", path=path)
+        first = located.pop("read", None)  # once: a later step must see what this one wrote
+        read = first if first and first["path"] == path else await ctx.agent.call("read", path=path)
         if not read["exists"]:
             misses.append(f"{module}: {path} vanished")
             continue
