@@ -11,3 +11,7 @@ class UsageError(PatchkitError):
 
 class HostError(PatchkitError):
     """A host could not be reached or worked with (that host fails, others go on)."""
+
+
+class HostUnreachable(HostError):
+    """The host could not be reached (connection, host key, authentication); the message says which."""

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-from patchkit.errors import HostError
+from patchkit.errors import HostError, HostUnreachable
 from patchkit.transport.base import AgentStreams, Transport
 
 # Reads the agent's source (length-prefixed) from stdin, then runs it: one process,
@@ -94,6 +94,8 @@ class AgentClient:
         assert self._hello is not None
         try:
             self.info = await self._hello.result(60)
+        except HostUnreachable:
+            raise  # found while waiting for the first answer (the OpenSSH transport): not about python
         except HostError as exc:
             raise HostError(f"cannot start {python} on {self._host}: {exc}") from None
         return self.info
