@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -10,6 +11,10 @@ from patchkit.errors import UsageError
 from patchkit.yamlsource import load_yaml
 
 LOCAL_ADDRESSES = {None, "", "local"}
+
+# Which SSH client reaches a host: the embedded asyncssh (default) or the system OpenSSH `ssh`
+# (its own config and auth features, and a faster data path for bulk deploys).
+SSHClient = Literal["asyncssh", "openssh"]
 
 
 class HostSpec(BaseModel):
@@ -24,6 +29,7 @@ class HostSpec(BaseModel):
     known_hosts: str | None = None
     state_dir: str | None = None
     become: bool = False
+    ssh_client: SSHClient = "asyncssh"
 
     @property
     def is_local(self) -> bool:
@@ -40,6 +46,7 @@ class Defaults(BaseModel):
     known_hosts: str | None = None
     state_dir: str | None = None
     become: bool | None = None
+    ssh_client: SSHClient | None = None
 
 
 class Inventory(BaseModel):

@@ -62,6 +62,10 @@ class Session:
 def transport_for(host: HostSpec, accept_new_host_keys: bool = False) -> Transport:
     if host.is_local:
         return LocalTransport()
+    if host.ssh_client == "openssh":
+        from patchkit.transport.openssh import OpenSSHTransport  # the system `ssh`, opted in per host
+
+        return OpenSSHTransport(host, accept_new_host_keys=accept_new_host_keys)
     from patchkit.transport.ssh import (
         SSHTransport,  # asyncssh only when a host needs it
     )

@@ -1,0 +1,314 @@
+"""The OpenSSH transport (`ssh_client: openssh`): the system `ssh` binary, one process per spawn.
+
+For users who want OpenSSH itself: its ssh_config (Match, ControlMaster, ...), its
+authentication (FIDO keys, GSSAPI, certificates, ssh-agent) and its C data path, which
+moves bulk deploys faster than asyncssh's channel.
+
+What it guarantees (as the asyncssh transport does):
+- every spawn is one `ssh` process, i.e. one exec request (counted in `exec_requests`); the
+  remote command is ONE argument, `shlex.join(argv)`: the login shell never sees unquoted input;
+- host keys are always checked: `StrictHostKeyChecking yes`, or `accept-new` with
+  --accept-new-host-keys (an unknown key is recorded, a changed one is still refused),
+  against the inventory's known_hosts, else OpenSSH's own (ssh_config or ~/.ssh/known_hosts);
+- `BatchMode yes`: never a prompt. What the inventory sets (port, user, identity file) wins
+  over ~/.ssh/config, which OpenSSH reads for everything else;
+- `become: true` runs the process through `sudo -n` (never prompts) unless we log in as root.
+
+OpenSSH connects inside the process, so a failed connection shows only as `ssh` exiting with
+255 before the agent said a word. The streams notice it where the first answer is read:
+they read ssh's stderr, retry a transient set-up failure (refused, reset or closed before the
+key exchange, timed out) by starting ssh again and replaying what was written so far (the
+remote command never ran), and turn anything else into a readable SSHConnectError (host key
+unknown or changed, authentication, name resolution). A host-key or authentication failure
+is never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+from collections import deque
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from patchkit.errors import HostError, HostUnreachable
+from patchkit.inventory import HostSpec
+from patchkit.logs import get_logger
+from patchkit.transport.openssh_errors import TRANSIENT, Resolved, classify, explain
+
+CONNECT_TIMEOUT_S = 10  # OpenSSH's ConnectTimeout: TCP connect and the banner exchange, per attempt
+CONNECT_ATTEMPTS = 3
+KEEPALIVE_S = 30  # long steps (a server launch) keep the connection through NATs and firewalls
+CLOSE_TIMEOUT_S = 10.0
+READ_LIMIT = 1 << 26  # replies carry whole files
+REPLAY_LIMIT = 8 << 20  # what is kept for a retry until the agent first answers (its source + a few requests)
+STDERR_LINES = 200
+
+log = get_logger("patchkit")
+
+# Options that make `ssh` a plain command runner whatever ~/.ssh/config says (scp does the
+# same): no X11 or agent forwarding into the host, no port forwardings that would collide
+# between parallel sessions, no RemoteCommand or LocalCommand, no master left behind, and no
+# escape character: `~.` after a newline in a deploy's binary data must not end the session.
+_RUNNER_OPTIONS = ("-x", "-e", "none", "-o", "ForwardAgent=no", "-o", "ClearAllForwardings=yes",
+                   "-o", "PermitLocalCommand=no", "-o", "RemoteCommand=none", "-o", "ControlPersist=no")
+
+
+class SSHConnectError(HostUnreachable):
+    """The host could not be reached: connection, host key, authentication (the message says which)."""
+
+
+class _Transient(Exception):
+    """ssh exited 255 with a set-up failure worth another attempt."""
+
+    def __init__(self, kind: str, lines: list[str]) -> None:
+        super().__init__(kind)
+        self.kind = kind
+        self.lines = lines
+
+
+def config_value(path: str) -> str:
+    """A path as an ssh option value: `%` is OpenSSH's token character, spaces need quotes."""
+    path = os.path.expanduser(path).replace("%", "%%")
+    return f'"{path}"' if any(c.isspace() for c in path) else path
+
+
+class OpenSSHTransport:
+    name = "openssh"
+
+    def __init__(self, host: HostSpec, accept_new_host_keys: bool = False,
+                 connect_timeout: int = CONNECT_TIMEOUT_S, attempts: int = CONNECT_ATTEMPTS,
+                 ssh: str = "ssh") -> None:
+        self.host = host
+        self.accept_new_host_keys = accept_new_host_keys
+        self.connect_timeout = max(1, int(connect_timeout))
+        self.attempts = max(1, attempts)
+        self.ssh = ssh
+        self.exec_requests = 0
+        self._resolved: Resolved | None = None
+        self._live: set[_OpenSSHStreams] = set()
+
+    # ------------------------------------------------------------------ the ssh command line
+
+    def options(self) -> list[str]:
+        host = self.host
+        checking = "accept-new" if self.accept_new_host_keys else "yes"
+        argv = ["-T", "-o", "BatchMode=yes", "-o", f"StrictHostKeyChecking={checking}"]
+        if host.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={config_value(host.known_hosts)}"]
+        argv += ["-o", f"ConnectTimeout={self.connect_timeout}", "-o", f"ServerAliveInterval={KEEPALIVE_S}",
+                 *_RUNNER_OPTIONS]
+        if host.port:
+            argv += ["-p", str(host.port)]
+        if host.user:
+            argv += ["-l", host.user]
+        if host.identity_file:
+            argv += ["-i", config_value(host.identity_file)]
+        return argv
+
+    def command(self, remote: list[str]) -> list[str]:
+        """The whole `ssh` argv that runs `remote` on the host."""
+        return [self.ssh, *self.options(), "--", self.host.address or "", shlex.join(remote)]
+
+    async def resolved(self) -> Resolved:
+        """Where OpenSSH would connect, as whom, checking which known_hosts (`ssh -G`, no network)."""
+        if self._resolved is None:
+            self._resolved = await Resolved.ask(self.ssh, self.options(), self.host)
+        return self._resolved
+
+    async def unreachable(self, kind: str | None, lines: list[str]) -> SSHConnectError:
+        where = await self.resolved()
+        return SSHConnectError(explain(kind, lines, where, self.host.name, self.connect_timeout, self.attempts))
+
+    # ------------------------------------------------------------------ Transport
+
+    async def spawn(self, argv: list[str]) -> _OpenSSHStreams:
+        if shutil.which(self.ssh) is None:
+            raise HostError(f"{self.host.name}: ssh_client: openssh needs the OpenSSH client `{self.ssh}` "
+                            "on this machine, and it is not in PATH")
+        sudo_user = None
+        if self.host.become:
+            login = self.host.user or (await self.resolved()).user
+            if login != "root":
+                argv = ["sudo", "-n", "-H", "--", *argv]
+                sudo_user = login or "?"
+        self.exec_requests += 1
+        streams = _OpenSSHStreams(self, self.command(argv), sudo_user)
+        await streams.start()
+        self._live.add(streams)
+        return streams
+
+    async def close(self) -> None:
+        for streams in list(self._live):
+            await streams.close()
+
+
+class _OpenSSHStreams:
+    """The pipes of one `ssh` process (binary), started again if its connection set-up fails.
+
+    Until the first line of stdout arrives, everything written is also kept (up to
+    REPLAY_LIMIT), so a retry can replay it to a fresh `ssh`; and a broken pipe is not an
+    error yet: the reader finds out why ssh exited.
+    """
+
+    def __init__(self, transport: OpenSSHTransport, argv: list[str], sudo_user: str | None) -> None:
+        self._transport = transport
+        self._argv = argv
+        self._sudo_user = sudo_user
+        self.proc: asyncio.subprocess.Process | None = None
+        self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
+        self._pump: asyncio.Task[None] | None = None
+        self._replay: bytearray | None = bytearray()
+        self._answered = False  # a byte of stdout arrived: the remote command runs
+        self._broken = False  # the pipe to this ssh broke before the first answer
+        self.stdin = self  # write/drain
+        self.stdout = self  # readline
+
+    async def start(self) -> None:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self._argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                limit=READ_LIMIT,
+                start_new_session=True,  # Ctrl-C goes to patchkit, which finishes the request in progress
+            )
+        except OSError as exc:
+            raise HostError(f"{self._transport.host.name}: cannot run {self._argv[0]}: {exc.strerror or exc}") from None
+        self.proc, self._broken = proc, False
+        self._stderr = deque(maxlen=STDERR_LINES)
+        self._pump = asyncio.create_task(self._read_stderr(proc, self._stderr))
+
+    @staticmethod
+    async def _read_stderr(proc: asyncio.subprocess.Process, lines: deque[str]) -> None:
+        assert proc.stderr is not None
+        while True:
+            try:
+                line = await proc.stderr.readline()
+            except ValueError:  # a line over the limit: dropped
+                continue
+            if not line:
+                return
+            lines.append(line.decode("utf-8", "replace").rstrip("\r\n"))
+
+    async def _stderr_lines(self) -> list[str]:
+        """ssh's stderr (its own messages and the remote's), once the process has exited."""
+        assert self.proc is not None and self._pump is not None
+        try:
+            await asyncio.wait_for(self.proc.wait(), 5)
+            await asyncio.wait_for(asyncio.shield(self._pump), 5)
+        except (asyncio.TimeoutError, ValueError):
+            pass  # a ProxyCommand holding stderr open, or a line over the limit: what we have
+        return list(self._stderr)
+
+    # ------------------------------------------------------------------ stdin
+
+    def write(self, data: bytes) -> None:
+        if self._replay is not None:
+            if len(self._replay) + len(data) > REPLAY_LIMIT:
+                self._replay = None  # too much to keep: no retry for this process
+            else:
+                self._replay += data
+        assert self.proc is not None and self.proc.stdin is not None
+        if not self._broken and not self.proc.stdin.is_closing():  # closing: ssh is gone, the reader says why
+            self.proc.stdin.write(data)
+
+    async def drain(self) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        if self._broken:
+            if self._replay is None:
+                raise ConnectionResetError("ssh exited")
+            return
+        try:
+            await self.proc.stdin.drain()
+        except (ConnectionError, OSError):
+            if self._answered or self._replay is None:
+                raise
+            self._broken = True  # ssh exited: the reader says why, and may start it again
+
+    # ------------------------------------------------------------------ stdout
+
+    async def readline(self) -> bytes:
+        assert self.proc is not None and self.proc.stdout is not None
+        if self._answered:
+            return await self.proc.stdout.readline()
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(_Transient),
+                stop=stop_after_attempt(self._transport.attempts),
+                wait=wait_exponential(multiplier=0.25, max=2.0),
+                reraise=True,
+            ):
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        await self._restart()
+                    return await self._first_line()
+        except _Transient as exc:
+            raise await self._transport.unreachable(exc.kind, exc.lines) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _first_line(self) -> bytes:
+        assert self.proc is not None and self.proc.stdout is not None
+        line = await self.proc.stdout.readline()
+        if line:
+            self._on_answer()
+            return line
+        lines = await self._stderr_lines()
+        if self.proc.returncode != 255:
+            return b""  # the remote command itself failed (no python, sudo refused...): error_tail says why
+        kind = classify(lines)
+        if kind in TRANSIENT and self._replay is not None:
+            raise _Transient(kind, lines)
+        raise await self._transport.unreachable(kind, lines)
+
+    def _on_answer(self) -> None:
+        self._answered, self._replay = True, None
+        for line in self._stderr:
+            if line.startswith("Warning: Permanently added"):
+                log.warning("ssh.host_key_recorded", host=self._transport.host.name, message=line,
+                            known_hosts=self._transport.host.known_hosts or "OpenSSH's default")
+
+    async def _restart(self) -> None:
+        """A fresh ssh, fed everything written so far (in one go: nothing can slip in between)."""
+        await self.start()
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(bytes(self._replay or b""))  # after start(): includes what came in meanwhile
+        await self.drain()
+
+    # ------------------------------------------------------------------ AgentStreams
+
+    async def error_tail(self) -> str:
+        if self.proc is None or self._pump is None:
+            return ""
+        lines = await self._stderr_lines()
+        if self.proc.returncode == 255 and not self._answered and (kind := classify(lines)) is not None:
+            return str(await self._transport.unreachable(kind, lines))
+        lines = [line for line in lines if line.strip() and not line.startswith("Warning: Permanently added")]
+        tail = "\n".join(lines[-5:])
+        if self._sudo_user is not None and "sudo" in tail:
+            tail += (f" (become: true runs `sudo -n` as {self._sudo_user}, which needs passwordless sudo"
+                     " for the target interpreter on this host)")
+        return tail
+
+    async def close(self) -> None:
+        self._transport._live.discard(self)
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            try:
+                assert proc.stdin is not None
+                proc.stdin.close()
+                await asyncio.wait_for(proc.wait(), CLOSE_TIMEOUT_S)
+            except (asyncio.TimeoutError, OSError):
+                proc.kill()
+                await proc.wait()
+        if self._pump is not None and not self._pump.done():
+            try:
+                await asyncio.wait_for(self._pump, 5)
+            except (asyncio.TimeoutError, ValueError):
+                pass
+
