@@ -44,9 +44,13 @@ def _parser() -> argparse.ArgumentParser:
     apply.add_argument("--dry-run", action="store_true", help="show diffs, write nothing (same as plan)")
     apply.add_argument("--no-restart", action="store_true",
                        help="launch: fail instead of restarting a server that runs a different command")
-    apply.add_argument("--verify-all", action="store_true", help="deploy: re-hash every file, ignoring hash caches")
-    targets(sub.add_parser("plan", help="unified diffs of what apply would change; nothing written"))
-    targets(sub.add_parser("status", help="per host and step: applied | pending | drifted | not-applicable"))
+    plan = sub.add_parser("plan", help="unified diffs of what apply would change; nothing written")
+    status = sub.add_parser("status", help="per host and step: applied | pending | drifted | not-applicable")
+    for command in (apply, plan, status):
+        if command is not apply:
+            targets(command)
+        command.add_argument("--verify-all", action="store_true",
+                             help="deploy: re-hash every file, ignoring hash caches")
     rollback = sub.add_parser("rollback", help="undo the last (or named) run from the host's journal")
     targets(rollback)
     rollback.add_argument("--run", help="run id to undo (default: the newest with a change not yet undone)")
