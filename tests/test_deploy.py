@@ -646,3 +646,38 @@ def test_connection_dropped_mid_file_leaves_a_part_file_and_resumes(testbed: Tes
 
     again = tb.run("apply", recipe, "-i", direct, "--json", env=env)
     assert again.returncode == 0 and again.hosts()[server.name]["steps"][0]["status"] == "ok", again
+
+
+def test_the_data_path_prefers_aes_gcm_unless_ssh_config_sets_ciphers(
+        fleet, sshd_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """asyncssh's own default is chacha20-poly1305, twice the CPU of AES-GCM per deployed byte."""
+    import asyncio
+
+    from patchkit.inventory import HostSpec
+    from patchkit.transport.ssh import SSHTransport
+
+    server = fleet.servers[0]
+    known = tmp_path / "known_hosts"
+    fleet.write_known_hosts(known, [server])
+    spec = HostSpec(name=server.name, address="127.0.0.1", port=server.port, user="root",
+                    identity_file=str(fleet.client_key), known_hosts=str(known))
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+
+    async def negotiated() -> tuple[str, str]:
+        transport = SSHTransport(spec)
+        try:
+            streams = await transport.spawn(["true"])
+            await streams.close()
+            assert transport._conn is not None
+            return transport._conn.get_extra_info("send_cipher"), transport._conn.get_extra_info("recv_cipher")
+        finally:
+            await transport.close()
+
+    assert asyncio.run(negotiated()) == ("aes128-gcm@openssh.com", "aes128-gcm@openssh.com")
+    (home / ".ssh" / "config").write_text("Host *\n  Ciphers chacha20-poly1305@openssh.com,aes256-ctr\n")
+    assert asyncio.run(negotiated()) == ("chacha20-poly1305@openssh.com", "chacha20-poly1305@openssh.com")
+    (home / ".ssh" / "config").write_text("Host 127.0.0.1\n  Ciphers aes256-ctr\n")
+    assert asyncio.run(negotiated()) == ("aes256-ctr", "aes256-ctr")

@@ -205,6 +205,16 @@ class SSHTransport:
         try:
             options = await asyncssh.SSHClientConnectionOptions.construct(
                 None, config=(), host=host.address or "", **kwargs)  # config=(): ~/.ssh/config, as connect() does
+            if not options.config.get("Ciphers"):
+                # asyncssh's default puts chacha20-poly1305 first, which costs it about twice the
+                # CPU of AES-GCM (AES-NI): a 2 GB deploy took 14.5 s instead of 10.1 s.
+                # Through construct(): connect() rebuilds the options from their kwargs.
+                from asyncssh.encryption import get_default_encryption_algs
+
+                default = [alg.decode() for alg in get_default_encryption_algs()]
+                gcm = [alg for alg in ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com") if alg in default]
+                options = await asyncssh.SSHClientConnectionOptions.construct(
+                    options, encryption_algs=gcm + [alg for alg in default if alg not in gcm])
         except (OSError, asyncssh.KeyImportError, ValueError) as exc:
             raise HostError(f"{self.host.name}: bad SSH settings: {exc}") from None
         self._target = (options.host, options.port)
