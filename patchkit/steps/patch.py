@@ -31,6 +31,16 @@ def unified_diff(path: str, old: str, new: str) -> str:
     )
 
 
+def _diff(ctx: HostContext, path: str, old: str, new: str, key: tuple[str, str]) -> str:
+    """The diff of one edit, computed once per run: hosts of a fleet differ only in the path."""
+    memo_key = "diff:" + ":".join(key)
+    body = ctx.edits.memo.get(memo_key)
+    if body is None:
+        body = unified_diff("", old, new).split("\n", 2)[2]  # without the ---/+++ lines
+        ctx.edits.memo[memo_key] = body
+    return f"--- a{path}\n+++ b{path}\n{body}"
+
+
 def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
     key = (f"{ctx.loaded.content_sha256}:{step.name}", sha)
     cached = ctx.edits.results.get(key)
@@ -125,8 +135,8 @@ async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
         new_content = edit.source.encode("utf-8")
         result.status = "changed"
         result.message = edit.message
-        result.diff = unified_diff(path, content.decode("utf-8"), edit.source)
         result.sha256_after = hashlib.sha256(new_content).hexdigest()
+        result.diff = _diff(ctx, path, content.decode("utf-8"), edit.source, (read["sha256"], result.sha256_after))
         return PatchPlan(result, new_content)
 
     gate_note = f"; this step applies to {spec.package} {spec.versions}" if spec.versions else ""

@@ -27,7 +27,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import asyncssh
+from patchkit.transport.asyncssh_import import asyncssh  # isort: skip - first: see its docstring
 from asyncssh.public_key import get_default_public_key_algs
 from tenacity import (
     AsyncRetrying,
@@ -74,6 +74,24 @@ def _keyscan(host: str, port: int | None, known_hosts: str) -> str:
 def _lost(exc: asyncssh.Error) -> ConnectionError:
     """asyncssh's errors on a dropped connection, as the ConnectionError the agent client expects."""
     return ConnectionError(f"SSH connection lost ({exc.reason})" if getattr(exc, "reason", "") else str(exc))
+
+
+_KNOWN_HOSTS: dict[str, tuple[tuple[int, int], asyncssh.SSHKnownHosts]] = {}
+
+
+def _parsed_known_hosts(path: str) -> asyncssh.SSHKnownHosts:
+    """A fleet's hosts share one known_hosts file: parse it once per version of the file
+    (size + mtime), not twice per host. A key recorded during the run changes both."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return asyncssh.import_known_hosts("")
+    version = (st.st_size, st.st_mtime_ns)
+    cached = _KNOWN_HOSTS.get(path)
+    if cached is None or cached[0] != version:
+        cached = (version, asyncssh.import_known_hosts(Path(path).read_bytes().decode("utf-8", "replace")))
+        _KNOWN_HOSTS[path] = cached
+    return cached[1]
 
 
 class _Writer:
@@ -224,12 +242,10 @@ class SSHTransport:
 
     def _known(self, host: str, addr: str, port: int | None) -> tuple[list, list, list]:
         try:
-            data = Path(self.known_hosts).read_bytes()
-        except FileNotFoundError:
-            data = b""
+            parsed = _parsed_known_hosts(self.known_hosts)
         except OSError as exc:
             raise HostKeyRefused(f"{self.label}: cannot read known_hosts {self.known_hosts}: {exc}") from None
-        keys, ca_keys, revoked = asyncssh.match_known_hosts(data, host, addr, port)[:3]
+        keys, ca_keys, revoked = asyncssh.match_known_hosts(parsed, host, addr, port)[:3]
         return list(keys), list(ca_keys), list(revoked)
 
     def _match_known_hosts(self, host: str, addr: str, port: int | None) -> tuple[list, list, list]:
