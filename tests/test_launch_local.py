@@ -155,3 +155,21 @@ def test_a_server_that_never_gets_healthy_is_stopped(tmp_path: Path) -> None:
     pid = step["details"]["servers"][0]["pid"]
     time.sleep(0.3)
     assert not alive(pid)
+
+
+def test_workers_of_a_server_that_died_are_stopped_with_it(tmp_path: Path) -> None:
+    port = free_port()
+    pid_file = tmp_path / "worker.pid"
+    # the "server" starts a worker in its process group, then dies before it is healthy
+    script = f"sleep 300 & echo $! > {pid_file}; echo 'worker started, then: CUDA out of memory'; exit 4"
+    recipe = write_recipe(tmp_path / "orphans.yaml", ["/bin/sh", "-c", script], port, timeout_s=60)
+    code, report = patchkit(tmp_path / "state", "apply", str(recipe))
+    step = step_of(report)
+    assert code == 1 and "exit status 4" in step["message"], step
+    worker = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(worker), f"worker {worker} of the dead server still runs"
+    assert step["details"]["stopped_after_failure"] is True, step["details"]
+    assert "left of its group" in step["details"]["stop"]

@@ -64,6 +64,11 @@ def _write_record(state_dir, name, record):
     os.replace(tmp, path)
 
 
+# Servers this agent started. Their Popen objects must outlive the request: a Popen that is
+# garbage-collected reaps its child if it has already exited, and the exit status is lost.
+CHILDREN = {}
+
+
 def _reap(pid, wait_s=0.0):
     """Exit status of our own child if it has ended (None while it runs or if not ours).
 
@@ -71,22 +76,17 @@ def _reap(pid, wait_s=0.0):
     _alive says no) before its other threads are gone, and until then waitpid has no
     status to give: a server that died would be reported "not running", without its exit.
     """
+    proc = CHILDREN.get(pid)
+    if proc is None:
+        return None
     deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if done != 0:
-            break
+    while proc.poll() is None:  # poll() keeps the status once it has it: asked again, same answer
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.05)
-    if os.WIFEXITED(status):
-        return "exit status %d" % os.WEXITSTATUS(status)
-    if os.WIFSIGNALED(status):
-        return "killed by signal %d" % os.WTERMSIG(status)
-    return "ended"
+    if proc.returncode >= 0:
+        return "exit status %d" % proc.returncode
+    return "killed by signal %d" % -proc.returncode
 
 
 def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash):
@@ -107,6 +107,7 @@ def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash):
         raise TransferRefused("cannot start %s: %s" % (argv[0], exc.strerror or exc))  # noqa: F821 - bundled
     finally:
         log.close()
+    CHILDREN[proc.pid] = proc
     record = {"name": name, "pid": proc.pid, "proc_start": _proc_start_time(proc.pid), "argv": argv,
               "env": env or {}, "cwd": cwd, "log": log_path, "command_hash": command_hash, "started": time.time()}
     _write_record(state_dir, name, record)
@@ -127,12 +128,54 @@ def op_launch_inspect(state_dir, name, url=None, request_timeout=5.0):
     return out
 
 
+def _group_members(pgid):
+    """Live processes of a process group. Linux does not hand out a PID that is still some
+    group's id, so after the leader's death these can only be the server's own children."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
+def _stop_orphans(pgid, timeout_s):
+    """The leader is gone but its workers may not be: TERM, then KILL, the rest of the group."""
+    if not _group_members(pgid):
+        return None
+    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return "SIGTERM to what was left of its group"
+        deadline = time.monotonic() + wait_s
+        while _group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _group_members(pgid):
+            return "SIGTERM to what was left of its group" if sig == signal.SIGTERM else \
+                "SIGKILL to what was left of its group after %ss" % timeout_s
+    return "what was left of its group survived SIGKILL"
+
+
 def op_launch_stop(state_dir, name, timeout_s=30.0):
     """SIGTERM the server's process group, SIGKILL after timeout_s. Forgets the record."""
     record = _read_record(state_dir, name)
     if record is None or not _alive(record):
-        if record is not None:
-            os.unlink(_record_path(state_dir, name))
+        if record is None:
+            return {"stopped": False, "how": "not running"}
+        _reap(record["pid"])
+        # its PID free or still its own (a zombie): the group, if any is left, is the server's
+        ours = _proc_start_time(record["pid"]) in (None, record.get("proc_start"))
+        orphans = _stop_orphans(record["pid"], timeout_s) if ours else None
+        os.unlink(_record_path(state_dir, name))
+        if orphans:
+            return {"stopped": True, "how": orphans, "record": record}
         return {"stopped": False, "how": "not running"}
     pid = record["pid"]
     how = "SIGTERM"

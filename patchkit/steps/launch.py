@@ -262,9 +262,11 @@ async def apply_launch(ctx: HostContext, step: Step) -> StepResult:
     except (HostError, GateFailed) as exc:
         result.status = "failed"
         result.message = str(exc)
-        if isinstance(exc, GateFailed) or "not healthy" in str(exc):
-            await _stop(ctx, step.name, spec.stop_timeout_s)
-            details["stopped_after_failure"] = True
+        try:  # also when it died: workers it started may still run in its process group
+            stopped = await _stop(ctx, step.name, spec.stop_timeout_s)
+            details["stopped_after_failure"], details["stop"] = bool(stopped.get("stopped")), stopped.get("how")
+        except HostError as stop_exc:
+            details["stopped_after_failure"], details["stop"] = False, f"could not stop it: {stop_exc}"
         return result
     result.message = "; ".join(n for n in notes if n)
     if details.get("gate_failed"):
