@@ -159,7 +159,7 @@ def test_deploy_binary_data_one_exec_then_nothing_to_send(testbed: Testbed, tmp_
     src.mkdir()
     # OpenSSH's escape character must be off: "~." after a newline would end an interactive session
     (src / "escapes.bin").write_bytes(b"\n~.\n~?\n~C\n" * 1000 + bytes(range(256)) * 4000)
-    (src / "random.bin").write_bytes(__import__("os").urandom(24 << 20))
+    (src / "random.bin").write_bytes(os.urandom(24 << 20))
     recipe = str(deploy_recipe(tb.root / "deploy.yaml", dest="~/models/artifact", src="./artifact", validate=False))
     ob = OpenSSHBed(tb)
     cache = str(tmp_path / "cache")
@@ -189,7 +189,8 @@ def test_drafter_deploy_validated_on_the_host(testbed: Testbed, tmp_path: Path) 
     tb = testbed
     server = tb.fleet.servers[5]
     env = add_hosts(tb, [server])[server.name]
-    inventory = str(tb.inventory(defaults=OPENSSH, **{server.name.replace("-", "_"): {"python": str(home_python(env))}}))
+    python = {"python": str(home_python(env))}
+    inventory = str(tb.inventory(defaults=OPENSSH, **{server.name.replace("-", "_"): python}))
     src = make_drafter(tb.root / "drafter", "valid-sharded")
     recipe = str(deploy_recipe(tb.root / "drafter.yaml", dest="~/models/drafter"))
     result = OpenSSHBed(tb).run("apply", recipe, "-i", inventory, "--json", PATCHKIT_CACHE_DIR=str(tmp_path / "c"))
