@@ -50,7 +50,10 @@ sys.path.insert(0, str(HERE))
 from fleet import SPECULATIVE, Fleet, Host, sha256  # noqa: E402
 
 IMPORT_CHECK = "vllm._version"
-CONTENDERS = ("patchkit", "ansible", "floor")
+CONTENDERS = ("patchkit", "ansible", "floor", "sshonly")
+# "sshonly" is not a way to do the work: N plain `ssh HOST true` at once, the cost every
+# contender pays before any work (handshake, sshd session, root's login shell). It bounds
+# what any one-exec-per-host tool can reach here.
 ANSIBLE_CORE = "ansible-core>=2.16,<2.20"
 
 RECIPE = HERE / "bench_eagle3.yaml"  # the kimi_eagle3 whitelist step, import check vllm._version
@@ -303,18 +306,20 @@ def close_control_masters(control_dir: Path) -> None:
     shutil.rmtree(control_dir, ignore_errors=True)
 
 
-def run_floor(s: Setup, hosts: list[Host], net: str, mode: str) -> tuple[bool, str, None]:
+def run_floor(s: Setup, hosts: list[Host], net: str, mode: str, ssh_only: bool = False) -> tuple[bool, str, None]:
     procs = []
     for h in hosts:
         script = FLOOR.format(file=shlex.quote(str(h.target)), python=shlex.quote(str(h.python)),
                               module=IMPORT_CHECK)
+        if ssh_only:
+            script = "echo ok"  # a shell builtin: the login shell and nothing else
         argv = ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
                 "-o", f"UserKnownHostsFile={s.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
                 "-o", "IdentitiesOnly=yes", "-i", str(s.fleet.client_key), "-p", str(s.port(h, net)),
                 "-l", "root", "127.0.0.1", script]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       stdin=subprocess.DEVNULL, env=s.env()))
-    want = "changed" if mode == "fresh" else "ok"
+    want = "changed" if mode == "fresh" and not ssh_only else "ok"
     bad = []
     for h, p in zip(hosts, procs):
         out, err = p.communicate(timeout=600)
@@ -334,7 +339,7 @@ def timed_once(s: Setup, contender: str, hosts: list[Host], net: str, mode: str)
     elif contender == "ansible":
         ok, note, reported = run_ansible(s, hosts, net, mode, control_dir)
     else:
-        ok, note, reported = run_floor(s, hosts, net, mode)
+        ok, note, reported = run_floor(s, hosts, net, mode, ssh_only=(contender == "sshonly"))
     seconds = time.perf_counter() - t0
     masters = pids_mentioning(str(control_dir))  # detached: not our children, count them by hand
     masters_cpu = process_cpu(masters)
@@ -347,7 +352,7 @@ def timed_once(s: Setup, contender: str, hosts: list[Host], net: str, mode: str)
     used["other"] -= masters_cpu
     time.sleep(0.05)  # let the last session lines reach the sshd logs
     execs = [h.exec_requests_since(o) for h, o in zip(hosts, offsets)]
-    if ok:
+    if ok and contender != "sshonly":
         wrong = s.fleet.check(hosts, patched=True)
         if wrong:
             ok, note = False, f"file not the expected patched bytes on {wrong[:5]}"
@@ -495,9 +500,9 @@ def markdown(rows: list[dict], startup: dict[str, float], meta: dict) -> str:
         title = "Loopback, no added latency" if net == "direct" else \
             f"Through the latency proxy ({2 * meta['delay_ms']:g} ms round trip)"
         out += [f"#### {title}", "",
-                "| hosts | run | patchkit s | ansible s | floor s | patchkit/ansible | patchkit/floor "
+                "| hosts | run | patchkit s | ansible s | floor s | ssh alone s | patchkit/ansible | patchkit/floor "
                 "| CPU s pk · ans · floor | execs/host pk · ans · floor | noisy runs |",
-                "|---:|---|---:|---:|---:|---:|---:|---|---|---:|"]
+                "|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|"]
         for r in mine:
             mode = "fresh apply" if r["mode"] == "fresh" else "no-op re-apply"
             extra = ""
@@ -505,9 +510,29 @@ def markdown(rows: list[dict], startup: dict[str, float], meta: dict) -> str:
                 extra = f" (÷ floor fresh: {r['patchkit_noop/floor_fresh']:.2f})"
             noisy = sum(r[c]["noisy"] for c in CONTENDERS if c in r)
             out.append(f"| {r['n']} | {mode} | {cell(r, 'patchkit')} | {cell(r, 'ansible')} | {cell(r, 'floor')} "
+                       f"| {cell(r, 'sshonly')} "
                        f"| {ratio(r, 'patchkit/ansible')} | {ratio(r, 'patchkit/floor')}{extra} "
                        f"| {cpu(r, 'patchkit')} · {cpu(r, 'ansible')} · {cpu(r, 'floor')} "
                        f"| {execs(r, 'patchkit')} · {execs(r, 'ansible')} · {execs(r, 'floor')} | {noisy} |")
+        out.append("")
+    if any("sshonly" in r for r in rows):
+        out += ["#### CPU per host (client + hosts, median run ÷ hosts, ms)", "",
+                "What each way costs the machine per host. `ssh alone` is N plain `ssh HOST echo ok` at once:"
+                " the handshake, the sshd session and the login shell that every contender pays first.", "",
+                "| net | hosts | run | patchkit | floor | ssh alone | patchkit − ssh alone | floor − ssh alone |",
+                "|---|---:|---|---:|---:|---:|---:|---:|"]
+
+        def per_host(row: dict, c: str) -> float | None:
+            return 1000 * (row[c]["cpu_s"]["client"] + row[c]["cpu_s"]["hosts"]) / row["n"] if c in row else None
+
+        def ms(v: float | None) -> str:
+            return "—" if v is None else f"{v:.0f}"
+
+        for r in rows:
+            pk, fl, so = (per_host(r, c) for c in ("patchkit", "floor", "sshonly"))
+            out.append(f"| {r['net']} | {r['n']} | {r['mode']} | {ms(pk)} | {ms(fl)} | {ms(so)} "
+                       f"| {ms(pk - so if pk is not None and so is not None else None)} "
+                       f"| {ms(fl - so if fl is not None and so is not None else None)} |")
         out.append("")
     if startup:
         out += ["#### Start-up and single-exec costs (median)", "", "| command | s |", "|---|---:|"]
