@@ -279,6 +279,7 @@ class Bench:
     quiet_max_s: float = 60.0  # before each run: wait up to this long for < 0.3 busy cores
     noisy_limit: float = 0.6  # other CPU per second of run above this: the run is redone (once)
     retries: int = 1
+    patchkit_cipher_configured: bool = True  # False: no Ciphers in patchkit's ~/.ssh/config (its own default)
 
     # paths ---------------------------------------------------------------
     @property
@@ -328,7 +329,8 @@ class Bench:
             "  ControlPath none\n")
         # patchkit: asyncssh reads ~/.ssh/config (HOME is this bench home for patchkit's runs)
         (self.home / ".ssh").mkdir(parents=True, exist_ok=True)
-        (self.home / ".ssh" / "config").write_text(f"Host 127.0.0.1\n  Ciphers {self.cipher}\n  Compression no\n")
+        ciphers = f"  Ciphers {self.cipher}\n" if self.patchkit_cipher_configured else ""
+        (self.home / ".ssh" / "config").write_text(f"Host 127.0.0.1\n{ciphers}  Compression no\n")
         host = {"address": "127.0.0.1", "port": self.host.port, "user": "root",
                 "identity_file": str(self.client_key), "known_hosts": str(self.known_hosts),
                 "python": "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
@@ -709,7 +711,8 @@ def report(bench: Bench, meta: dict) -> str:
     scp_mb = median([r.mb_s for r in rows("scp", "fresh")])
     lines = [
         (f"artifact: {len(bench.hashes)} files, {bench.total / 1e9:.3f} GB ({bench.total / MIB:.0f} MiB), random "
-         f"bytes (zlib ratio {meta['zlib_ratio']:.3f}); cipher: asyncssh `{meta['ciphers']['asyncssh']}`, "
+         f"bytes (zlib ratio {meta['zlib_ratio']:.3f}); cipher: asyncssh `{meta['ciphers']['asyncssh']}` "
+         f"({meta.get('patchkit_cipher', 'configured')}), "
          f"OpenSSH `{meta['ciphers']['openssh']}`; asyncssh channel to sshd: {meta['ciphers'].get('asyncssh_channel')}; "
          f"{meta['runs']} runs each, medians; MB = 10^6 bytes"),
         "",
@@ -767,6 +770,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3, help="timed fresh and no-op runs per tool (default 3)")
     p.add_argument("--cipher", default=DEFAULT_CIPHER, help=f"the one cipher all sides use (default {DEFAULT_CIPHER})")
+    p.add_argument("--patchkit-default-cipher", action="store_true",
+                   help="no Ciphers in patchkit's ~/.ssh/config: patchkit picks (it must pick --cipher)")
     p.add_argument("--shards", type=int, default=3)
     p.add_argument("--shard-mib", type=int, default=682, help="MiB per shard (default 682: ~2 GiB in all)")
     p.add_argument("--workdir", default="/tmp/patchkit-deploy-bench", help="keys, sshd, destinations (wiped first)")
@@ -806,7 +811,8 @@ def main() -> None:
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     host = Host("deploy-host", work / "host", work / "authorized_keys")
     bench = Bench(work, src, hashes, total, host, args.cipher, find_patchkit(args.patchkit),
-                  quiet_max_s=args.quiet_wait, noisy_limit=args.noisy_limit)
+                  quiet_max_s=args.quiet_wait, noisy_limit=args.noisy_limit,
+                  patchkit_cipher_configured=not args.patchkit_default_cipher)
     waited, quiet = (0.0, True) if args.no_wait else wait_idle(args.max_wait)
     host.start()
     try:
@@ -841,6 +847,7 @@ def main() -> None:
         pieces = breakdown(bench) if args.breakdown else None
         times = timeline(bench) if args.timeline and "patchkit" in tools else None
         meta = {"runs": args.runs, "cipher": args.cipher, "ciphers": ciphers, "zlib_ratio": ratio,
+                "patchkit_cipher": "configured" if bench.patchkit_cipher_configured else "patchkit's default",
                 "waited_s": waited, "quiet": quiet, "total_bytes": total, "files": len(hashes),
                 "measure_s": round(time.monotonic() - t_start, 1), "load_at_start": os.getloadavg(),
                 "nproc": os.cpu_count(), "openssh": subprocess.run(["ssh", "-V"], capture_output=True, text=True,
