@@ -85,11 +85,26 @@ def wait_quiet(max_wait: float, threshold: float = 0.3, window: float = 0.5) -> 
             return time.monotonic() - t0
 
 
+def running_fleet_benches() -> list[str]:
+    """pids of bench/run_bench.py at work; not those queued behind `flock LOCK ...` (they wait for us)."""
+    pids = subprocess.run(["pgrep", "-f", "bench/run_bench.py"], capture_output=True, text=True,
+                          check=False).stdout.split()
+    running = []
+    for pid in pids:
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if os.path.basename(argv0) != b"flock":
+            running.append(pid)
+    return running
+
+
 def wait_idle(max_wait: float, load_below: float = 1.5, poll: float = 20.0) -> tuple[float, bool]:
     """Until no bench/run_bench.py runs and the 1-minute load is below `load_below` (or max_wait)."""
     t0 = time.monotonic()
     while True:
-        other = subprocess.run(["pgrep", "-f", "bench/run_bench.py"], capture_output=True, text=True, check=False).stdout.split()
+        other = running_fleet_benches()
         load = os.getloadavg()[0]
         if not other and load < load_below:
             return time.monotonic() - t0, True
