@@ -7,7 +7,6 @@ contacted); 3 for `status`: a host is drifted or pending.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from typing import Sequence
@@ -125,6 +124,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     command = "apply" if args.command == "plan" else args.command
     runner = Runner(loaded, options, new_run_id(), args.command)
     work = {"apply": runner.apply, "status": runner.status, "rollback": runner.rollback, "history": runner.history}[command]
+    import asyncio
+
     results = asyncio.run(runner.on_hosts(hosts, work))
 
     from patchkit.report import print_human, print_json
