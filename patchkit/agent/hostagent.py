@@ -318,27 +318,50 @@ def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, im
     return {"ok": False, "failure": failure, "restored": restored, "checks": checks}
 
 
-def op_restore(path, backup_path, expected_current, original_sha256, force):
-    """Put a backup back, only if the file is still what we wrote (unless forced)."""
+def op_restore(path, backup_path, expected_current, original_sha256, force, mode=None):
+    """Put a backup back, only if the file is still what we wrote (unless forced).
+
+    Streamed (a deploy's backups can be checkpoint shards of many GB), hashed on the way and
+    renamed into place only if it is the original; `mode`: the original's permission bits
+    (deploys record them; a patch keeps the file's current mode, which it never changed).
+    """
     path = expand(path)
     backup_path = expand(backup_path)
     if not os.path.isfile(backup_path):
         raise Refused("backup %s is missing; cannot restore %s" % (backup_path, path))
     current = sha256_file(path) if os.path.isfile(path) else None
     if current == original_sha256:
+        if mode is not None and stat_of(path)["mode"] != mode:
+            os.chmod(path, mode)
         return {"ok": True, "already": True}
     if current != expected_current and not force:
         raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to restore "
                       "(--force restores anyway)" % (path, (current or "missing")[:12], expected_current[:12]))
-    with open(backup_path, "rb") as f:
-        data = f.read()
-    if sha256_bytes(data) != original_sha256:
-        raise Refused("backup %s is corrupt (hash mismatch); not restoring" % backup_path)
-    if os.path.isfile(path):
-        st = stat_of(path)
-        atomic_write(path, data, st["mode"], st["uid"], st["gid"])
-    else:
-        atomic_write(path, data, 0o644)
+    st = stat_of(path) if os.path.isfile(path) else {"mode": 0o644, "uid": None, "gid": None}
+    folder = os.path.dirname(path)
+    fd, tmp = create_temp(folder, "." + os.path.basename(path) + ".", ".patchkit-tmp")
+    try:
+        digest = hashlib.sha256()
+        with open(backup_path, "rb") as src, os.fdopen(fd, "wb") as dst:
+            for chunk in iter(lambda: src.read(1 << 20), b""):
+                digest.update(chunk)
+                dst.write(chunk)
+            dst.flush()
+            if digest.hexdigest() != original_sha256:
+                raise Refused("backup %s is corrupt (hash mismatch); not restoring" % backup_path)
+            os.fchmod(dst.fileno(), st["mode"] if mode is None else mode)
+            if st["uid"] is not None and (st["uid"], st["gid"]) != (os.geteuid(), os.getegid()):
+                try:
+                    os.fchown(dst.fileno(), st["uid"], st["gid"])
+                except PermissionError:
+                    pass
+            os.fsync(dst.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fsync_dir(folder)
     drop_bytecode(path)
     if sha256_file(path) != original_sha256:
         raise Refused("restored %s does not read back as the original" % path)

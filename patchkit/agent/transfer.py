@@ -210,12 +210,15 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
     if got != expected_sha256:
         os.unlink(part)
         raise TransferRefused("%s arrived with sha256 %s, expected %s; discarded" % (rel, got[:12], expected_sha256[:12]))
-    before = None
+    before = mode_before = None
     if os.path.isfile(final):
         before = sha256_path(final)
+        mode_before = stat.S_IMODE(os.stat(final).st_mode)
         os.makedirs(os.path.dirname(backup_path), mode=0o700, exist_ok=True)
         shutil.copyfile(final, backup_path)
         os.chmod(backup_path, 0o600)
+        with open(backup_path, "rb") as f:
+            os.fsync(f.fileno())  # the backup is durable before the file it saves is replaced
     else:
         backup_path = None
     os.chmod(part, mode)
@@ -231,7 +234,7 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
     cache[final] = [st.st_size, st.st_mtime_ns, got]
     _save_cache(cache_file, cache)
     return {"path": final, "sha256": got, "sha256_before": before, "backup": backup_path,
-            "created_dirs": created_dirs}
+            "mode_before": mode_before, "created_dirs": created_dirs}
 
 
 def op_remove_file(path, expected_sha256, force=False, remove_dirs=()):

@@ -145,6 +145,7 @@ async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
             sent += entry.size - offset
             written.append({"rel": rel, "path": done["path"], "sha256_after": done["sha256"],
                             "sha256_before": done["sha256_before"], "backup": done["backup"],
+                            "mode_before": done.get("mode_before"),
                             "resumed_from": offset, "created_dirs": done.get("created_dirs", [])})
         if spec.validate_as:
             view = await ctx.agent.call("read_checkpoint", path=spec.dest, timeout=600)
@@ -242,8 +243,8 @@ async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: b
         try:
             if item.get("backup"):
                 await agent.call("restore", path=item["path"], backup_path=item["backup"],
-                                     expected_current=item["sha256_after"], original_sha256=item["sha256_before"],
-                                     force=force)
+                                 expected_current=item["sha256_after"], original_sha256=item["sha256_before"],
+                                 force=force, mode=item.get("mode_before"), timeout=3600)
             else:
                 await agent.call("remove_file", path=item["path"], expected_sha256=item["sha256_after"],
                                  force=force, remove_dirs=item.get("created_dirs") or [])
