@@ -5,8 +5,9 @@
 
 Runs the patchkit CLI in this process with timing hooks wrapped around (if they exist):
 the imports, `SSHTransport._connect_with_retries` (TCP + SSH handshake + auth),
-`SSHTransport.spawn` (the exec request), every `AgentClient.call` (one request/reply
-round trip to the host agent, by op name) and the transport's close. Prints, on stderr,
+`SSHTransport.spawn` (the exec request), every agent request from the moment it is written
+to the moment its answer is read (by op name; pipelined requests overlap) and the
+transport's close. Prints, on stderr,
 the start-up phases and per op: how many calls per host and their median / max duration,
 then the critical path of the slowest host. patchkit's own stdout is left alone.
 """
@@ -49,10 +50,27 @@ def _wrap_async(cls: type, name: str, label, host_of) -> None:
 
 
 def install_hooks() -> None:
-    from patchkit.agent.client import AgentClient
+    from patchkit.agent.client import AgentClient, Pending
 
-    _wrap_async(AgentClient, "call", lambda a, k: "agent." + (a[0] if a else k.get("op", "?")),
-                lambda self: getattr(self, "_host", "?"))
+    # Every request, from the moment it is written to the moment its answer is read: requests
+    # are pipelined (several may be in flight), so these spans can overlap.
+    original_send, original_result = AgentClient._send, Pending.result
+
+    async def send(self, op, args, payload, preamble=b""):
+        pending = await original_send(self, op, args, payload, preamble)
+        pending._profile_sent = _rel()
+        return pending
+
+    async def result(self, timeout=600):
+        first = self._outcome is None
+        try:
+            return await original_result(self, timeout)
+        finally:
+            if first:
+                EVENTS.append((getattr(self.client, "_host", "?"), "agent." + self.op,
+                               getattr(self, "_profile_sent", _rel()), _rel()))
+
+    AgentClient._send, Pending.result = send, result
     try:
         from patchkit.transport import ssh
     except ImportError:
@@ -86,8 +104,8 @@ def report() -> None:
         durations = by_op[what]
         print(f"[profile]   {what:<28} {len(durations) / hosts:4.1f}  {statistics.median(durations):.3f} / "
               f"{max(durations):.3f}", file=out)
-    round_trips = sum(1 for e in EVENTS if e[1].startswith("agent.")) / hosts
-    print(f"[profile] agent round trips per host: {round_trips:.1f}", file=out)
+    requests = sum(1 for e in EVENTS if e[1].startswith("agent.")) / hosts
+    print(f"[profile] agent requests per host: {requests:.1f} (pipelined ones share a round trip)", file=out)
     slowest = max(per_host, key=lambda h: max(e[3] for e in EVENTS if e[0] == h))
     print(f"[profile] critical path of the slowest host, {slowest}:", file=out)
     for host, what, start, stop in sorted((e for e in EVENTS if e[0] == slowest), key=lambda e: e[2]):
