@@ -152,6 +152,12 @@ class Runner:
                            recipe_sha256=self.loaded.content_sha256, host=s.host.name, user=_user(),
                            patchkit_version=__version__, started=time.time())
         stopped_by: str | None = None
+
+        async def write_intent(in_progress: StepResult) -> None:
+            await s.journal.write(record.model_copy(update={"steps": [*record.steps, in_progress]}), wait=False)
+
+        if not self.options.dry_run:
+            ctx.record_intent = write_intent
         for step in recipe.select(self.options.steps):
             if self.interrupt.requested and not stopped_by:
                 stopped_by = "interrupt"

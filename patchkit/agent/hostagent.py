@@ -327,13 +327,13 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, mode
     """
     path = expand(path)
     backup_path = expand(backup_path)
-    if not os.path.isfile(backup_path):
-        raise Refused("backup %s is missing; cannot restore %s" % (backup_path, path))
     current = sha256_file(path) if os.path.isfile(path) else None
-    if current == original_sha256:
+    if current == original_sha256:  # never changed (a run that died first) or put back already
         if mode is not None and stat_of(path)["mode"] != mode:
             os.chmod(path, mode)
         return {"ok": True, "already": True}
+    if not os.path.isfile(backup_path):
+        raise Refused("backup %s is missing; cannot restore %s" % (backup_path, path))
     if current != expected_current and not force:
         raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to restore "
                       "(--force restores anyway)" % (path, (current or "missing")[:12], expected_current[:12]))

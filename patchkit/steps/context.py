@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -12,6 +12,7 @@ from patchkit.agent import AgentClient
 from patchkit.edits import EditResult
 from patchkit.journal import Journal
 from patchkit.recipe import LoadedRecipe
+from patchkit.results import StepResult
 
 
 @dataclass
@@ -21,6 +22,10 @@ class EditCache:
     results: dict[tuple[str, str], EditResult] = field(default_factory=dict)
     hits: int = 0
     memo: dict[str, Any] = field(default_factory=dict)  # other once-per-run work (deploy sources)
+
+
+async def _no_intent(step: StepResult) -> None:
+    return None
 
 
 @dataclass
@@ -36,6 +41,9 @@ class HostContext:
     verify_all: bool = False
     no_restart: bool = False
     note: Callable[[str], None] = lambda text: None  # live progress line for this host
+    # Journal a step that is about to change the host, before it does (see apply_deploy):
+    # if the connection dies half-way, the run's record already names what may have changed.
+    record_intent: Callable[[StepResult], Awaitable[None]] = _no_intent
     _located: dict[str, Any] = field(default_factory=dict)
 
     async def locate(self, package: str, modules: list[str], read_first: bool = False) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from patchkit.agent import AgentClient
+from patchkit.agent.transfer import PART_SUFFIX
 from patchkit.checkpoint import VALIDATORS
 from patchkit.errors import HostError, UsageError
 from patchkit.manifest import FileEntry, sha256_of, source_manifest
@@ -130,13 +131,16 @@ async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
     root = _dest_root(spec, src)
     written: list[dict[str, Any]] = []
     sent = 0
+    backups = posixpath.join(ctx.journal.state_dir, "backups", ctx.run_id, step.name)
+    backup_of = {e.rel: posixpath.join(backups, e.rel) for e in todo}
+    await ctx.record_intent(_intent(result, todo, remote, root, backup_of).model_copy(update={"backup": backups}))
     ctx.agent.on_bytes = _progress_line(ctx, step.name, sum(e.size for e in todo))
     try:
         for entry in todo:
             rel = entry.rel
             local = src / rel if src.is_dir() else src
             offset = await _resume_offset(ctx, root, rel, local, entry, remote)
-            backup = posixpath.join(ctx.journal.state_dir, "backups", ctx.run_id, step.name, rel)
+            backup = backup_of[rel]
             done = await ctx.agent.send_file(
                 "receive_file", local, offset, entry.size - offset,
                 dest=root, rel=rel, offset=offset, length=entry.size - offset, expected_sha256=entry.sha256,
@@ -162,8 +166,25 @@ async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
     resumed = sum(1 for w in written if w["resumed_from"])
     result.message = (f"sent {len(written)} file(s), {_size(sent)}" + (f" ({resumed} resumed)" if resumed else "")
                       + (f"; {spec.validate_as} valid at {spec.dest}" if spec.validate_as else ""))
-    result.backup = posixpath.join(ctx.journal.state_dir, "backups", ctx.run_id, step.name)
+    result.backup = backups
     return result
+
+
+def _intent(result: StepResult, todo: list[Any], remote: dict[str, Any], root: str,
+            backup_of: dict[str, str]) -> StepResult:
+    """The step as the journal should see it if the run dies mid-transfer: every file it is
+    about to write, with what was there before. A rollback of that run puts back what did
+    change (a file at its new hash) and leaves the rest (still at its old hash, or absent)."""
+    planned = []
+    for entry in todo:
+        before = remote["files"].get(entry.rel) or {}
+        planned.append({"rel": entry.rel, "path": posixpath.join(root, entry.rel), "sha256_after": entry.sha256,
+                        "sha256_before": before.get("sha256"), "mode_before": before.get("mode"),
+                        "backup": backup_of[entry.rel] if before else None, "resumed_from": 0,
+                        "created_dirs": [], "planned": True})
+    return result.model_copy(update={
+        "message": f"interrupted while sending {len(todo)} file(s)",
+        "details": {**(result.details or {}), "files": planned, "in_progress": True}})
 
 
 def _deployed(records: list[RunRecord], step_name: str) -> dict[str, str]:
@@ -174,7 +195,8 @@ def _deployed(records: list[RunRecord], step_name: str) -> dict[str, str]:
             continue
         for done in record.live_steps():
             if done.name == step_name and done.kind == "deploy":
-                out.update({f["path"]: f["sha256_after"] for f in (done.details or {}).get("files", [])})
+                out.update({f["path"]: f["sha256_after"] for f in (done.details or {}).get("files", [])
+                            if not f.get("planned")})  # planned: a run that died before it knew
     return out
 
 
@@ -248,6 +270,10 @@ async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: b
             else:
                 await agent.call("remove_file", path=item["path"], expected_sha256=item["sha256_after"],
                                  force=force, remove_dirs=item.get("created_dirs") or [])
+            if item.get("planned"):  # the run died mid-transfer: its unfinished part file goes too
+                folder, name = posixpath.split(item["path"])
+                await agent.call("remove_file", path=posixpath.join(folder, f".{name}{PART_SUFFIX}"),
+                                 expected_sha256="", force=True)
         except HostError as exc:
             problems.append(str(exc))
     if problems:
