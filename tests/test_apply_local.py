@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import difflib
 import subprocess
+import time
 from pathlib import Path
 
 from helpers import (  # noqa: F401 - sandbox_fixture: the `sandbox` fixture
@@ -400,3 +401,27 @@ def test_two_steps_on_one_file_each_see_the_file_as_the_step_before_left_it(sand
     assert whitelist(sandbox.file(TOY_SPECULATIVE)) == ORIGINAL_TARGETS + ["kimi_k2", "deepseek_v3"]
     again = sandbox.run("apply", str(recipe_file), json_out=True)
     assert [s["status"] for s in host(again)["steps"]] == ["ok", "ok"], again
+
+
+def test_a_run_cut_off_after_the_write_can_still_be_rolled_back(sandbox: Sandbox) -> None:
+    """The step is journaled before the host writes: the control side dying while the host
+    verifies (here: a slow import check) leaves a record that rollback can act on."""
+    (sandbox.pkgs / "slow_check.py").write_text("import time\ntime.sleep(3)\n")
+    recipe_file = sandbox.root / "slow.yaml"
+    recipe_file.write_text(TWO_STEPS_ONE_FILE.split("  - name: second")[0].replace("two_steps_one_file", "slow")
+                           + "    verify: {import: [slow_check]}\n")
+    spec = sandbox.file(TOY_SPECULATIVE)
+    original = spec.read_bytes()
+
+    proc = sandbox.start("apply", str(recipe_file))
+    deadline = time.monotonic() + 30
+    while b'"kimi_k2"' not in spec.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.kill()  # the control side dies while the host runs the import check
+    proc.wait()
+    assert b'"kimi_k2"' in spec.read_bytes()
+
+    undone = sandbox.run("rollback", str(recipe_file), json_out=True)  # waits for the lock: the check ends
+    assert undone.returncode == 0, undone
+    assert host(undone)["status"] == "changed", undone
+    assert spec.read_bytes() == original

@@ -153,6 +153,9 @@ async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResu
     assert plan.new_content is not None and result.file and result.sha256_before
     backup = ctx.journal.backup_path(ctx.run_id, step.name, result.file)
     verify = step.verify
+    # In the journal before the write (same round trip, pipelined): a run cut off after the
+    # host wrote the file still names it and its backup, so it can be rolled back.
+    await ctx.record_intent(result.model_copy(update={"backup": backup, "message": "interrupted while writing"}))
     try:
         outcome = await ctx.agent.call(
             "apply",
