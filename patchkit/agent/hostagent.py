@@ -75,11 +75,16 @@ def create_temp(folder, prefix, suffix):
 
 def atomic_write(path, data, mode=None, uid=None, gid=None):
     """Temp file in the same folder, mode/owner kept, fsync, rename, fsync folder."""
+    atomic_fill(path, lambda f: f.write(data), mode, uid, gid)
+
+
+def atomic_fill(path, fill, mode=None, uid=None, gid=None):
+    """atomic_write with the content written by fill(file); if fill raises, nothing changes."""
     folder = os.path.dirname(path)
     fd, tmp = create_temp(folder, "." + os.path.basename(path) + ".", ".patchkit-tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            fill(f)
             f.flush()
             if mode is not None:
                 os.fchmod(f.fileno(), mode)
@@ -338,30 +343,17 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, mode
         raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to restore "
                       "(--force restores anyway)" % (path, (current or "missing")[:12], expected_current[:12]))
     st = stat_of(path) if os.path.isfile(path) else {"mode": 0o644, "uid": None, "gid": None}
-    folder = os.path.dirname(path)
-    fd, tmp = create_temp(folder, "." + os.path.basename(path) + ".", ".patchkit-tmp")
-    try:
+
+    def copy_checked(f):
         digest = hashlib.sha256()
-        with open(backup_path, "rb") as src, os.fdopen(fd, "wb") as dst:
+        with open(backup_path, "rb") as src:
             for chunk in iter(lambda: src.read(1 << 20), b""):
                 digest.update(chunk)
-                dst.write(chunk)
-            dst.flush()
-            if digest.hexdigest() != original_sha256:
-                raise Refused("backup %s is corrupt (hash mismatch); not restoring" % backup_path)
-            os.fchmod(dst.fileno(), st["mode"] if mode is None else mode)
-            if st["uid"] is not None and (st["uid"], st["gid"]) != (os.geteuid(), os.getegid()):
-                try:
-                    os.fchown(dst.fileno(), st["uid"], st["gid"])
-                except PermissionError:
-                    pass
-            os.fsync(dst.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    fsync_dir(folder)
+                f.write(chunk)
+        if digest.hexdigest() != original_sha256:
+            raise Refused("backup %s is corrupt (hash mismatch); not restoring" % backup_path)
+
+    atomic_fill(path, copy_checked, st["mode"] if mode is None else mode, st["uid"], st["gid"])
     drop_bytecode(path)
     if sha256_file(path) != original_sha256:
         raise Refused("restored %s does not read back as the original" % path)
