@@ -425,3 +425,18 @@ def test_a_run_cut_off_after_the_write_can_still_be_rolled_back(sandbox: Sandbox
     assert undone.returncode == 0, undone
     assert host(undone)["status"] == "changed", undone
     assert spec.read_bytes() == original
+
+
+def test_rollback_refuses_a_corrupt_backup_and_leaves_the_file_alone(sandbox: Sandbox) -> None:
+    spec = sandbox.file(TOY_SPECULATIVE)
+    assert sandbox.run("apply", TOY, "--steps", "eagle3-whitelist").returncode == 0
+    patched = spec.read_bytes()
+    [backup] = sandbox.backups()
+    backup.write_bytes(backup.read_bytes().replace(b"afmoe", b"AFMOE"))  # bit rot in the journal
+
+    undone = sandbox.run("rollback", TOY, json_out=True)
+
+    assert undone.returncode == 1, undone
+    assert "corrupt" in step(undone, "eagle3-whitelist")["message"], undone
+    assert spec.read_bytes() == patched
+    assert not [p for p in spec.parent.iterdir() if p.name.endswith(".patchkit-tmp")]
