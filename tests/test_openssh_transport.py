@@ -38,7 +38,7 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
     testbed,
 )
 from tests.test_deploy import assert_deployed, deploy_recipe, home_python
-from tests.test_ssh import SYSTEM_PYTHON, _wait_for, needs_system_python, patched
+from tests.test_ssh import SYSTEM_PYTHON, _wait_for, alias_config, needs_system_python, patched
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(shutil.which("ssh") is None, reason="the OpenSSH client `ssh` is not installed")]
@@ -202,18 +202,10 @@ def test_drafter_deploy_validated_on_the_host(testbed: Testbed, tmp_path: Path) 
 def test_ssh_config_aliases_proxyjump_and_inventory_wins(testbed: Testbed) -> None:
     tb = testbed
     a, b, jump, behind = tb.fleet.servers[:4]
-    key = tb.fleet.client_key
     closed = closed_port()
     (tb.home / ".ssh" / "config").write_text(
-        f"Host alias-a\n  HostName 127.0.0.1\n  Port {a.port}\n  User root\n  IdentityFile {key}\n\n"
-        # wrong port and user: the inventory sets both, and the inventory wins
-        f"Host alias-b\n  HostName 127.0.0.1\n  Port 9\n  User nobody\n  IdentityFile {key}\n\n"
-        f"Host jump\n  HostName 127.0.0.1\n  Port {jump.port}\n  User root\n  IdentityFile {key}\n\n"
-        f"Host behind\n  HostName 127.0.0.1\n  Port {behind.port}\n  User root\n  IdentityFile {key}\n"
-        f"  ProxyJump jump\n\n"
-        f"Host alias-down\n  HostName 127.0.0.1\n  Port {closed}\n\n"
-        f"Host behind-down\n  HostName 127.0.0.1\n  Port {behind.port}\n  ProxyJump alias-down\n"
-    )
+        alias_config(tb, closed)
+        + f"\nHost behind-down\n  HostName 127.0.0.1\n  Port {behind.port}\n  ProxyJump alias-down\n")
     envs = {"host-a": tb.add("host-a", a), "host-b": tb.add("host-b", b), "host-c": tb.add("host-c", behind)}
     tb.add("host-d", None)
     tb.add("host-e", None)

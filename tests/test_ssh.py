@@ -195,20 +195,26 @@ def test_limit_with_groups(testbed8: Testbed) -> None:
     assert "nope" in unknown.stderr
 
 
-def test_ssh_config_aliases_and_proxyjump(testbed: Testbed) -> None:
-    tb = testbed
+def alias_config(tb: Testbed, closed: int) -> str:
+    """~/.ssh/config for the alias tests: alias-a, alias-b (the inventory must win over its
+    wrong port and user), jump, behind (through jump) and alias-down (a closed port)."""
     a, b, jump, behind = tb.fleet.servers[:4]
     key = tb.fleet.client_key
-    closed = closed_port()
-    (tb.home / ".ssh" / "config").write_text(
+    return (
         f"Host alias-a\n  HostName 127.0.0.1\n  Port {a.port}\n  User root\n  IdentityFile {key}\n\n"
-        # wrong port and user: the inventory sets both, and the inventory wins
         f"Host alias-b\n  HostName 127.0.0.1\n  Port 9\n  User nobody\n  IdentityFile {key}\n\n"
         f"Host jump\n  HostName 127.0.0.1\n  Port {jump.port}\n  User root\n  IdentityFile {key}\n\n"
         f"Host behind\n  HostName 127.0.0.1\n  Port {behind.port}\n  User root\n  IdentityFile {key}\n"
         f"  ProxyJump jump\n\n"
         f"Host alias-down\n  HostName 127.0.0.1\n  Port {closed}\n"
     )
+
+
+def test_ssh_config_aliases_and_proxyjump(testbed: Testbed) -> None:
+    tb = testbed
+    a, b, jump, behind = tb.fleet.servers[:4]
+    closed = closed_port()
+    (tb.home / ".ssh" / "config").write_text(alias_config(tb, closed))
     envs = {"host-a": tb.add("host-a", a), "host-b": tb.add("host-b", b), "host-c": tb.add("host-c", behind)}
     tb.add("host-d", None)
     tb.fleet.write_known_hosts(tb.known_hosts, [a, b, behind])
