@@ -6,6 +6,7 @@ import errno
 import hashlib
 import io
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -108,3 +109,71 @@ def test_a_write_back_in_flight_when_the_stream_breaks_finishes_on_its_own_file(
     part = tmp_path / "dest" / ".w.bin.patchkit-part"
     assert seen and set(seen) == {part.stat().st_ino}
     assert part.read_bytes() == data and not (tmp_path / "dest" / "w.bin").exists()
+
+
+# ---------------------------------------------------------------- the hasher thread
+
+
+def hasher_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "patchkit-hasher"]
+
+
+def test_the_hash_covers_every_chunk_in_order_also_on_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "CHUNK", 4096)
+    monkeypatch.setattr(transfer, "HASH_QUEUE", 1)
+    data = os.urandom(300 * 4096 + 123)
+    part = tmp_path / "dest" / ".w.bin.patchkit-part"
+    part.parent.mkdir()
+    part.write_bytes(data[:5000] + b"stale tail, cut off")
+    done = transfer.op_receive_file(io.BytesIO(data[5000:]), str(tmp_path / "dest"), "w.bin", 5000,
+                                    len(data) - 5000, hashlib.sha256(data).hexdigest(), 0o644,
+                                    str(tmp_path / "b"), str(tmp_path / "c.json"))
+    assert done["sha256"] == hashlib.sha256(data).hexdigest()
+    assert (tmp_path / "dest" / "w.bin").read_bytes() == data and not part.exists()
+    # two chunks swapped: every byte arrives, in the wrong order, and is refused
+    swapped = data[4096:8192] + data[:4096] + data[8192:]
+    with pytest.raises(transfer.TransferRefused, match="arrived with sha256"):
+        receive(tmp_path, swapped, hashlib.sha256(data).hexdigest())
+    assert not hasher_threads()
+
+
+def test_the_hasher_thread_ends_when_the_stream_breaks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "CHUNK", 4096)
+    data = os.urandom(50 * 4096)
+    with pytest.raises(transfer.TransferRefused, match="stream ended after"):
+        transfer.op_receive_file(io.BytesIO(data), str(tmp_path / "dest"), "w.bin", 0, len(data) + 1,
+                                 "0" * 64, 0o644, str(tmp_path / "b"), str(tmp_path / "c.json"))
+    assert not hasher_threads()
+    assert (tmp_path / "dest" / ".w.bin.patchkit-part").read_bytes() == data
+
+
+def test_stdin_is_read_on_while_a_chunk_is_hashed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow hash does not hold up reading: the agent keeps draining its stdin (up to the queue)."""
+    monkeypatch.setattr(transfer, "CHUNK", 4096)
+    data = os.urandom(20 * 4096)
+    stdin = Trickle(data)
+    ahead = []
+    real = hashlib.sha256
+
+    class SlowSha256:
+        def __init__(self) -> None:
+            self._h = real()
+            self.hashed = 0
+
+        def update(self, chunk: bytes) -> None:
+            time.sleep(0.02)
+            self.hashed += len(chunk)
+            ahead.append(stdin.delivered - self.hashed)
+            self._h.update(chunk)
+
+        def hexdigest(self) -> str:
+            return self._h.hexdigest()
+
+    expected = hashlib.sha256(data).hexdigest()
+    monkeypatch.setattr(transfer.hashlib, "sha256", SlowSha256)
+    done = transfer.op_receive_file(stdin, str(tmp_path / "dest"), "w.bin", 0, len(data), expected, 0o644,
+                                    str(tmp_path / "b"), str(tmp_path / "c.json"))
+    assert done["sha256"] == expected
+    assert max(ahead) >= transfer.HASH_QUEUE * 4096, ahead  # reading ran ahead of the hash
+    assert max(ahead) <= (transfer.HASH_QUEUE + 2) * 4096, ahead  # but only by the bounded queue
+

@@ -9,6 +9,7 @@ line, so a deploy needs no second connection, no SFTP subsystem, and honours
 import hashlib
 import json
 import os
+import queue
 import shutil
 import stat
 import tempfile
@@ -17,6 +18,7 @@ import threading
 PART_SUFFIX = ".patchkit-part"
 CHUNK = 1 << 20
 FLUSH_EVERY = 64 << 20
+HASH_QUEUE = 4  # chunks waiting for the hasher thread
 
 
 class TransferRefused(Exception):
@@ -126,6 +128,49 @@ def op_part_info(dest, rel, prefix_len=None):
     return {"size": n, "sha256": sha256_path(part, n)}
 
 
+class _Hasher:
+    """Hashes a file's chunks in a thread, so the agent keeps draining its stdin meanwhile.
+
+    hashlib releases the GIL for buffers over 2 KiB, as reads and writes do: on a second core
+    the hash of one chunk overlaps the read and write of the next. At most HASH_QUEUE chunks
+    wait (bytes objects, never reused); `hexdigest` waits for all of them.
+    """
+
+    def __init__(self, digest):
+        self._digest = digest
+        self._queue = queue.Queue(HASH_QUEUE)
+        self._error = None
+        self._thread = threading.Thread(target=self._run, name="patchkit-hasher", daemon=True)
+        self._thread.start()
+
+    def update(self, chunk):
+        self._queue.put(chunk)
+
+    def _run(self):
+        while True:
+            chunk = self._queue.get()
+            if chunk is None:
+                return
+            if self._error is None:
+                try:
+                    self._digest.update(chunk)
+                except Exception as exc:  # pragma: no cover - reported by hexdigest
+                    self._error = exc
+
+    def stop(self):
+        """Idempotent; after it, the digest has every chunk given to `update`."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def hexdigest(self):
+        self.stop()
+        if self._error is not None:
+            raise self._error
+        return self._digest.hexdigest()
+
+
 class _Flusher:
     """Writes a file's data back to disk while the rest of it still arrives.
 
@@ -189,6 +234,7 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
                 remaining_prefix -= len(block)
     with open(part, "r+b" if resuming else "wb") as f:
         flusher = _Flusher(f.fileno())
+        hasher = _Hasher(digest)
         try:
             f.truncate(offset)
             f.seek(offset)
@@ -200,13 +246,14 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
                     raise TransferRefused("%s: stream ended after %d of %d bytes" % (rel, length - remaining, length))
                 f.write(chunk)
                 flusher.wrote(len(chunk))
-                digest.update(chunk)
+                hasher.update(chunk)
                 remaining -= len(chunk)
             f.flush()
         finally:
+            hasher.stop()
             flusher.wait()
         os.fsync(f.fileno())
-    got = digest.hexdigest()
+    got = hasher.hexdigest()
     if got != expected_sha256:
         os.unlink(part)
         raise TransferRefused("%s arrived with sha256 %s, expected %s; discarded" % (rel, got[:12], expected_sha256[:12]))
