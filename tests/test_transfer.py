@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import io
@@ -9,10 +10,14 @@ import os
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from patchkit.agent import transfer
+from patchkit.agent.client import AgentClient
+from patchkit.errors import HostError
+from patchkit.transport.openssh import _OpenSSHStreams
 
 
 def receive(tmp_path: Path, data: bytes, expected: str) -> dict:
@@ -177,3 +182,68 @@ def test_stdin_is_read_on_while_a_chunk_is_hashed(tmp_path: Path, monkeypatch: p
     assert max(ahead) >= transfer.HASH_QUEUE * 4096, ahead  # reading ran ahead of the hash
     assert max(ahead) <= (transfer.HASH_QUEUE + 2) * 4096, ahead  # but only by the bounded queue
 
+
+# ---------------------------------------------------------------- splicing into ssh's stdin (OpenSSH transport)
+
+
+def local_streams(out: Path, ready: bool) -> _OpenSSHStreams:
+    """An _OpenSSHStreams around a local `sh` in place of ssh, copying its stdin to `out`."""
+    transport = SimpleNamespace(host=SimpleNamespace(name="local"), attempts=1, _live=set())
+    script = ("echo ready; " if ready else "") + f"exec cat > {out}"
+    return _OpenSSHStreams(transport, ["sh", "-c", script], None)  # type: ignore[arg-type]
+
+
+def test_file_bytes_are_spliced_into_ssh_after_what_was_written_before(tmp_path: Path) -> None:
+    src = tmp_path / "src.bin"
+    data = os.urandom((5 << 20) + 4321)
+    src.write_bytes(data)
+    head = os.urandom(3 << 20)  # more than the pipe takes at once: part of it waits in asyncio's buffer
+
+    async def main() -> tuple[list[int], int, Exception | None]:
+        streams = local_streams(tmp_path / "out", ready=True)
+        await streams.start()
+        assert await streams.readline() == b"ready\n"
+        moved: list[int] = []
+        real = streams.write_file
+
+        async def spy(fd: int, offset: int, count: int) -> int | None:
+            n = await real(fd, offset, count)
+            moved.append(n)
+            return n
+
+        streams.write_file = spy  # type: ignore[method-assign]
+        client = AgentClient(streams, "local")  # type: ignore[arg-type]
+        streams.write(head)
+        await client._stream(src, 777, len(data) - 777)
+        shrank = None
+        try:
+            await client._stream(src, len(data) - 10, 20)
+        except HostError as exc:
+            shrank = exc
+        await streams.close()
+        return moved, client.bytes_sent, shrank
+
+    moved, sent, shrank = asyncio.run(main())
+    assert (tmp_path / "out").read_bytes() == head + data[777:] + data[-10:]
+    assert all(n is not None for n in moved) and sum(moved) == len(data) - 777 + 10, moved
+    assert sent == len(data) - 777 + 10
+    assert shrank is not None and "shrank" in str(shrank)
+
+
+def test_before_ssh_answers_file_bytes_are_written_and_kept_for_a_retry(tmp_path: Path) -> None:
+    src = tmp_path / "src.bin"
+    data = os.urandom(100_000)
+    src.write_bytes(data)
+
+    async def main() -> bytes:
+        streams = local_streams(tmp_path / "out", ready=False)
+        await streams.start()
+        assert await streams.write_file(os.open(src, os.O_RDONLY), 0, 10) is None
+        client = AgentClient(streams, "local")  # type: ignore[arg-type]
+        await client._stream(src, 0, len(data))
+        kept = bytes(streams._replay or b"")
+        await streams.close()
+        return kept
+
+    assert asyncio.run(main()) == data
+    assert (tmp_path / "out").read_bytes() == data

@@ -168,17 +168,30 @@ class AgentClient:
         raise HostError(f"{self._host}: {op} failed: {reply['error']}")
 
     async def _stream(self, local: Path, offset: int, length: int) -> None:
+        # Streams that can move file bytes themselves (the OpenSSH transport: splice into ssh's
+        # stdin) skip the copy through Python; others get a fresh bytes object per chunk.
+        write_file = getattr(self._streams.stdin, "write_file", None)
         with open(local, "rb") as f:
             f.seek(offset)
             remaining = length
             while remaining > 0:
-                chunk = f.read(min(STREAM_CHUNK, remaining))
-                if not chunk:
+                size = min(STREAM_CHUNK, remaining)
+                sent = None
+                if write_file is not None:
+                    sent = await write_file(f.fileno(), offset + length - remaining, size)
+                    if sent is None:
+                        write_file = None
+                        f.seek(offset + length - remaining)
+                if sent is None:
+                    chunk = f.read(size)
+                    if chunk:
+                        self._streams.stdin.write(chunk)
+                        await self._streams.stdin.drain()
+                    sent = len(chunk)
+                if not sent:
                     raise HostError(f"{local} shrank while it was being sent")
-                self._streams.stdin.write(chunk)
-                await self._streams.stdin.drain()
-                remaining -= len(chunk)
-                self.bytes_sent += len(chunk)
+                remaining -= sent
+                self.bytes_sent += sent
                 if self.on_bytes:
                     self.on_bytes(self.bytes_sent)
 

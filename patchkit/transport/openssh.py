@@ -26,6 +26,7 @@ is never retried.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import shlex
 import shutil
@@ -45,6 +46,8 @@ CLOSE_TIMEOUT_S = 10.0
 READ_LIMIT = 1 << 26  # replies carry whole files
 REPLAY_LIMIT = 8 << 20  # what is kept for a retry until the agent first answers (its source + a few requests)
 STDERR_LINES = 200
+PIPE_SIZE = 1 << 20  # ssh's stdin pipe while a file is spliced into it
+_splice = getattr(os, "splice", None)  # Linux, Python >= 3.10
 
 log = get_logger("patchkit")
 
@@ -163,6 +166,7 @@ class _OpenSSHStreams:
         self._replay: bytearray | None = bytearray()
         self._answered = False  # a byte of stdout arrived: the remote command runs
         self._broken = False  # the pipe to this ssh broke before the first answer
+        self._pipe_sized: set[int] = set()
         self.stdin = self  # write/drain
         self.stdout = self  # readline
 
@@ -228,6 +232,64 @@ class _OpenSSHStreams:
             if self._answered or self._replay is None:
                 raise
             self._broken = True  # ssh exited: the reader says why, and may start it again
+
+    async def write_file(self, fd: int, offset: int, count: int) -> int | None:
+        """Move up to `count` bytes of the file `fd`, from `offset`, into ssh's stdin with
+        `splice`: the kernel hands page-cache pages to the pipe, the bytes never pass through
+        Python. How many moved (0: the file ends at `offset`); None when this path cannot be
+        used (no splice, or ssh has not answered yet, so what is written is kept for a
+        retry): then `write` the bytes instead.
+        """
+        assert self.proc is not None and self.proc.stdin is not None
+        if _splice is None or not self._answered or self._broken:
+            return None
+        writer = self.proc.stdin
+        transport = writer.transport
+        if transport.is_closing():
+            raise ConnectionResetError("ssh exited")
+        pipe = transport.get_extra_info("pipe")
+        if pipe is None:
+            return None
+        if transport.get_write_buffer_size():  # earlier write()s go first: wait until asyncio sent them all
+            low, high = transport.get_write_buffer_limits()
+            transport.set_write_buffer_limits(high=0, low=0)
+            try:
+                await writer.drain()
+            finally:
+                transport.set_write_buffer_limits(high=high, low=low)
+        pipe_fd = pipe.fileno()
+        if pipe_fd not in self._pipe_sized:  # fewer wake-ups per MiB; best effort (pipe-max-size)
+            self._pipe_sized.add(pipe_fd)
+            try:
+                fcntl.fcntl(pipe_fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+            except (AttributeError, OSError):
+                pass
+        moved = 0
+        while moved < count:
+            try:  # the pipe is non-blocking (asyncio's): a full pipe is EAGAIN, never a stalled loop
+                n = _splice(fd, pipe_fd, count - moved, offset_src=offset + moved)
+            except BlockingIOError:
+                if moved:
+                    break
+                await self._writable(pipe_fd)
+                if transport.is_closing():  # ssh is gone and asyncio closes pipe_fd: never splice into a reused fd
+                    raise ConnectionResetError("ssh exited")
+                continue
+            if n == 0:
+                break
+            moved += n
+        return moved
+
+    @staticmethod
+    async def _writable(fd: int) -> None:
+        """Until the pipe has room (or its reader is gone: the next splice says EPIPE)."""
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            loop.remove_writer(fd)
 
     # ------------------------------------------------------------------ stdout
 
