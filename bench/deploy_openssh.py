@@ -17,8 +17,9 @@ Contenders:
   patchkit          the same with asyncssh (the default client), as deploy_bench.py runs it
   scp               `scp -q -r -p -F ssh_config SRC bench:DEST`, as deploy_bench.py runs it
 
-Measured on a quiet machine (2 vCPU EPYC, OpenSSH 9.2p1, patchkit 08f7ceb + the OpenSSH
-transport), 2.145 GB, medians of 3: patchkit-openssh 7.94 s (270 MB/s, 55% of scp), patchkit
+Latest figures (0f372b2, hasher thread + splice): patchkit-openssh 64-65% of scp, see
+bench/DEPLOY.md. First measured on a quiet machine (2 vCPU EPYC, OpenSSH 9.2p1, patchkit 08f7ceb +
+the OpenSSH transport), 2.145 GB, medians of 3: patchkit-openssh 7.94 s (270 MB/s, 55% of scp), patchkit
 with asyncssh 9.96 s (215 MB/s, 44%), scp 4.36 s (492 MB/s; its data still needed `sync`,
 +2.4 s, which patchkit's fsyncs include). Client CPU 4.3 s vs 6.4 s with asyncssh; the host
 agent (3.3 CPU-s) now bounds the deploy, not the channel.
