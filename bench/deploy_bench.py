@@ -57,6 +57,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
 from fleet import Host, keygen
+from measure import machine_busy, wait_for_quiet
 
 MIB = 1 << 20
 TICK = os.sysconf("SC_CLK_TCK")
@@ -73,16 +74,6 @@ def cache_dir() -> Path:
 
 
 # ---------------------------------------------------------------------- waiting for a quiet machine
-
-
-def wait_quiet(max_wait: float, threshold: float = 0.3, window: float = 0.5) -> float:
-    """Until the whole machine is nearly idle (< threshold busy cores over `window`); seconds waited."""
-    t0 = time.monotonic()
-    while True:
-        b0 = machine_busy()
-        time.sleep(window)
-        if (machine_busy() - b0) / window < threshold or time.monotonic() - t0 > max_wait:
-            return time.monotonic() - t0
 
 
 def running_fleet_benches() -> list[str]:
@@ -181,12 +172,6 @@ def _stat(pid: int | str) -> tuple[str, int, float, float] | None:
     comm = data[data.index("(") + 1:data.rindex(")")]
     fields = data[data.rindex(")") + 2:].split()
     return comm, int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, (int(fields[13]) + int(fields[14])) / TICK
-
-
-def machine_busy() -> float:
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / TICK
 
 
 class HostSampler:
@@ -419,7 +404,7 @@ class Bench:
     def run(self, tool: str, mode: str, argv: list[str] | None = None, env: dict[str, str] | None = None) -> tuple[Run, str]:
         argv = argv or self.argv(tool)
         out_path, err_path = self.work / "last.out", self.work / "last.err"
-        quiet_wait = wait_quiet(self.quiet_max_s)
+        quiet_wait = wait_for_quiet(self.quiet_max_s, threshold=0.3, window=0.5)
         sampler = HostSampler(self.host.proc.pid).start()
         reaped0, busy0 = listener_reaped(self.host.proc.pid), machine_busy()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -781,6 +766,17 @@ def find_patchkit(explicit: str | None) -> list[str]:
     return [sys.executable, "-m", "patchkit"]
 
 
+def fresh_host(work: Path, key_comment: str) -> Host:
+    """An empty work dir with a client key, and the (not yet started) sshd host that trusts it."""
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "client").mkdir(parents=True)
+    work.chmod(0o755)
+    keygen(work / "client" / "id_ed25519", key_comment)
+    shutil.copyfile(work / "client" / "id_ed25519.pub", work / "authorized_keys")
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    return Host("deploy-host", work / "host", work / "authorized_keys")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3, help="timed fresh and no-op runs per tool (default 3)")
@@ -818,13 +814,7 @@ def main() -> None:
     src, hashes, total = artifact(args.shards, args.shard_mib)
     ratio = incompressible(src)
     work = Path(args.workdir)
-    shutil.rmtree(work, ignore_errors=True)
-    (work / "client").mkdir(parents=True)
-    work.chmod(0o755)
-    keygen(work / "client" / "id_ed25519", "patchkit-deploy-bench")
-    shutil.copyfile(work / "client" / "id_ed25519.pub", work / "authorized_keys")
-    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    host = Host("deploy-host", work / "host", work / "authorized_keys")
+    host = fresh_host(work, "patchkit-deploy-bench")
     bench = Bench(work, src, hashes, total, host, args.cipher, find_patchkit(args.patchkit),
                   quiet_max_s=args.quiet_wait, noisy_limit=args.noisy_limit,
                   patchkit_cipher_configured=not args.patchkit_default_cipher)

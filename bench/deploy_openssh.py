@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import signal
@@ -47,10 +46,10 @@ from deploy_bench import (  # noqa: E402 - after the path set-up, as deploy_benc
     artifact,
     enable_sftp,
     find_patchkit,
+    fresh_host,
     log,
     median,
 )
-from fleet import Host, keygen  # noqa: E402
 
 OSSH = "patchkit-openssh"
 
@@ -122,13 +121,7 @@ def main() -> None:
 
     src, hashes, total = artifact(3, 682)
     work = Path(args.workdir)
-    shutil.rmtree(work, ignore_errors=True)
-    (work / "client").mkdir(parents=True)
-    work.chmod(0o755)
-    keygen(work / "client" / "id_ed25519", "patchkit-deploy-openssh")
-    shutil.copyfile(work / "client" / "id_ed25519.pub", work / "authorized_keys")
-    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    host = Host("deploy-host", work / "host", work / "authorized_keys")
+    host = fresh_host(work, "patchkit-deploy-openssh")
     bench = OpenSSHBench(work, src, hashes, total, host, args.cipher, find_patchkit(None), quiet_max_s=args.quiet_wait)
     host.start()
     try:

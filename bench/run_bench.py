@@ -47,7 +47,8 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
-from fleet import SPECULATIVE, Fleet, Host, sha256  # noqa: E402
+from fleet import Fleet, Host, sha256  # noqa: E402
+from measure import machine_busy, wait_for_quiet  # noqa: E402
 
 IMPORT_CHECK = "vllm._version"
 CONTENDERS = ("patchkit", "ansible", "floor", "sshonly")
@@ -111,14 +112,6 @@ def ensure_ansible(explicit: str | None) -> Path:
 # ---------------------------------------------------------------------- measuring
 
 
-def machine_busy() -> float:
-    """Busy CPU seconds of the whole machine so far (all cores, /proc/stat)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
 def process_cpu(pids: list[int]) -> float:
     """CPU seconds of these processes and of every child they reaped (utime+stime+cutime+cstime)."""
     total = 0
@@ -130,20 +123,6 @@ def process_cpu(pids: list[int]) -> float:
             continue
         total += sum(int(x) for x in fields[11:15])
     return total / os.sysconf("SC_CLK_TCK")
-
-
-def wait_for_quiet(max_wait: float, threshold: float = 0.2, window: float = 0.3) -> float:
-    """Wait until the machine is idle (< threshold cores busy over `window`); return seconds waited.
-
-    Other work on the machine (a test suite in another session...) would otherwise land in
-    our timings: the whole bench is CPU-bound on 2 cores.
-    """
-    t0 = time.monotonic()
-    while True:
-        b0 = machine_busy()
-        time.sleep(window)
-        if (machine_busy() - b0) / window < threshold or time.monotonic() - t0 > max_wait:
-            return time.monotonic() - t0
 
 
 class CPU:

@@ -38,7 +38,7 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
     testbed,
 )
 from tests.test_deploy import assert_deployed, deploy_recipe, home_python
-from tests.test_ssh import SYSTEM_PYTHON, _wait_for, alias_config, needs_system_python, patched
+from tests.test_ssh import _wait_for, alias_config, check_become, check_life_cycle, needs_system_python, patched
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(shutil.which("ssh") is None, reason="the OpenSSH client `ssh` is not installed")]
@@ -97,39 +97,16 @@ def test_apply_reapply_status_rollback_one_exec_per_host(testbed: Testbed) -> No
     tb = testbed
     servers = tb.fleet.servers[:3]
     envs = add_hosts(tb, servers)
-    recipe, inventory = str(tb.recipe()), str(tb.inventory(defaults=OPENSSH))
-    originals = {name: sha256(env.speculative) for name, env in envs.items()}
     ob = OpenSSHBed(tb)
+    check_life_cycle(ob.run, str(tb.recipe()), str(tb.inventory(defaults=OPENSSH)), envs)
 
-    first = ob.run("apply", recipe, "-i", inventory, "--json")
-    assert first.returncode == 0, first
-    for name, host_env in envs.items():
-        assert first.hosts()[name]["status"] == "changed", first
-        assert first.hosts()[name]["exec_requests"] == 1, first
-        assert patched(host_env.speculative)
-    # one `ssh` per host, host keys checked, the remote command one argument after the address
+    # five runs, one `ssh` per host each, host keys checked, the remote command one argument
     argvs = ob.sessions()
-    assert sorted(argv[argv.index("-p") + 1] for argv in argvs) == sorted(str(s.port) for s in servers)
+    assert sorted(argv[argv.index("-p") + 1] for argv in argvs) == sorted(5 * [str(s.port) for s in servers])
     for argv in argvs:
         assert "StrictHostKeyChecking=yes" in argv and f"UserKnownHostsFile={tb.known_hosts}" in argv, argv
         assert argv[-3:-1] == ["--", "127.0.0.1"] and shlex.split(argv[-1])[1:] == ["-c", BOOTSTRAP], argv
     assert {shlex.split(argv[-1])[0] for argv in argvs} == {str(e.python) for e in envs.values()}
-
-    again = ob.run("apply", recipe, "-i", inventory, "--json")
-    assert again.returncode == 0, again
-    assert {h["status"] for h in again.hosts().values()} == {"ok"}, again
-    assert {h["exec_requests"] for h in again.hosts().values()} == {1}
-
-    undo = ob.run("rollback", recipe, "-i", inventory, "--json")
-    assert undo.returncode == 0, undo
-    assert {h["status"] for h in undo.hosts().values()} == {"changed"}, undo
-    assert {h["exec_requests"] for h in undo.hosts().values()} == {1}
-    for name, env in envs.items():
-        assert sha256(env.speculative) == originals[name]
-
-    pending = ob.run("status", recipe, "-i", inventory, "--json")
-    assert pending.returncode == 3, pending
-    assert {s["status"] for h in pending.hosts().values() for s in h["steps"]} == {"pending"}
 
 
 def test_per_host_choice_overrides_the_default(testbed: Testbed) -> None:
@@ -375,33 +352,7 @@ def test_missing_ssh_binary_is_a_clear_host_error() -> None:
 
 @needs_system_python
 def test_become_with_and_without_a_sudo_right(testbed: Testbed, login_users: dict[str, str]) -> None:
-    if not shutil.which("sudo"):
-        pytest.skip("sudo is not installed: apt-get install -y sudo")
-    tb = testbed
-    sudoer, plain = login_users["sudoer"], login_users["plain"]
-    servers = tb.fleet.servers[6:8]
-    become = tb.add("become", servers[0], base_python=SYSTEM_PYTHON)
-    no_right = tb.add("become-no-sudo", servers[1], base_python=SYSTEM_PYTHON)
-    tb.fleet.write_known_hosts(tb.known_hosts, servers)
-    inventory = tb.inventory(
-        defaults=OPENSSH,
-        become={"user": sudoer, "become": True},
-        become_no_sudo={"user": plain, "become": True},
-    )
-    ob = OpenSSHBed(tb)
-    result = ob.run("apply", str(tb.recipe()), "-i", str(inventory), "--json")
-    assert result.returncode == 1, result
-    hosts = result.hosts()
-
-    assert hosts["become"]["status"] == "changed", result
-    assert hosts["become"]["exec_requests"] == 1  # sudo is in the same exec, not another one
-    assert patched(become.speculative)
-    assert become.speculative.stat().st_uid == 0
-
-    message = hosts["become-no-sudo"]["message"]
-    assert hosts["become-no-sudo"]["status"] == "failed"
-    assert "sudo: a password is required" in message and "become: true" in message, message
-    assert not patched(no_right.speculative)
+    check_become(testbed, login_users, OpenSSHBed(testbed).run, defaults=OPENSSH)
 
 
 # ---------------------------------------------------------------------- the transport itself

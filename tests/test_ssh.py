@@ -15,9 +15,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
+from tests.helpers import Result
 from tests.sshd import (  # noqa: F401 - pytest fixtures
     Fleet,
     Testbed,
@@ -40,41 +42,46 @@ def patched(path) -> bool:
     return KIMI in path.read_text()
 
 
-def test_fleet_apply_reapply_status_rollback(testbed8: Testbed) -> None:
-    tb = testbed8
-    recipe, inventory = str(tb.recipe()), str(tb.inventory())
-    originals = {name: sha256(env.speculative) for name, env in tb.hosts.items()}
+def check_life_cycle(run: Callable[..., Result], recipe: str, inventory: str, envs: dict[str, Any]) -> None:
+    """apply (one exec per host) -> re-apply ok -> status applied -> rollback -> status pending,
+    on every host of `envs`. `run` is how patchkit is started (asyncssh and OpenSSH tests)."""
+    originals = {name: sha256(env.speculative) for name, env in envs.items()}
 
-    first = tb.run("apply", recipe, "-i", inventory, "--json")
+    first = run("apply", recipe, "-i", inventory, "--json")
     assert first.returncode == 0, first
     hosts = first.hosts()
-    assert set(hosts) == set(tb.hosts)
-    for name, env in tb.hosts.items():
+    assert set(hosts) == set(envs)
+    for name, env in envs.items():
         assert hosts[name]["status"] == "changed", first
         assert hosts[name]["exec_requests"] == 1, first  # the whole run: one exec per host
         assert patched(env.speculative)
         assert len(env.runs()) == 1
 
-    again = tb.run("apply", recipe, "-i", inventory, "--json")
+    again = run("apply", recipe, "-i", inventory, "--json")
     assert again.returncode == 0, again
     assert {h["status"] for h in again.hosts().values()} == {"ok"}, again
     assert {h["exec_requests"] for h in again.hosts().values()} == {1}
 
-    status = tb.run("status", recipe, "-i", inventory, "--json")
+    status = run("status", recipe, "-i", inventory, "--json")
     assert status.returncode == 0, status
     for host in status.hosts().values():
         assert [s["status"] for s in host["steps"]] == ["applied"], status
         assert host["exec_requests"] == 1
 
-    undo = tb.run("rollback", recipe, "-i", inventory, "--json")
+    undo = run("rollback", recipe, "-i", inventory, "--json")
     assert undo.returncode == 0, undo
     assert {h["status"] for h in undo.hosts().values()} == {"changed"}, undo
-    for name, env in tb.hosts.items():
+    for name, env in envs.items():
         assert sha256(env.speculative) == originals[name]
 
-    pending = tb.run("status", recipe, "-i", inventory, "--json")
+    pending = run("status", recipe, "-i", inventory, "--json")
     assert pending.returncode == 3, pending
     assert {s["status"] for h in pending.hosts().values() for s in h["steps"]} == {"pending"}
+
+
+def test_fleet_apply_reapply_status_rollback(testbed8: Testbed) -> None:
+    tb = testbed8
+    check_life_cycle(tb.run, str(tb.recipe()), str(tb.inventory()), tb.hosts)
 
 
 # ---------------------------------------------------------------------- failures and host keys
@@ -371,21 +378,24 @@ def test_non_root_user_without_sudo(testbed: Testbed, login_users: dict[str, str
     assert journal.is_dir() and journal.stat().st_uid == pwd.getpwnam(plain).pw_uid
 
 
-@needs_system_python
-def test_become_with_and_without_a_sudo_right(testbed: Testbed, login_users: dict[str, str]) -> None:
+def check_become(tb: Testbed, login_users: dict[str, str], run: Callable[..., Result],
+                 defaults: dict[str, Any] | None = None) -> None:
+    """become: true through `sudo -n`: a user with the sudo right patches a root-owned env in the
+    same one exec; a user without it fails with sudo's message and what to do. `run` is how
+    patchkit is started (the asyncssh and OpenSSH tests share this)."""
     if not shutil.which("sudo"):
         pytest.skip("sudo is not installed: apt-get install -y sudo")
-    tb = testbed
     sudoer, plain = login_users["sudoer"], login_users["plain"]
     servers = tb.fleet.servers[6:8]
     become = tb.add("become", servers[0], base_python=SYSTEM_PYTHON)
     no_right = tb.add("become-no-sudo", servers[1], base_python=SYSTEM_PYTHON)
     tb.fleet.write_known_hosts(tb.known_hosts, servers)
     inventory = tb.inventory(
+        defaults=defaults,
         become={"user": sudoer, "become": True},
         become_no_sudo={"user": plain, "become": True},
     )
-    result = tb.run("apply", str(tb.recipe()), "-i", str(inventory), "--json")
+    result = run("apply", str(tb.recipe()), "-i", str(inventory), "--json")
     assert result.returncode == 1, result
     hosts = result.hosts()
 
@@ -399,6 +409,11 @@ def test_become_with_and_without_a_sudo_right(testbed: Testbed, login_users: dic
     assert hosts["become-no-sudo"]["status"] == "failed"
     assert "sudo: a password is required" in message and "become: true" in message, message
     assert not patched(no_right.speculative)
+
+
+@needs_system_python
+def test_become_with_and_without_a_sudo_right(testbed: Testbed, login_users: dict[str, str]) -> None:
+    check_become(testbed, login_users, testbed.run)
 
 
 # ---------------------------------------------------------------------- the transport itself
