@@ -262,3 +262,95 @@ def test_before_ssh_answers_file_bytes_are_written_and_kept_for_a_retry(tmp_path
 
     assert asyncio.run(main()) == data
     assert (tmp_path / "out").read_bytes() == data
+
+
+# ---------------------------------------------------------------- splice(2) from the agent's stdin pipe (host side)
+
+
+def piped_stdin(stream: bytes, close: bool = True) -> io.BufferedReader:
+    """A real pipe carrying `stream` (fed by a thread, as sshd would), opened like the agent's stdin."""
+    read_end, write_end = os.pipe()
+
+    def feed() -> None:
+        with os.fdopen(write_end, "wb") as w:
+            w.write(stream)
+
+    threading.Thread(target=feed, daemon=True).start()
+    return os.fdopen(read_end, "rb")
+
+
+@pytest.fixture
+def spliced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Byte counts os.splice moved (the test fails if the agent fell back to read/write)."""
+    if not hasattr(os, "splice"):
+        pytest.fail("os.splice is missing: the host agent's splice path cannot be tested on Python < 3.10")
+    moved: list[int] = []
+    real = os.splice
+
+    def spy(src: int, dst: int, count: int, *args: object) -> int:
+        n = real(src, dst, count, *args)
+        moved.append(n)
+        return n
+
+    monkeypatch.setattr(os, "splice", spy)
+    return moved
+
+
+def test_from_a_pipe_the_bytes_are_spliced_and_the_next_request_is_read_intact(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spliced: list[int]) -> None:
+    monkeypatch.setattr(transfer, "SPLICE_HASH_STEP", 1 << 20)  # several hasher requests, one short tail
+    data = os.urandom((5 << 20) + 12345)
+    request = b'{"id": 7, "op": "receive_file"}\n'
+    stdin = piped_stdin(request + data + b'{"id": 8, "op": "hello"}\n')
+    assert stdin.readline() == request  # the way the agent reads a request: part of the data is now buffered
+    done = transfer.op_receive_file(stdin, str(tmp_path / "dest"), "w.bin", 0, len(data),
+                                    hashlib.sha256(data).hexdigest(), 0o640, str(tmp_path / "b"),
+                                    str(tmp_path / "c.json"))
+    assert done["sha256"] == hashlib.sha256(data).hexdigest()
+    assert (tmp_path / "dest" / "w.bin").read_bytes() == data
+    assert sum(spliced) > len(data) // 2, spliced  # most of it never went through Python
+    assert stdin.readline() == b'{"id": 8, "op": "hello"}\n'  # not one byte too many was taken
+
+
+def test_spliced_bytes_that_do_not_hash_right_are_discarded(tmp_path: Path, spliced: list[int]) -> None:
+    data = os.urandom(3 << 20)
+    damaged = data[:-1] + bytes([data[-1] ^ 1])
+    with pytest.raises(transfer.TransferRefused, match="arrived with sha256"):
+        transfer.op_receive_file(piped_stdin(damaged), str(tmp_path / "dest"), "w.bin", 0, len(data),
+                                 hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
+                                 str(tmp_path / "c.json"))
+    assert spliced and not (tmp_path / "dest").joinpath("w.bin").exists()
+    assert not (tmp_path / "dest" / ".w.bin.patchkit-part").exists()
+
+
+def test_a_spliced_transfer_cut_off_keeps_its_part_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               spliced: list[int]) -> None:
+    monkeypatch.setattr(transfer, "SPLICE_HASH_STEP", 3 << 20)  # on resume: one hasher request mid-way, one tail
+    data = os.urandom((6 << 20) + 99)
+    cut = (2 << 20) + 7
+    with pytest.raises(transfer.TransferRefused, match=f"stream ended after {cut} of {len(data)}"):
+        transfer.op_receive_file(piped_stdin(data[:cut]), str(tmp_path / "dest"), "w.bin", 0, len(data),
+                                 hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
+                                 str(tmp_path / "c.json"))
+    part = tmp_path / "dest" / ".w.bin.patchkit-part"
+    assert part.read_bytes() == data[:cut]
+    done = transfer.op_receive_file(piped_stdin(data[cut:]), str(tmp_path / "dest"), "w.bin", cut,
+                                    len(data) - cut, hashlib.sha256(data).hexdigest(), 0o644,
+                                    str(tmp_path / "b"), str(tmp_path / "c.json"))
+    assert done["sha256"] == hashlib.sha256(data).hexdigest() and not part.exists()
+    assert (tmp_path / "dest" / "w.bin").read_bytes() == data
+    assert not hasher_threads()
+
+
+def test_a_file_system_that_cannot_splice_gets_the_bytes_written(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_splice(*args: object) -> int:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "splice", no_splice)
+    data = os.urandom((2 << 20) + 5)
+    done = transfer.op_receive_file(piped_stdin(data), str(tmp_path / "dest"), "w.bin", 0, len(data),
+                                    hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
+                                    str(tmp_path / "c.json"))
+    assert done["sha256"] == hashlib.sha256(data).hexdigest()
+    assert (tmp_path / "dest" / "w.bin").read_bytes() == data
