@@ -631,27 +631,34 @@ def breakdown(bench: Bench) -> dict[str, float]:
     return out
 
 
-# the patchkit CLI in-process, with timestamps around AgentClient._stream (bytes going out) and
-# AgentClient._request (request line -> reply line); nothing in patchkit is changed
+# the patchkit CLI in-process, with timestamps around AgentClient._stream (bytes going out),
+# AgentClient._send (a request going out) and AgentClient._reply (its answer read); nothing in
+# patchkit is changed
 TIMELINE = """\
 import json, sys, time
 from patchkit.agent import client as c
 T0 = time.perf_counter()
 EVENTS = []
-_stream, _request = c.AgentClient._stream, c.AgentClient._request
+SENT = {}
+_stream, _send, _reply = c.AgentClient._stream, c.AgentClient._send, c.AgentClient._reply
 async def stream(self, local, offset, length):
     t = time.perf_counter()
     try:
         return await _stream(self, local, offset, length)
     finally:
         EVENTS.append(["stream", local.name, length, t - T0, time.perf_counter() - T0])
-async def request(self, op, args, payload, timeout):
+async def send(self, op, args, payload, *rest):
     t = time.perf_counter()
+    pending = await _send(self, op, args, payload, *rest)
+    SENT[pending.request_id] = (op, payload[2] if payload else 0, t - T0)
+    return pending
+async def reply(self, request_id, op, timeout):
     try:
-        return await _request(self, op, args, payload, timeout)
+        return await _reply(self, request_id, op, timeout)
     finally:
-        EVENTS.append(["op", op, payload[2] if payload else 0, t - T0, time.perf_counter() - T0])
-c.AgentClient._stream, c.AgentClient._request = stream, request
+        op, length, t = SENT.get(request_id, (op, 0, 0.0))
+        EVENTS.append(["op", op, length, t, time.perf_counter() - T0])
+c.AgentClient._stream, c.AgentClient._send, c.AgentClient._reply = stream, send, reply
 from patchkit.cli import main
 try:
     code = main(sys.argv[1:])
@@ -662,7 +669,10 @@ sys.exit(code)
 
 
 def timeline(bench: Bench) -> dict:
-    """One more fresh patchkit deploy, timed per request: streaming vs waiting for the host's reply."""
+    """One more fresh patchkit deploy, timed per request: streaming vs waiting for the host.
+
+    Files are streamed back to back and their answers read after the last one, so the wait
+    for the host is the time from the end of the last stream to the last file's answer."""
     python = Path(bench.patchkit[0]).parent / "python"
     python = python if python.exists() else Path(sys.executable)
     bench.wipe("patchkit")
@@ -672,26 +682,20 @@ def timeline(bench: Bench) -> dict:
     bench.check_patchkit(stdout, "fresh")
     err = (bench.work / "last.err").read_text()
     data = json.loads(err[err.rindex("TIMELINE ") + len("TIMELINE "):].splitlines()[0])
-    streams = {e[1]: e for e in data["events"] if e[0] == "stream"}
-    files, ops = [], []
-    stream_s = reply_s = 0.0
-    for kind, op, length, start, end in data["events"]:
-        if kind != "op":
-            continue
-        if op == "receive_file":
-            # the stream event that ended last before this request did is this file's
-            s = max((e for e in streams.values() if e[4] <= end), key=lambda e: e[4])
-            files.append({"file": s[1], "mb": round(length / 1e6, 1), "stream_s": round(s[4] - s[3], 2),
-                          "mb_s_while_streaming": round(length / 1e6 / max(s[4] - s[3], 1e-9), 0),
-                          "reply_wait_s": round(end - s[4], 2)})
-            stream_s += s[4] - s[3]
-            reply_s += end - s[4]
-        else:
-            ops.append((op, round(end - start, 3)))
+    streams = [e for e in data["events"] if e[0] == "stream"]
+    answers = [e for e in data["events"] if e[0] == "op" and e[1] == "receive_file"]
+    ops = [(e[1], round(e[4] - e[3], 3)) for e in data["events"] if e[0] == "op" and e[1] != "receive_file"]
+    files = [{"file": name, "mb": round(length / 1e6, 1), "stream_s": round(end - start, 2),
+              "mb_s_while_streaming": round(length / 1e6 / max(end - start, 1e-9), 0)}
+             for _, name, length, start, end in streams]
+    stream_s = sum(e[4] - e[3] for e in streams)
+    last_stream = max((e[4] for e in streams), default=0.0)
+    last_answer = max((e[4] for e in answers), default=last_stream)
     first = min(e[3] for e in data["events"]) if data["events"] else 0.0
     out = {"wall_s": run.seconds, "in_process_end_s": round(data["end"], 2),
            "before_first_request_s": round(first, 2), "streaming_s": round(stream_s, 2),
-           "waiting_for_host_after_data_s": round(reply_s, 2), "files": files,
+           "first_to_last_byte_s": round(last_stream - min((e[3] for e in streams), default=0.0), 2),
+           "waiting_for_host_after_data_s": round(last_answer - last_stream, 2), "files": files,
            "other_ops_s": round(sum(d for _, d in ops), 2), "ops": ops}
     log(f"timeline: {json.dumps(out)}")
     return out

@@ -467,6 +467,56 @@ def test_verify_all_rehashes_what_the_size_mtime_cache_trusts(local: Local) -> N
     assert_deployed(local.src, local.dest)
 
 
+def test_files_go_out_back_to_back_and_their_answers_are_read_after(
+        local: Local, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """No round trip per file: every receive_file request (with its bytes) is out before the
+    first answer to one is read. Run in-process to see the protocol events."""
+    from patchkit import cli
+    from patchkit.agent.client import AgentClient
+
+    for name in ("a.bin", "b.bin", "c.bin"):
+        write_random(local.src / name, 300_000)
+    events: list[tuple[str, str]] = []
+    real_send, real_reply = AgentClient._send, AgentClient._reply
+
+    async def send(self: AgentClient, op: str, *args: Any, **kwargs: Any) -> Any:
+        pending = await real_send(self, op, *args, **kwargs)
+        events.append(("sent", op))
+        return pending
+
+    async def reply(self: AgentClient, request_id: int, op: str, timeout: float | None) -> Any:
+        answer = await real_reply(self, request_id, op, timeout)
+        events.append(("answered", op))
+        return answer
+
+    monkeypatch.setattr(AgentClient, "_send", send)
+    monkeypatch.setattr(AgentClient, "_reply", reply)
+    monkeypatch.setenv("PATCHKIT_CACHE_DIR", local.env["PATCHKIT_CACHE_DIR"])
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["apply", str(local.recipe(validate=False)), "--json", "-i", str(local.inventory)])
+    assert exited.value.code == 0, capsys.readouterr()
+    assert_deployed(local.src, local.dest)
+    files = [i for i, event in enumerate(events) if event[1] == "receive_file"]
+    assert [events[i][0] for i in files] == ["sent"] * 3 + ["answered"] * 3, events
+
+
+def test_a_file_that_cannot_land_fails_the_step_and_the_files_around_it_are_undone(local: Local) -> None:
+    for name in ("a.bin", "b.bin", "c.bin"):
+        write_random(local.src / name, 200_000)
+    blocker = local.dest / "b.bin" / "keep"  # a folder where b.bin should go: its rename fails
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("not patchkit's\n")
+    result = local.run("apply", local.recipe(validate=False))
+    assert result.returncode == 1, result
+    step = result.step()
+    assert step["status"] == "failed", result
+    assert "b.bin" in step["message"], step["message"]
+    assert step["details"]["files"] == [], step
+    # a.bin landed before it and c.bin after it (sent without waiting): both removed again
+    assert sorted(p.relative_to(local.dest).as_posix() for p in local.dest.rglob("*")) == ["b.bin", "b.bin/keep"]
+    assert blocker.read_text() == "not patchkit's\n"
+
+
 # ====================================================================== over real sshd
 
 

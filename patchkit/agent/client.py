@@ -116,10 +116,11 @@ class AgentClient:
         order, so on a slow link several requests cost one round trip). Await `.result()`."""
         return await self._send(op, args, None)
 
-    async def send_file(self, op: str, local: Path, start: int, count: int, timeout: float | None = None,
-                        **args: Any) -> Any:
-        """A request followed by `count` raw bytes of `local` from `start` (a streaming op)."""
-        return await self._request(op, args, (local, start, count), timeout)
+    async def send_file(self, op: str, local: Path, start: int, count: int, **args: Any) -> "Pending":
+        """A request followed by `count` raw bytes of `local` from `start` (a streaming op).
+        Returns once the bytes are out, not when the agent has answered: the next file can
+        follow at once, so a deploy of many files costs no round trip per file."""
+        return await self._send(op, args, (local, start, count))
 
     async def _request(self, op: str, args: dict[str, Any], payload: tuple[Path, int, int] | None,
                        timeout: float | None) -> Any:

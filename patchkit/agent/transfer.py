@@ -343,19 +343,7 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
     if got != expected_sha256:
         os.unlink(part)
         raise TransferRefused("%s arrived with sha256 %s, expected %s; discarded" % (rel, got[:12], expected_sha256[:12]))
-    before = mode_before = None
-    if os.path.isfile(final):
-        before = sha256_path(final)
-        mode_before = stat.S_IMODE(os.stat(final).st_mode)
-        os.makedirs(os.path.dirname(backup_path), mode=0o700, exist_ok=True)
-        shutil.copyfile(final, backup_path)
-        os.chmod(backup_path, 0o600)
-        with open(backup_path, "rb") as f:
-            os.fsync(f.fileno())  # the backup is durable before the file it saves is replaced
-    else:
-        backup_path = None
-    os.chmod(part, mode)
-    os.replace(part, final)
+    before, mode_before, backup_path = _put_in_place(part, final, mode, backup_path)
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -368,6 +356,36 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
     _save_cache(cache_file, cache)
     return {"path": final, "sha256": got, "sha256_before": before, "backup": backup_path,
             "mode_before": mode_before, "created_dirs": created_dirs}
+
+
+def _put_in_place(part, final, mode, backup_path):
+    """Back up what final holds (fsynced), then rename the verified part file over it.
+    If that fails, the part file (and a backup made for it) goes: the host is as it was."""
+    before = mode_before = None
+    made_backup = False
+    try:
+        if os.path.isfile(final):
+            before = sha256_path(final)
+            mode_before = stat.S_IMODE(os.stat(final).st_mode)
+            os.makedirs(os.path.dirname(backup_path), mode=0o700, exist_ok=True)
+            made_backup = True
+            shutil.copyfile(final, backup_path)
+            os.chmod(backup_path, 0o600)
+            with open(backup_path, "rb") as f:
+                os.fsync(f.fileno())  # the backup is durable before the file it saves is replaced
+        else:
+            backup_path = None
+        os.chmod(part, mode)
+        os.replace(part, final)
+    except OSError:
+        for leftover in (part, backup_path if made_backup else None):
+            if leftover:
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
+        raise
+    return before, mode_before, backup_path
 
 
 def op_remove_file(path, expected_sha256, force=False, remove_dirs=()):

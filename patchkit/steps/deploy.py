@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from patchkit.agent import AgentClient
+from patchkit.agent.client import Pending
 from patchkit.agent.transfer import PART_SUFFIX
 from patchkit.checkpoint import VALIDATORS
 from patchkit.errors import HostError, UsageError
@@ -129,45 +130,72 @@ async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
         return result
     src = source_path(ctx, spec.src)
     root = _dest_root(spec, src)
-    written: list[dict[str, Any]] = []
-    sent = 0
+    written: list[dict[str, Any]] = []  # the files that landed, as the host reported them
     backups = posixpath.join(ctx.journal.state_dir, "backups", ctx.run_id, step.name)
     backup_of = {e.rel: posixpath.join(backups, e.rel) for e in todo}
     await ctx.record_intent(_intent(result, todo, remote, root, backup_of).model_copy(update={"backup": backups}))
     ctx.agent.on_bytes = _progress_line(ctx, step.name, sum(e.size for e in todo))
     try:
-        for entry in todo:
-            rel = entry.rel
-            local = src / rel if src.is_dir() else src
-            offset = await _resume_offset(ctx, root, rel, local, entry, remote)
-            backup = backup_of[rel]
-            done = await ctx.agent.send_file(
-                "receive_file", local, offset, entry.size - offset,
-                dest=root, rel=rel, offset=offset, length=entry.size - offset, expected_sha256=entry.sha256,
-                mode=entry.mode, backup_path=backup, cache_file=_cache_file(ctx),
-            )
-            sent += entry.size - offset
-            written.append({"rel": rel, "path": done["path"], "sha256_after": done["sha256"],
-                            "sha256_before": done["sha256_before"], "backup": done["backup"],
-                            "mode_before": done.get("mode_before"),
-                            "resumed_from": offset, "created_dirs": done.get("created_dirs", [])})
+        await _send_files(ctx, src, root, todo, remote, backup_of, written)
         if spec.validate_as:
             view = await ctx.agent.call("read_checkpoint", path=spec.dest, timeout=600)
             problems = VALIDATORS[spec.validate_as](view, await _host_target(ctx, spec.target))
             if problems:
                 raise HostError(f"{spec.dest} on the host is not a valid {spec.validate_as}:\n" + "\n".join(problems))
     except HostError as exc:
+        sent = _bytes_sent(todo, written)
         undone = await undo_files(ctx.agent, written, force=False)
         result.status = "failed"
         result.message = f"{exc}; {undone}"
         result.details = {**(result.details or {}), "files": [], "bytes_sent": sent}
         return result
+    sent = _bytes_sent(todo, written)
     result.details = {**(result.details or {}), "files": written, "bytes_sent": sent}
     resumed = sum(1 for w in written if w["resumed_from"])
     result.message = (f"sent {len(written)} file(s), {_size(sent)}" + (f" ({resumed} resumed)" if resumed else "")
                       + (f"; {spec.validate_as} valid at {spec.dest}" if spec.validate_as else ""))
     result.backup = backups
     return result
+
+
+async def _send_files(ctx: HostContext, src: Path, root: str, todo: list[FileEntry], remote: dict[str, Any],
+                      backup_of: dict[str, str], written: list[dict[str, Any]]) -> None:
+    """Stream every file, one after the other without waiting for the host's answers (it
+    answers in order), then read the answers: no round trip per file. What landed goes into
+    `written` even if another file failed (the caller undoes it)."""
+    offsets = [await _resume_offset(ctx, root, entry.rel, _local(src, entry), entry, remote) for entry in todo]
+    pending: list[tuple[int, Pending]] = []
+    failure: HostError | None = None
+    for entry, offset in zip(todo, offsets):
+        try:
+            pending.append((offset, await ctx.agent.send_file(
+                "receive_file", _local(src, entry), offset, entry.size - offset,
+                dest=root, rel=entry.rel, offset=offset, length=entry.size - offset, expected_sha256=entry.sha256,
+                mode=entry.mode, backup_path=backup_of[entry.rel], cache_file=_cache_file(ctx))))
+        except HostError as exc:  # the connection broke: the answers that did come are still read
+            failure = exc
+            break
+    for (offset, answer), entry in zip(pending, todo):
+        try:
+            done = await answer.result(None)
+        except HostError as exc:
+            failure = failure or exc
+            continue
+        written.append({"rel": entry.rel, "path": done["path"], "sha256_after": done["sha256"],
+                        "sha256_before": done["sha256_before"], "backup": done["backup"],
+                        "mode_before": done.get("mode_before"),
+                        "resumed_from": offset, "created_dirs": done.get("created_dirs", [])})
+    if failure is not None:
+        raise failure
+
+
+def _local(src: Path, entry: FileEntry) -> Path:
+    return src / entry.rel if src.is_dir() else src
+
+
+def _bytes_sent(todo: list[FileEntry], written: list[dict[str, Any]]) -> int:
+    size = {entry.rel: entry.size for entry in todo}
+    return sum(size[w["rel"]] - w["resumed_from"] for w in written)
 
 
 def _intent(result: StepResult, todo: list[Any], remote: dict[str, Any], root: str,
