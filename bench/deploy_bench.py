@@ -656,7 +656,7 @@ async def reply(self, request_id, op, timeout):
     try:
         return await _reply(self, request_id, op, timeout)
     finally:
-        op, length, t = SENT.get(request_id, (op, 0, 0.0))
+        op, length, t = SENT.get(request_id, (op, 0, None))  # None: sent inside another _send (agent files)
         EVENTS.append(["op", op, length, t, time.perf_counter() - T0])
 c.AgentClient._stream, c.AgentClient._send, c.AgentClient._reply = stream, send, reply
 from patchkit.cli import main
@@ -684,19 +684,22 @@ def timeline(bench: Bench) -> dict:
     data = json.loads(err[err.rindex("TIMELINE ") + len("TIMELINE "):].splitlines()[0])
     streams = [e for e in data["events"] if e[0] == "stream"]
     answers = [e for e in data["events"] if e[0] == "op" and e[1] == "receive_file"]
-    ops = [(e[1], round(e[4] - e[3], 3)) for e in data["events"] if e[0] == "op" and e[1] != "receive_file"]
+    # other requests, pipelined: when each went out and when its answer was read (None: sent along
+    # with another request)
+    ops = [(e[1], None if e[3] is None else round(e[3], 3), round(e[4], 3))
+           for e in data["events"] if e[0] == "op" and e[1] != "receive_file"]
     files = [{"file": name, "mb": round(length / 1e6, 1), "stream_s": round(end - start, 2),
               "mb_s_while_streaming": round(length / 1e6 / max(end - start, 1e-9), 0)}
              for _, name, length, start, end in streams]
     stream_s = sum(e[4] - e[3] for e in streams)
     last_stream = max((e[4] for e in streams), default=0.0)
     last_answer = max((e[4] for e in answers), default=last_stream)
-    first = min(e[3] for e in data["events"]) if data["events"] else 0.0
+    first = min((e[3] for e in data["events"] if e[3] is not None), default=0.0)
     out = {"wall_s": run.seconds, "in_process_end_s": round(data["end"], 2),
            "before_first_request_s": round(first, 2), "streaming_s": round(stream_s, 2),
            "first_to_last_byte_s": round(last_stream - min((e[3] for e in streams), default=0.0), 2),
            "waiting_for_host_after_data_s": round(last_answer - last_stream, 2), "files": files,
-           "other_ops_s": round(sum(d for _, d in ops), 2), "ops": ops}
+           "ops_sent_answered_s": ops}
     log(f"timeline: {json.dumps(out)}")
     return out
 

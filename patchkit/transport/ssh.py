@@ -38,6 +38,7 @@ from tenacity import (
 
 from patchkit.errors import HostError
 from patchkit.inventory import HostSpec
+from patchkit.transport.coalesce import coalesce_writes
 from patchkit.logs import get_logger
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -196,8 +197,10 @@ class SSHTransport:
             ):
                 with attempt:
                     # the inventory's address and port again: connect() re-reads them over `options`
-                    return await asyncssh.connect(self.host.address or "", self.host.port or (), options=options,
+                    conn = await asyncssh.connect(self.host.address or "", self.host.port or (), options=options,
                                                   server_host_key_algs=self._host_key_algs or ())
+                    coalesce_writes(conn)
+                    return conn
         except HostError:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a readable HostError
