@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import threading
@@ -40,10 +41,12 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
     HostEnv,
     Testbed,
     fleet,
+    login_users,
     patchkit_executable,
     sshd_root,
     testbed,
 )
+from tests.test_ssh import SYSTEM_PYTHON
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -577,6 +580,36 @@ def test_fleet_deploy_one_exec_per_host_then_nothing_to_send(testbed: Testbed, t
     assert undo.returncode == 0, undo
     for dest in dests.values():
         assert not dest.exists() and not dest.parent.exists()
+
+
+def test_deploy_with_become_lands_root_owned_files_through_sudo(testbed: Testbed, login_users: dict[str, str],
+                                                              tmp_path: Path) -> None:
+    """A login user with the sudo right deploys into a folder only root may write: the bytes
+    reach the agent through sudo (spliced from its stdin pipe on the host) and land as root's."""
+    if not shutil.which("sudo"):
+        pytest.skip("sudo is not installed: apt-get install -y sudo")
+    tb = testbed
+    server = tb.fleet.servers[4]
+    env = tb.add("become-deploy", server, base_python=SYSTEM_PYTHON)
+    tb.fleet.write_known_hosts(tb.known_hosts, [server])
+    inventory = str(tb.inventory(become_deploy={"user": login_users["sudoer"], "become": True}))
+    src = tmp_path / "weights"
+    write_random(src / "model.safetensors", (3 << 20) + 17)
+    (src / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}\n')
+    dest = env.root / "models" / "weights"  # under the host's root-owned folder
+    recipe = str(deploy_recipe(tmp_path / "deploy.yaml", dest=dest, src=str(src), validate=False))
+    run_env = tb.env(PATCHKIT_CACHE_DIR=str(tmp_path / "cache"))
+
+    first = tb.run("apply", recipe, "-i", inventory, "--json", env=run_env)
+    assert first.returncode == 0, first
+    host = first.hosts()["become-deploy"]
+    assert host["steps"][0]["status"] == "changed" and host["exec_requests"] == 1, first
+    assert_deployed(src, dest)
+    assert {p.stat().st_uid for p in dest.iterdir()} == {0}
+
+    undo = tb.run("rollback", recipe, "-i", inventory, "--json", env=run_env)
+    assert undo.returncode == 0, undo
+    assert not dest.exists()
 
 
 class CuttingProxy:
