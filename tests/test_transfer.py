@@ -354,3 +354,22 @@ def test_a_file_system_that_cannot_splice_gets_the_bytes_written(tmp_path: Path,
                                     str(tmp_path / "c.json"))
     assert done["sha256"] == hashlib.sha256(data).hexdigest()
     assert (tmp_path / "dest" / "w.bin").read_bytes() == data
+
+
+def test_where_files_cannot_be_mapped_the_spliced_bytes_are_read_back_for_the_hash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spliced: list[int]) -> None:
+    def no_mmap(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENODEV, "No such device")
+
+    monkeypatch.setattr(transfer.mmap, "mmap", no_mmap)
+    monkeypatch.setattr(transfer, "SPLICE_HASH_STEP", 1 << 20)
+    data = os.urandom((3 << 20) + 333)
+    done = transfer.op_receive_file(piped_stdin(data), str(tmp_path / "dest"), "w.bin", 0, len(data),
+                                    hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
+                                    str(tmp_path / "c.json"))
+    assert done["sha256"] == hashlib.sha256(data).hexdigest() and spliced
+    damaged = data[:-1] + bytes([data[-1] ^ 1])
+    with pytest.raises(transfer.TransferRefused, match="arrived with sha256"):
+        transfer.op_receive_file(piped_stdin(damaged), str(tmp_path / "dest"), "x.bin", 0, len(data),
+                                 hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
+                                 str(tmp_path / "c.json"))

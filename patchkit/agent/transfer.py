@@ -183,9 +183,20 @@ class _Hasher:
 
 
 def _hash_region(digest, fd, offset, length):
-    """digest.update with length bytes of the file at offset, mapped rather than copied."""
+    """digest.update with length bytes of the file at offset: mapped rather than copied, or
+    read where the file system cannot map files."""
     start = offset - offset % mmap.ALLOCATIONGRANULARITY
-    mapped = mmap.mmap(fd, offset - start + length, access=mmap.ACCESS_READ, offset=start)
+    try:
+        mapped = mmap.mmap(fd, offset - start + length, access=mmap.ACCESS_READ, offset=start)
+    except (OSError, ValueError):
+        while length > 0:
+            block = os.pread(fd, min(CHUNK, length), offset)
+            if not block:
+                raise TransferRefused("the part file shrank while it was hashed")
+            digest.update(block)
+            offset += len(block)
+            length -= len(block)
+        return
     try:
         with memoryview(mapped) as view:
             digest.update(view[offset - start:])
