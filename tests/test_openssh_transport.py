@@ -321,6 +321,8 @@ def test_connection_cut_mid_run_fails_the_host_then_a_rerun_converges(testbed: T
 
     run = tb.start("apply", recipe, "-i", inventory, "--json", "-e", "nap_s=30",
                    env=tb.env(PATH=f"{ob.ssh.parent}:{os.environ['PATH']}"))
+    # the journal holds the step before the host writes the file (its intent): wait for both
+    _wait_for(lambda: patched(env.speculative), what="the patch on the victim")
     _wait_for(lambda: any(r["steps"] for r in env.runs()), what="the patch journaled on the victim")
     assert victim.kill_sessions()  # the network drops in the middle of the check
     out, err = run.communicate(timeout=60)
