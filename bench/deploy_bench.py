@@ -265,6 +265,13 @@ class Run:
     note: str = ""
 
 
+def stop_and_clean(host: Host, bench: "Bench", tools: list[str]) -> None:
+    """After a bench: the host's sshd stopped, every tool's 2 GB destination removed."""
+    host.stop()
+    for tool in tools:
+        shutil.rmtree(bench.dest(tool), ignore_errors=True)
+
+
 @dataclass
 class Bench:
     work: Path
@@ -882,9 +889,7 @@ def main() -> None:
                                                        "discarded": [asdict(r) for r in bench.discarded],
                                                        "profile": profile, "breakdown": pieces, "timeline": times}, indent=1))
     finally:
-        host.stop()
-        for tool in tools:
-            shutil.rmtree(bench.dest(tool), ignore_errors=True)
+        stop_and_clean(host, bench, tools)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from deploy_bench import (  # noqa: E402 - after the path set-up, as deploy_benc
     fresh_host,
     log,
     median,
+    stop_and_clean,
 )
 
 OSSH = "patchkit-openssh"
@@ -157,9 +158,7 @@ def main() -> None:
             Path(args.json_out).write_text(json.dumps({"ciphers": ciphers, "runs": [r.__dict__ for r in bench.runs]},
                                                       indent=1))
     finally:
-        host.stop()
-        for tool in tools:
-            shutil.rmtree(bench.dest(tool), ignore_errors=True)
+        stop_and_clean(host, bench, tools)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
     testbed,
 )
 from tests.test_deploy import assert_deployed, deploy_recipe, home_python
-from tests.test_ssh import _wait_for, alias_config, check_become, check_life_cycle, needs_system_python, patched
+from tests.test_ssh import (_wait_for, alias_config, argv_as_received_twice, check_become, check_life_cycle,
+                            needs_system_python, patched)
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(shutil.which("ssh") is None, reason="the OpenSSH client `ssh` is not installed")]
@@ -398,14 +399,8 @@ def test_transport_quoted_argv_one_process_per_spawn(fleet: Fleet, sshd_root: Pa
 
     async def go() -> tuple[list[list[str]], int]:
         transport = OpenSSHTransport(_spec(fleet, server, known), ssh=spy)
-        outs = []
         try:
-            for _ in range(2):
-                streams = await transport.spawn(
-                    [sys.executable, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))", *nasty])
-                outs.append(json.loads(await streams.stdout.readline()))
-                await streams.close()
-            return outs, transport.exec_requests
+            return await argv_as_received_twice(transport, nasty), transport.exec_requests
         finally:
             await transport.close()
 

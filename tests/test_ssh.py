@@ -419,6 +419,17 @@ def test_become_with_and_without_a_sudo_right(testbed: Testbed, login_users: dic
 # ---------------------------------------------------------------------- the transport itself
 
 
+async def argv_as_received_twice(transport: Any, args: list[str]) -> list[list[str]]:
+    """Spawn, twice, a process on the host that prints the arguments it got (as JSON)."""
+    outs = []
+    for _ in range(2):
+        streams = await transport.spawn(
+            [sys.executable, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))", *args])
+        outs.append(json.loads(await streams.stdout.readline()))
+        await streams.close()
+    return outs
+
+
 def test_transport_one_connection_quoted_argv(fleet: Fleet, sshd_root) -> None:
     from patchkit.inventory import HostSpec
     from patchkit.transport.ssh import SSHTransport
@@ -432,15 +443,9 @@ def test_transport_one_connection_quoted_argv(fleet: Fleet, sshd_root) -> None:
 
     async def go() -> tuple[list[list[str]], int, bool]:
         transport = SSHTransport(spec)
-        outs = []
         try:
-            for _ in range(2):
-                streams = await transport.spawn(
-                    [sys.executable, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))", *nasty])
-                outs.append(json.loads(await streams.stdout.readline()))
-                await streams.close()
-            same = transport._conn is not None
-            return outs, transport.exec_requests, same
+            outs = await argv_as_received_twice(transport, nasty)
+            return outs, transport.exec_requests, transport._conn is not None
         finally:
             await transport.close()
 
