@@ -20,6 +20,7 @@ log in as other users.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -97,6 +98,15 @@ def free_port() -> int:
 def closed_port() -> int:
     """A loopback port nobody listens on (connection refused)."""
     return free_port()
+
+
+@contextlib.contextmanager
+def silent_port() -> Iterator[int]:
+    """A loopback port that accepts TCP connections and never speaks SSH (a hung server)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        yield silent.getsockname()[1]
 
 
 def _descendants(pid: int) -> list[int]:

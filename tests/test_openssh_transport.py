@@ -14,7 +14,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
     Fleet,
     Testbed,
     closed_port,
+    silent_port,
     fleet,
     login_users,
     sha256,
@@ -447,11 +447,7 @@ def test_transport_retries_connection_setup_and_replays_what_was_written(fleet: 
     assert flaky.ssh_connections() == before + 1
 
     # a server that accepts TCP and never speaks SSH: ConnectTimeout per attempt, then a clear error
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        port = silent.getsockname()[1]
-
+    with silent_port() as port:
         async def hangs() -> bytes:
             transport = OpenSSHTransport(_spec(fleet, None, known, port=port), connect_timeout=1, attempts=2,
                                          ssh=spy)

@@ -10,7 +10,6 @@ import asyncio
 import json
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
     Fleet,
     Testbed,
     closed_port,
+    silent_port,
     fleet,
     login_users,
     sha256,
@@ -504,11 +504,7 @@ def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root) -> Non
     assert _connections(flaky) == before + 1
 
     # a server that accepts TCP and never speaks SSH: the per-attempt timeout, then a clear error
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        port = silent.getsockname()[1]
-
+    with silent_port() as port:
         async def hangs() -> None:
             from patchkit.inventory import HostSpec
 
