@@ -7,16 +7,19 @@ import errno
 import hashlib
 import io
 import os
+import sys
 import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from patchkit.agent import transfer
 from patchkit.agent.client import AgentClient
 from patchkit.errors import HostError
+from patchkit.transport import LocalTransport
 from patchkit.transport.openssh import _OpenSSHStreams
 
 
@@ -373,3 +376,62 @@ def test_where_files_cannot_be_mapped_the_spliced_bytes_are_read_back_for_the_ha
         transfer.op_receive_file(piped_stdin(damaged), str(tmp_path / "dest"), "x.bin", 0, len(data),
                                  hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
                                  str(tmp_path / "c.json"))
+
+
+# ---------------------------------------------------------------- a failed receive still takes its bytes
+
+
+def test_a_receive_that_fails_mid_stream_still_takes_all_its_bytes(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills up half way: the error is reported and the next request line is intact."""
+    real = os.splice
+    calls = []
+
+    def splice_until_full(src: int, dst: int, count: int, *args: object) -> int:
+        calls.append(count)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(src, dst, count, *args)
+
+    monkeypatch.setattr(os, "splice", splice_until_full)
+    data = os.urandom(4 << 20)
+    stdin = piped_stdin(data + b'{"id": 2, "op": "hello"}\n')
+    with pytest.raises(OSError, match="No space left"):
+        transfer.op_receive_file(stdin, str(tmp_path / "dest"), "w.bin", 0, len(data),
+                                 hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
+                                 str(tmp_path / "c.json"))
+    assert stdin.readline() == b'{"id": 2, "op": "hello"}\n'
+    assert not (tmp_path / "dest" / "w.bin").exists()
+
+
+def test_a_file_refused_before_its_bytes_are_read_does_not_derail_the_files_behind_it(tmp_path: Path) -> None:
+    """Through the real agent: the first file's folder cannot be made (a file is in the way),
+    the second, sent right behind it without waiting, lands."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file\n")
+    first, second = tmp_path / "first.bin", tmp_path / "second.bin"
+    first.write_bytes(os.urandom(3 << 20))
+    second.write_bytes(os.urandom(200_000))
+
+    async def main() -> tuple[str, dict[str, Any]]:
+        transport = LocalTransport()
+        agent = await AgentClient.start(transport, sys.executable, "local")
+        try:
+            await agent.started(sys.executable)
+            sent = []
+            for path, dest in ((first, blocker / "sub"), (second, tmp_path / "dest")):
+                data = path.read_bytes()
+                sent.append(await agent.send_file(
+                    "receive_file", path, 0, len(data), dest=str(dest), rel=path.name, offset=0, length=len(data),
+                    expected_sha256=hashlib.sha256(data).hexdigest(), mode=0o644,
+                    backup_path=str(tmp_path / "backup" / path.name), cache_file=str(tmp_path / "c.json")))
+            with pytest.raises(HostError) as refused:
+                await sent[0].result()
+            return str(refused.value), await sent[1].result()
+        finally:
+            await agent.close()
+
+    error, landed = asyncio.run(main())
+    assert "not-a-folder" in error, error
+    assert landed["path"] == str(tmp_path / "dest" / "second.bin")
+    assert (tmp_path / "dest" / "second.bin").read_bytes() == second.read_bytes()

@@ -224,8 +224,37 @@ def _grow_pipe(fd):
         pass
 
 
-def _receive(stdin, f, offset, length, flusher, hasher):
-    """Move up to length bytes from stdin into f (positioned at offset); returns how many came.
+class _Payload:
+    """The `length` bytes that follow a streaming request on stdin, counted as they are taken.
+
+    `drain` skips what is left of them, so after a failure the agent still finds the next
+    request line where it starts (the control side may have sent more requests behind it).
+    """
+
+    def __init__(self, stdin, length):
+        self._stdin = stdin
+        self.left = length
+        self.pipe = _pipe_fd(stdin)
+
+    def read(self, n, buffered_only=False):
+        """Up to n bytes; with buffered_only, only what stdin holds already (one read if nothing)."""
+        read = getattr(self._stdin, "read1", self._stdin.read) if buffered_only else self._stdin.read
+        chunk = read(min(n, self.left))
+        self.left -= len(chunk)
+        return chunk
+
+    def splice_into(self, out, n):
+        moved = os.splice(self.pipe, out, min(n, self.left))
+        self.left -= moved
+        return moved
+
+    def drain(self):
+        while self.left > 0 and self.read(CHUNK):
+            pass
+
+
+def _receive(payload, f, offset, flusher, hasher):
+    """Move the payload into f (positioned at offset); returns how many bytes came.
 
     From a pipe (sshd gives the agent one) the bytes go straight into the file with splice(2):
     no copy through Python. The hasher then reads them back from the page cache, so the hash
@@ -233,17 +262,16 @@ def _receive(stdin, f, offset, length, flusher, hasher):
     splice) they are read and written.
     """
     done = 0
-    fd = _pipe_fd(stdin)
-    if fd is not None and length > 0:
+    if payload.pipe is not None and payload.left > 0:
         # stdin is buffered: what it already holds of the payload goes first, the usual way.
-        head = getattr(stdin, "read1", stdin.read)(min(CHUNK, length))
+        head = payload.read(CHUNK, buffered_only=True)
         f.write(head)
         f.flush()
         flusher.wrote(len(head))
         hasher.update(head)
-        done = _splice(fd, f.fileno(), offset, len(head), length, flusher, hasher)
-    while done < length:
-        chunk = stdin.read(min(CHUNK, length - done))
+        done = _splice(payload, f.fileno(), offset, len(head), flusher, hasher)
+    while payload.left > 0:
+        chunk = payload.read(CHUNK)
         if not chunk:
             break
         f.write(chunk)
@@ -253,13 +281,13 @@ def _receive(stdin, f, offset, length, flusher, hasher):
     return done
 
 
-def _splice(pipe, out, offset, done, length, flusher, hasher):
+def _splice(payload, out, offset, done, flusher, hasher):
     """The splice(2) part of _receive; returns how much has arrived (done included)."""
-    _grow_pipe(pipe)
+    _grow_pipe(payload.pipe)
     hashed = done
     try:
-        while done < length:
-            n = os.splice(pipe, out, min(CHUNK, length - done))
+        while payload.left > 0:
+            n = payload.splice_into(out, CHUNK)
             if not n:
                 break
             done += n
@@ -314,7 +342,18 @@ class _Flusher:
 
 def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, backup_path, cache_file):
     """Read `length` bytes from stdin into dest/rel's part file from `offset`, verify the
-    whole file's hash, back up what it replaces, then rename it into place."""
+    whole file's hash, back up what it replaces, then rename it into place. Whatever fails,
+    exactly `length` bytes of stdin are consumed (or all there is)."""
+    payload = _Payload(stdin, length)
+    try:
+        return _receive_file(payload, dest, rel, offset, expected_sha256, mode, backup_path, cache_file)
+    except BaseException:
+        payload.drain()
+        raise
+
+
+def _receive_file(payload, dest, rel, offset, expected_sha256, mode, backup_path, cache_file):
+    length = payload.left
     final = _inside(dest, rel)
     folder = os.path.dirname(final)
     created_dirs = []  # deepest first: what undoing this file removes again, if empty
@@ -342,7 +381,7 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
         try:
             f.truncate(offset)
             f.seek(offset)
-            arrived = _receive(stdin, f, offset, length, flusher, hasher)
+            arrived = _receive(payload, f, offset, flusher, hasher)
             f.flush()
             if arrived < length:
                 raise TransferRefused("%s: stream ended after %d of %d bytes" % (rel, arrived, length))
