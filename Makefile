@@ -1,4 +1,4 @@
-# patchkit — the README names these targets.
+# patchkit — the README names these targets. Each does its own set-up on a new machine.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -7,27 +7,36 @@ SHELL  := bash
 # pip here warns about every configured index folder it cannot use; keep real errors only.
 QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true
 
-.PHONY: setup demo test test-fast clean
+.PHONY: setup system-deps test-inputs demo test test-fast clean
 
 $(VENV)/.installed: pyproject.toml
+	@echo "make: creating $(VENV) and installing patchkit with its test dependencies (pip, ~30 s, ~150 MB)" >&2
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[test]' 2>&1 | { $(QUIET_PIP); }
 	touch $@
 
 setup: $(VENV)/.installed
 
+## openssh-server, openssh-client and sudo for the SSH tiers (apt-get as root, when missing).
+system-deps:
+	@scripts/install-system-deps.sh
+
+## The cached real-vLLM environment and tiny models the realenv tiers use (one-off, minutes).
+test-inputs: setup
+	$(PY) fixtures/prepare.py
+
 ## The main job on the embedded default: a local sandbox with real vLLM 0.16.0,
 ## plan -> apply -> status -> apply again -> rollback.
 demo: setup
-	PATH="$(abspath $(VENV))/bin:$$PATH" bash demo/quickstart.sh
+	PATCHKIT="$(abspath $(VENV))/bin/patchkit" PY="$(abspath $(PY))" bash demo/quickstart.sh
 
 ## The whole test suite (what .ci/run calls). Builds and caches the real vLLM
 ## environment under $${PATCHKIT_CACHE_DIR:-~/.cache/patchkit} on first use.
-test: setup
+test: setup system-deps test-inputs
 	$(PY) -m pytest
 
 ## Only the tiers that need no real vLLM environment and no wheels.
-test-fast: setup
+test-fast: setup system-deps
 	$(PY) -m pytest -m "not realenv and not wheels"
 
 clean:

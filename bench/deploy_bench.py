@@ -56,6 +56,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
+from fixtures.project_cli import patchkit_argv  # noqa: E402
 from fleet import Host, keygen
 from measure import machine_busy, wait_for_quiet
 
@@ -771,13 +772,6 @@ def report(bench: Bench, meta: dict) -> str:
 # ---------------------------------------------------------------------- main
 
 
-def find_patchkit(explicit: str | None) -> list[str]:
-    if explicit:
-        return shlex.split(explicit)
-    for candidate in (Path(sys.executable).parent / "patchkit", REPO / ".venv" / "bin" / "patchkit"):
-        if candidate.exists():
-            return [str(candidate)]
-    return [sys.executable, "-m", "patchkit"]
 
 
 def fresh_host(work: Path, key_comment: str) -> Host:
@@ -829,7 +823,7 @@ def main() -> None:
     ratio = incompressible(src)
     work = Path(args.workdir)
     host = fresh_host(work, "patchkit-deploy-bench")
-    bench = Bench(work, src, hashes, total, host, args.cipher, find_patchkit(args.patchkit),
+    bench = Bench(work, src, hashes, total, host, args.cipher, patchkit_argv(args.patchkit),
                   quiet_max_s=args.quiet_wait, noisy_limit=args.noisy_limit,
                   patchkit_cipher_configured=not args.patchkit_default_cipher)
     waited, quiet = (0.0, True) if args.no_wait else wait_idle(args.max_wait)

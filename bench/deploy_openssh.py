@@ -45,12 +45,12 @@ from deploy_bench import (  # noqa: E402 - after the path set-up, as deploy_benc
     Run,
     artifact,
     enable_sftp,
-    find_patchkit,
     fresh_host,
     log,
     median,
     stop_and_clean,
 )
+from fixtures.project_cli import patchkit_argv  # noqa: E402 - deploy_bench puts the repo on sys.path
 
 OSSH = "patchkit-openssh"
 
@@ -123,7 +123,7 @@ def main() -> None:
     src, hashes, total = artifact(3, 682)
     work = Path(args.workdir)
     host = fresh_host(work, "patchkit-deploy-openssh")
-    bench = OpenSSHBench(work, src, hashes, total, host, args.cipher, find_patchkit(None), quiet_max_s=args.quiet_wait)
+    bench = OpenSSHBench(work, src, hashes, total, host, args.cipher, patchkit_argv(), quiet_max_s=args.quiet_wait)
     host.start()
     try:
         enable_sftp(host)

@@ -47,6 +47,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
+from fixtures.project_cli import patchkit_argv  # noqa: E402
 from fleet import Fleet, Host, sha256  # noqa: E402
 from measure import machine_busy, wait_for_quiet  # noqa: E402
 
@@ -87,13 +88,6 @@ def log(message: str) -> None:
 # ---------------------------------------------------------------------- tools
 
 
-def find_patchkit(explicit: str | None) -> list[str]:
-    if explicit:
-        return shlex.split(explicit)
-    for candidate in (Path(sys.executable).parent / "patchkit", REPO / ".venv" / "bin" / "patchkit"):
-        if candidate.exists():
-            return [str(candidate)]  # the console script itself: no pyenv shim in front
-    return [sys.executable, "-m", "patchkit"]
 
 
 def ensure_ansible(explicit: str | None) -> Path:
@@ -587,7 +581,7 @@ def main() -> int:
     proxy = None
     runs: list[Run] = []
     try:
-        setup = Setup(fleet, work, home, work / "known_hosts", find_patchkit(args.patchkit), playbook_bin,
+        setup = Setup(fleet, work, home, work / "known_hosts", patchkit_argv(args.patchkit), playbook_bin,
                       quiet_wait=args.quiet_wait, max_other_cpu=args.max_other_cpu,
                       noisy_retries=args.noisy_retries)
         if proxy_ns:

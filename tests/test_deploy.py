@@ -38,6 +38,7 @@ from fixtures.make_drafter import (
     write_target_config,
 )
 from tests.sshd import (  # noqa: F401 - pytest fixtures
+    require,
     HostEnv,
     Testbed,
     fleet,
@@ -586,8 +587,7 @@ def test_deploy_with_become_lands_root_owned_files_through_sudo(testbed: Testbed
                                                               tmp_path: Path) -> None:
     """A login user with the sudo right deploys into a folder only root may write: the bytes
     reach the agent through sudo (spliced from its stdin pipe on the host) and land as root's."""
-    if not shutil.which("sudo"):
-        pytest.skip("sudo is not installed: apt-get install -y sudo")
+    require(shutil.which("sudo") is not None, "sudo is missing: `make test` installs it (scripts/install-system-deps.sh)")
     tb = testbed
     server = tb.fleet.servers[4]
     env = tb.add("become-deploy", server, base_python=SYSTEM_PYTHON)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from tests.helpers import PATCHKIT
 
 SLOW_PACKAGE = {
     "slowpkg/__init__.py": "import time\ntime.sleep(2)  # a slow import check\n",
@@ -41,7 +42,7 @@ def test_ctrl_c_finishes_the_step_in_progress_and_starts_nothing_new(tmp_path: P
          "verify": {"import": ["slowpkg.config"]}},
         {"name": "after", "check": {"python": "print('second step')"}},
     ]}))
-    proc = subprocess.Popen(["patchkit", "apply", str(recipe), "-i", str(inventory), "--concurrency", "1", "--json"],
+    proc = subprocess.Popen([PATCHKIT, "apply", str(recipe), "-i", str(inventory), "--concurrency", "1", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     backups = tmp_path / "a/state/backups"
     deadline = time.monotonic() + 60

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.helpers import PATCHKIT
 
 
 def free_port() -> int:
@@ -44,7 +45,7 @@ def write_recipe(path: Path, command: list[str], port: int, timeout_s: float = 2
 
 
 def patchkit(state: Path, *args: str) -> tuple[int, dict]:
-    proc = subprocess.run(["patchkit", *args, "--json", "--state-dir", str(state)],
+    proc = subprocess.run([PATCHKIT, *args, "--json", "--state-dir", str(state)],
                           capture_output=True, text=True, timeout=120)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)

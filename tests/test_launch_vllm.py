@@ -49,6 +49,7 @@ import pytest
 
 from fixtures.make_models import model_path, rigged_info, serve_command, serve_env
 from fixtures.vllm_envs import base_env, make_sandbox
+from tests.helpers import PATCHKIT
 from tests.sshd import (  # noqa: F401 - pytest fixtures
     Testbed,
     fleet,
@@ -65,12 +66,6 @@ EAGLE3_ERROR = "RuntimeError: Model does not support EAGLE3 interface but aux_hi
 pytestmark = [pytest.mark.realenv, pytest.mark.timeout(900)]
 
 
-def patchkit_executable() -> str:
-    beside = Path(sys.executable).parent / "patchkit"
-    return str(beside) if beside.exists() else "patchkit"
-
-
-PATCHKIT = patchkit_executable()
 
 
 # ------------------------------------------------------------------ processes

@@ -26,6 +26,7 @@ from fixtures.make_drafter import make_drafter
 from patchkit.agent.client import BOOTSTRAP
 from tests.helpers import Result
 from tests.sshd import (  # noqa: F401 - pytest fixtures
+    require,
     SSHD,
     Fleet,
     Testbed,
@@ -41,8 +42,12 @@ from tests.test_deploy import assert_deployed, deploy_recipe, home_python
 from tests.test_ssh import (_wait_for, alias_config, argv_as_received_twice, check_become, check_life_cycle,
                             needs_system_python, patched)
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.skipif(shutil.which("ssh") is None, reason="the OpenSSH client `ssh` is not installed")]
+pytestmark = [pytest.mark.timeout(120)]
+
+
+@pytest.fixture(autouse=True)
+def _openssh_client() -> None:
+    require(shutil.which("ssh") is not None, "the OpenSSH client `ssh` is missing: `make test` installs openssh-client")
 
 OPENSSH = {"ssh_client": "openssh"}
 

@@ -20,6 +20,7 @@ import pytest
 
 from fixtures.vllm_envs import release_file
 from patchkit.recipe import load_recipe
+from tests.helpers import PATCHKIT
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "kimi_eagle3.yaml"
@@ -87,7 +88,7 @@ def lay_out_release(version: str, root: Path) -> tuple[Path, Path]:
 def test_recipe_on_real_release(version: str, tmp_path: Path) -> None:
     python, site = lay_out_release(version, tmp_path)
     proc = subprocess.run(
-        ["patchkit", "plan", str(RECIPE), "--json", "--steps", "eagle3-whitelist",
+        [PATCHKIT, "plan", str(RECIPE), "--json", "--steps", "eagle3-whitelist",
          "-e", f"python={python}", "--state-dir", str(tmp_path / "state")],
         capture_output=True, text=True, timeout=120,
     )

@@ -15,6 +15,7 @@ import pytest
 
 from fixtures.make_drafter import make_drafter, write_target_config
 from fixtures.vllm_envs import make_sandbox
+from tests.helpers import PATCHKIT
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "kimi_eagle3.yaml"
@@ -33,7 +34,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run(python: Path, state: Path, *args: str) -> tuple[int, dict]:
     proc = subprocess.run(
-        ["patchkit", *args, "--json", "-e", f"python={python}", "--state-dir", str(state)],
+        [PATCHKIT, *args, "--json", "-e", f"python={python}", "--state-dir", str(state)],
         capture_output=True, text=True, timeout=900,
     )
     assert "Traceback" not in proc.stderr, proc.stderr

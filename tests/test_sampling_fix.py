@@ -27,6 +27,7 @@ from packaging.specifiers import SpecifierSet
 
 from fixtures.vllm_envs import make_sandbox, release_file
 from patchkit.recipe import load_recipe
+from tests.helpers import PATCHKIT
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "vllm_cpu_spec_sampling_fix.yaml"
@@ -131,7 +132,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def patchkit(python: Path, state: Path, *args: str) -> tuple[int, dict]:
     proc = subprocess.run(
-        ["patchkit", *args, "--json", "-e", f"python={python}", "--state-dir", str(state)],
+        [PATCHKIT, *args, "--json", "-e", f"python={python}", "--state-dir", str(state)],
         capture_output=True, text=True, timeout=900, check=False,
     )
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -7,6 +7,7 @@ The real `patchkit` executable runs in a subprocess with HOME pointing at a temp
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import pwd
 import shutil
@@ -20,6 +21,7 @@ import pytest
 
 from tests.helpers import Result
 from tests.sshd import (  # noqa: F401 - pytest fixtures
+    require,
     Fleet,
     Testbed,
     closed_port,
@@ -346,8 +348,15 @@ def test_sshd_killed_mid_run_then_rerun_converges(testbed: Testbed) -> None:
 
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # root's pyenv lives in /root (0700): other users cannot run it
-needs_system_python = pytest.mark.skipif(not Path(SYSTEM_PYTHON).exists(),
-                                         reason=f"{SYSTEM_PYTHON} (an interpreter other users can run) is missing")
+
+
+def needs_system_python(test: Callable[..., None]) -> Callable[..., None]:
+    """The test runs its hosts on Debian's python3, which other users can run; missing, it fails."""
+    @functools.wraps(test)
+    def checked(*args: Any, **kwargs: Any) -> None:
+        require(Path(SYSTEM_PYTHON).exists(), f"{SYSTEM_PYTHON} (an interpreter other users can run) is missing")
+        test(*args, **kwargs)
+    return checked
 
 
 @needs_system_python
@@ -383,8 +392,7 @@ def check_become(tb: Testbed, login_users: dict[str, str], run: Callable[..., Re
     """become: true through `sudo -n`: a user with the sudo right patches a root-owned env in the
     same one exec; a user without it fails with sudo's message and what to do. `run` is how
     patchkit is started (the asyncssh and OpenSSH tests share this)."""
-    if not shutil.which("sudo"):
-        pytest.skip("sudo is not installed: apt-get install -y sudo")
+    require(shutil.which("sudo") is not None, "sudo is missing: `make test` installs it (scripts/install-system-deps.sh)")
     sudoer, plain = login_users["sudoer"], login_users["plain"]
     servers = tb.fleet.servers[6:8]
     become = tb.add("become", servers[0], base_python=SYSTEM_PYTHON)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The system programs the test suite talks to for real: an OpenSSH server and client
+# (the SSH tiers start sshd on loopback ports) and sudo (the `become` tests).
+# Installs what is missing with apt-get as root; as another user, stops with one line
+# naming what to install. Never leaves a tier to be skipped for want of them.
+set -euo pipefail
+
+need=()
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v sudo >/dev/null 2>&1 || need+=(sudo)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "make test needs ${need[*]}: install them (e.g. 'sudo apt-get install -y ${need[*]}') and run it again" >&2
+  exit 1
+fi
+echo "make test: installing ${need[*]} with apt-get (one-off, about 30 s)" >&2
+export DEBIAN_FRONTEND=noninteractive
+log=$(mktemp)
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"; } >"$log" 2>&1; then
+  tail -20 "$log" >&2
+  echo "make test: apt-get could not install ${need[*]} (output above)" >&2
+  rm -f "$log"
+  exit 1
+fi
+rm -f "$log"
