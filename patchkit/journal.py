@@ -56,7 +56,14 @@ class Journal:
             await self._unconfirmed.pop(0).result()
 
     async def runs(self, recipe: str | None = None) -> list[RunRecord]:
-        listing = await self.agent.send("journal_list", state_dir=self.state_dir, recipe=recipe)
+        return await self.read_runs(await self.agent.send("journal_list", state_dir=self.state_dir, recipe=recipe))
+
+    async def prefetch(self, recipe: str) -> "Pending":
+        """Ask for the records now, read them later (`read_runs`): pipelined with the requests
+        that follow, so a run that may need them pays no round trip of its own."""
+        return await self.agent.send("journal_list", state_dir=self.state_dir, recipe=recipe)
+
+    async def read_runs(self, listing: Pending) -> list[RunRecord]:
         await self.flush()
         raw = await listing.result()
         records = []
@@ -98,6 +105,15 @@ def active_step(records: list[RunRecord], step: str, file: str) -> StepResult | 
     if record is None:
         return None
     return next(s for s in record.changed_steps() if s.name == step and s.file == file)
+
+
+def unverified_step(records: list[RunRecord], step: str, file: str) -> tuple[RunRecord, StepResult] | None:
+    """The live change to (step, file) whose run was cut off before its checks were recorded."""
+    record = active_changes(records).get((step, file))
+    if record is None:
+        return None
+    done = next(s for s in record.changed_steps() if s.name == step and s.file == file)
+    return (record, done) if done.verified is False else None
 
 
 def rollback_target(records: list[RunRecord], run_id: str | None, steps: list[str] | None) -> RunRecord | None:

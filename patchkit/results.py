@@ -29,6 +29,10 @@ class StepResult(BaseModel):
     backup: str | None = None
     checks: list[Check] = Field(default_factory=list)
     restored: bool | None = None  # after a failed verification: is the original back?
+    # False in the intent record written before a change; True once its checks passed and were
+    # recorded. A run cut off in between leaves False: "pending verification", never "applied".
+    # None: a record from before this field (its run finished, so it was verified).
+    verified: bool | None = None
     details: dict[str, Any] | None = None  # kind-specific: files a deploy wrote, bytes sent...
 
 

@@ -19,7 +19,7 @@ from patchkit.agent import AgentClient
 from patchkit.errors import HostError, UsageError
 from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
 from patchkit.inventory import HostSpec
-from patchkit.journal import DEFAULT_STATE_DIR, Journal, active_step, rollback_target
+from patchkit.journal import DEFAULT_STATE_DIR, Journal, active_step, rollback_target, unverified_step
 from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
 from patchkit.results import HostResult, RunRecord, StepResult, host_status
@@ -158,6 +158,8 @@ class Runner:
 
         if not self.options.dry_run:
             ctx.record_intent = write_intent
+            # A change an earlier run left unverified is settled by this one (see apply_patch).
+            ctx.records_request = await s.journal.prefetch(recipe.name)
         for step in recipe.select(self.options.steps):
             if self.interrupt.requested and not stopped_by:
                 stopped_by = "interrupt"
@@ -254,7 +256,11 @@ class Runner:
             target.rolled_back_steps = sorted(set(target.rolled_back_steps) | set(done))
             target.rolled_back_by = self.run_id
             await s.journal.write(target)
-        return HostResult(status=record.status, steps=record.steps, message=f"rollback of run {target.run_id}")
+        message = f"rollback of run {target.run_id}"
+        older = rollback_target([r for r in records if r.run_id != target.run_id], None, wanted)
+        if older is not None and not self.options.run:
+            message += f"; run {older.run_id} also has changes in place: roll back again to undo them"
+        return HostResult(status=record.status, steps=record.steps, message=message)
 
     async def _restore(self, s: Session, step: StepResult, target: RunRecord) -> StepResult:
         if step.kind == "deploy":
@@ -303,6 +309,18 @@ def _state_of(planned: StepResult, records: list[RunRecord]) -> StepResult:
     if planned.status == "skipped":
         out.status = "not-applicable"
         return out
+    left = unverified_step(records, planned.name, planned.file) if planned.file else None
+    if left is not None:
+        record, done = left
+        if planned.status == "ok" and done.sha256_after == planned.sha256_before:
+            out.status = "pending"
+            out.message = (f"pending verification: run {record.run_id} wrote this change and was cut off before "
+                           "its checks were recorded; apply re-runs them (and restores the original if they fail)")
+            return out
+        if planned.status == "changed" and done.sha256_before == planned.sha256_before:
+            out.status = "pending"
+            out.message = f"run {record.run_id} was cut off before its write; {planned.message}"
+            return out
     ours = active_step(records, planned.name, planned.file) if planned.file else None
     if planned.status == "failed":
         mine = [s for r in records for s in r.live_steps() if s.name == planned.name]

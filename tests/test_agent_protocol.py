@@ -77,6 +77,11 @@ def test_an_unknown_op_is_a_readable_error_and_the_agent_goes_on() -> None:
     assert "python_version" in with_agent(work)
 
 
+def sha256_hex(path: Path) -> str:
+    import hashlib
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_a_journal_write_that_did_not_land_is_reported_at_the_next_flush(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
@@ -87,8 +92,16 @@ def test_a_journal_write_that_did_not_land_is_reported_at_the_next_flush(tmp_pat
     async def work(agent: AgentClient) -> None:
         journal = Journal(agent, str(state))
         await journal.write(record, wait=False)  # returns before the host answers
-        with pytest.raises(HostError, match="journal_write failed"):
+        with pytest.raises(HostError, match="runs is not a folder; refusing to use it"):
             await journal.flush()
+        # From then on the agent refuses to change the host in this run.
+        target = tmp_path / "module.py"
+        target.write_text("x = 1\n")
+        with pytest.raises(HostError, match="a journal write of this run failed earlier"):
+            await agent.call("apply", path=str(target), expected_sha256=sha256_hex(target), content_b64="eCA9IDIK",
+                             backup_path=str(tmp_path / "b" / "r1" / "module.py"), verify_imports=[],
+                             import_timeout_s=5)
+        assert target.read_text() == "x = 1\n"
 
     with_agent(work)
 

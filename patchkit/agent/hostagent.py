@@ -50,8 +50,35 @@ def tail(text, lines=TAIL_LINES):
 
 
 def ensure_private_dir(path):
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)
+    """A 0700 folder of ours at path: made if missing; a symlink or a non-folder there is
+    refused, never followed (anyone who could plant one would steer our writes)."""
+    if not os.path.lexists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # above the state dir: the user's own folders
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+    refuse_unless_dir(path)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def refuse_unless_dir(path):
+    import stat
+
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise Refused("%s is a symlink; refusing to follow it (remove it, or point the state dir elsewhere)" % path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise Refused("%s is not a folder; refusing to use it" % path)
+
+
+def refuse_symlink(path, what):
+    if os.path.islink(path):
+        raise Refused("%s is a symlink (to %s); refusing to %s through it" % (path, os.readlink(path), what))
 
 
 def fsync_dir(path):
@@ -104,20 +131,22 @@ def atomic_fill(path, fill, mode=None, uid=None, gid=None):
 
 
 def drop_bytecode(path):
-    """Stale .pyc of an edited module could outlive a same-size edit within one second."""
+    """Remove the module's cached bytecode; False if some of it could not be removed."""
     folder, name = os.path.split(path)
     stem = os.path.splitext(name)[0]
     cache = os.path.join(folder, "__pycache__")
     try:
         names = os.listdir(cache)
     except OSError:
-        return
+        return True  # no cache folder: nothing stale
+    dropped = True
     for name in names:
         if name.startswith(stem + ".") and name.endswith(".pyc"):
             try:
                 os.unlink(os.path.join(cache, name))
             except OSError:
-                pass
+                dropped = False
+    return dropped
 
 
 def stat_of(path):
@@ -259,6 +288,8 @@ def op_read(path):
         data = f.read()
     out = {"exists": True, "sha256": sha256_bytes(data), "content_b64": base64.b64encode(data).decode()}
     out.update(stat_of(path))
+    if os.path.islink(path):
+        out["symlink_to"] = os.path.realpath(path)
     return out
 
 
@@ -271,57 +302,182 @@ def op_hash(paths):
 
 
 def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, import_timeout_s):
-    """Backup, atomic write, read-back, syntax check, import check; restore on any failure."""
+    """Backup, atomic write, read-back, syntax check, import check; restore on any failure.
+
+    The file's folder is locked (flock) for the whole of it, so two runs with different
+    state dirs never interleave on one file; a restore replaces the file only if it still
+    holds what this run wrote.
+    """
     path = expand(path)
     new = base64.b64decode(content_b64)
-    with open(path, "rb") as f:
-        original = f.read()
-    if sha256_bytes(original) != expected_sha256:
-        raise Refused("%s changed since it was read (sha256 %s, expected %s); nothing written"
-                      % (path, sha256_bytes(original)[:12], expected_sha256[:12]))
-    st = stat_of(path)
-    backup_path = expand(backup_path)
-    ensure_private_dir(os.path.dirname(os.path.dirname(backup_path)))  # backups/
-    ensure_private_dir(os.path.dirname(backup_path))  # backups/<run_id>/
-    atomic_write(backup_path, original, mode=0o600)
-    if sha256_file(backup_path) != expected_sha256:
-        raise Refused("backup %s did not read back intact; nothing written" % backup_path)
+    refuse_symlink(path, "patch")
+    with locked_folder(os.path.dirname(path), import_timeout_s + 60):
+        sweep_temps(path)
+        with open(path, "rb") as f:
+            original = f.read()
+            st_before = os.fstat(f.fileno())
+        if sha256_bytes(original) != expected_sha256:
+            raise Refused("%s changed since it was read (sha256 %s, expected %s); nothing written"
+                          % (path, sha256_bytes(original)[:12], expected_sha256[:12]))
+        st = stat_of(path)
+        refuse_foreign_owner(path, st)
+        backup_path = expand(backup_path)
+        ensure_private_dir(os.path.dirname(os.path.dirname(backup_path)))  # backups/
+        ensure_private_dir(os.path.dirname(backup_path))  # backups/<run_id>/
+        atomic_write(backup_path, original, mode=0o600)
+        if sha256_file(backup_path) != expected_sha256:
+            raise Refused("backup %s did not read back intact; nothing written" % backup_path)
 
-    checks = []
-    failure = None
-    atomic_write(path, new, st["mode"], st["uid"], st["gid"])
-    drop_bytecode(path)
-    wanted = sha256_bytes(new)
-    landed = sha256_file(path)
-    checks.append({"name": "read-back", "ok": landed == wanted, "detail": landed})
-    if landed != wanted:
-        failure = "read-back: %s hashes to %s, expected %s" % (path, landed[:12], wanted[:12])
-    if failure is None:
-        try:
-            compile(new, path, "exec", dont_inherit=True)
-            checks.append({"name": "syntax", "ok": True, "detail": sys.version.split()[0]})
-        except SyntaxError as exc:
-            failure = "syntax check by %s: %s (line %s)" % (sys.executable, exc.msg, exc.lineno)
-            checks.append({"name": "syntax", "ok": False, "detail": failure})
-    if failure is None and verify_imports:
-        code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
-        result = run_python(["-c", code] + list(verify_imports), import_timeout_s)
-        ok = result["returncode"] == 0
-        checks.append({"name": "import", "ok": ok, "detail": "%s in %ss" % (", ".join(verify_imports), result["seconds"])})
-        if not ok:
-            if result["timed_out"]:
-                failure = "import check timed out after %ss: %s" % (import_timeout_s, ", ".join(verify_imports))
-            else:
-                last = result["stderr"].splitlines()[-1] if result["stderr"] else "exit %s" % result["returncode"]
-                failure = "import check failed: %s" % last
-            checks[-1]["detail"] = result["stderr"]
-    if failure is None:
-        return {"ok": True, "sha256_after": landed, "checks": checks}
+        checks = []
+        failure = None
+        atomic_write(path, new, st["mode"], st["uid"], st["gid"])
+        settle_bytecode(path, st_before)
+        wanted = sha256_bytes(new)
+        landed = sha256_file(path)
+        checks.append({"name": "read-back", "ok": landed == wanted, "detail": landed})
+        if landed != wanted:
+            failure = "read-back: %s hashes to %s, expected %s" % (path, landed[:12], wanted[:12])
+        if failure is None:
+            failure = verify_file(path, new, verify_imports, import_timeout_s, checks)
+        if failure is None:
+            return {"ok": True, "sha256_after": landed, "checks": checks}
+        restored, note = restore_own_write(path, original, wanted, st, st_before)
+        return {"ok": False, "failure": failure + note, "restored": restored, "checks": checks}
 
+
+def verify_file(path, data, verify_imports, import_timeout_s, checks):
+    """Syntax check by this interpreter, then the import check in a fresh one; appends to
+    checks and returns the failure (None when both pass)."""
+    try:
+        compile(data, path, "exec", dont_inherit=True)
+        checks.append({"name": "syntax", "ok": True, "detail": sys.version.split()[0]})
+    except SyntaxError as exc:
+        failure = "syntax check by %s: %s (line %s)" % (sys.executable, exc.msg, exc.lineno)
+        checks.append({"name": "syntax", "ok": False, "detail": failure})
+        return failure
+    if not verify_imports:
+        return None
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+    result = run_python(["-c", code] + list(verify_imports), import_timeout_s)
+    ok = result["returncode"] == 0
+    checks.append({"name": "import", "ok": ok, "detail": "%s in %ss" % (", ".join(verify_imports), result["seconds"])})
+    if ok:
+        return None
+    checks[-1]["detail"] = result["stderr"]
+    if result["timed_out"]:
+        return "import check timed out after %ss: %s" % (import_timeout_s, ", ".join(verify_imports))
+    last = result["stderr"].splitlines()[-1] if result["stderr"] else "exit %s" % result["returncode"]
+    return "import check failed: %s" % last
+
+
+def op_verify(path, expected_sha256, verify_imports, import_timeout_s):
+    """Re-run the checks of a change whose verification was cut off (the file must still be
+    what that run wrote); nothing is written."""
+    path = expand(path)
+    refuse_symlink(path, "verify")
+    with locked_folder(os.path.dirname(path), import_timeout_s + 60):
+        with open(path, "rb") as f:
+            data = f.read()
+        if sha256_bytes(data) != expected_sha256:
+            raise Refused("%s changed since it was written (sha256 %s, expected %s)"
+                          % (path, sha256_bytes(data)[:12], expected_sha256[:12]))
+        checks = []
+        failure = verify_file(path, data, verify_imports, import_timeout_s, checks)
+    return {"ok": failure is None, "failure": failure, "checks": checks}
+
+
+def restore_own_write(path, original, wanted, st, st_before):
+    """Put the original back after a failed check, only if the file still holds what this
+    run wrote: someone else's newer change is never overwritten. Returns (restored, note)."""
+    current = sha256_file(path)
+    if current != wanted:
+        return False, ("; NOT restored: %s changed while it was checked (sha256 %s, not %s as this run wrote "
+                       "it): another run's change is left in place" % (path, current[:12], wanted[:12]))
     atomic_write(path, original, st["mode"], st["uid"], st["gid"])
-    drop_bytecode(path)
-    restored = sha256_file(path) == expected_sha256
-    return {"ok": False, "failure": failure, "restored": restored, "checks": checks}
+    settle_bytecode(path, st_before)
+    return sha256_file(path) == sha256_bytes(original), ""
+
+
+class locked_folder:
+    """flock on a folder (the one holding a patched file) for as long as the block runs.
+
+    The run lock lives in each user's state dir; this one lives next to the target, so runs
+    with different state dirs (two operators without become) still take turns on one file.
+    """
+
+    def __init__(self, folder, timeout_s):
+        self.folder, self.timeout_s, self.fd = folder, timeout_s, None
+
+    def __enter__(self):
+        self.fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(self.fd)
+                    raise
+                if time.monotonic() >= deadline:
+                    os.close(self.fd)
+                    raise Refused("another patchkit run is changing files in %s; waited %ss" % (self.folder, self.timeout_s))
+                time.sleep(0.1)
+
+    def __exit__(self, *exc):
+        os.close(self.fd)  # closing the descriptor releases the flock
+
+
+TEMP_NAME = re.compile(r"^\.(.+)\.(\d+)-[0-9a-f]{8}\.patchkit-tmp$")
+
+
+def sweep_temps(path):
+    """Remove temp files left next to path by agents that died mid-write (their pid is gone)."""
+    folder, name = os.path.split(path)
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return
+    for entry in entries:
+        found = TEMP_NAME.match(entry)
+        if not found or found.group(1) != name or pid_alive(int(found.group(2))):
+            continue
+        try:
+            os.unlink(os.path.join(folder, entry))
+        except OSError:
+            pass
+
+
+def pid_alive(pid):
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def refuse_foreign_owner(path, st):
+    """Replacing a file we do not own (possible when we own its folder) would make it ours."""
+    uid = os.geteuid()
+    if uid != 0 and st["uid"] != uid:
+        raise Refused("%s belongs to uid %d, not to this user (uid %d): replacing it would change its owner; "
+                      "nothing written (use become, or the owner's account)" % (path, st["uid"], uid))
+
+
+def settle_bytecode(path, st_before):
+    """After a rewrite: no stale .pyc may stand in for the new source. Remove the module's
+    cached bytecode; where that is impossible (a read-only __pycache__) and the new file has the
+    old one's size and mtime second (what a .pyc records), move its mtime on a second."""
+    if drop_bytecode(path):
+        return
+    st = os.stat(path)
+    if st.st_size == st_before.st_size and int(st.st_mtime) == int(st_before.st_mtime):
+        later = st_before.st_mtime_ns + 1000000000
+        os.utime(path, ns=(st.st_atime_ns, later))
 
 
 def op_restore(path, backup_path, expected_current, original_sha256, force, mode=None):
@@ -333,6 +489,7 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, mode
     """
     path = expand(path)
     backup_path = expand(backup_path)
+    refuse_symlink(path, "restore")
     current = sha256_file(path) if os.path.isfile(path) else None
     if current == original_sha256:  # never changed (a run that died first) or put back already
         if mode is not None and stat_of(path)["mode"] != mode:
@@ -344,6 +501,7 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, mode
         raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to restore "
                       "(--force restores anyway)" % (path, (current or "missing")[:12], expected_current[:12]))
     st = stat_of(path) if os.path.isfile(path) else {"mode": 0o644, "uid": None, "gid": None}
+    st_before = os.stat(path) if os.path.isfile(path) else None
 
     def copy_checked(f):
         digest = hashlib.sha256()
@@ -354,8 +512,12 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, mode
         if digest.hexdigest() != original_sha256:
             raise Refused("backup %s is corrupt (hash mismatch); not restoring" % backup_path)
 
+    sweep_temps(path)
     atomic_fill(path, copy_checked, st["mode"] if mode is None else mode, st["uid"], st["gid"])
-    drop_bytecode(path)
+    if st_before is not None:
+        settle_bytecode(path, st_before)
+    else:
+        drop_bytecode(path)
     if sha256_file(path) != original_sha256:
         raise Refused("restored %s does not read back as the original" % path)
     return {"ok": True, "already": False}
@@ -376,7 +538,7 @@ def op_lock(state_dir, timeout_s, owner):
     state_dir = expand(state_dir)
     ensure_private_dir(state_dir)
     path = os.path.join(state_dir, "lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_private_file(path)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -398,16 +560,51 @@ def op_lock(state_dir, timeout_s, owner):
     return {"path": path, "state_dir": state_dir}
 
 
+def open_private_file(path):
+    """path opened for reading and writing, made 0600 if missing; never through a symlink and
+    never anything but a regular file (a FIFO planted there would hang the open)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Refused("%s is a symlink; refusing to follow it" % path)
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Refused("%s is not a regular file; refusing to use it" % path)
+    return fd
+
+
+# Set when a journal write of this run fails: from then on the agent refuses every request
+# that would change the host, so no change ever happens without the record that names it.
+JOURNAL_BROKEN = {}
+MUTATING_OPS = {"apply", "restore", "receive_file", "remove_file", "launch_start", "launch_stop", "journal_prune"}
+
+
+def refuse_if_journal_broken(op):
+    if op in MUTATING_OPS and "reason" in JOURNAL_BROKEN:
+        raise Refused("not done: a journal write of this run failed earlier (%s), and no change is made "
+                      "without its record" % JOURNAL_BROKEN["reason"])
+
+
 def runs_dir(state_dir, recipe):
     return os.path.join(expand(state_dir), "runs", recipe)
 
 
 def op_journal_write(state_dir, recipe, run_id, record):
     folder = runs_dir(state_dir, recipe)
-    ensure_private_dir(os.path.join(expand(state_dir), "runs"))
-    ensure_private_dir(folder)
-    atomic_write(os.path.join(folder, run_id + ".json"), json.dumps(record, indent=1).encode(), mode=0o600)
-    return {"path": os.path.join(folder, run_id + ".json")}
+    path = os.path.join(folder, run_id + ".json")
+    try:
+        ensure_private_dir(os.path.join(expand(state_dir), "runs"))
+        ensure_private_dir(folder)
+        sweep_temps(path)
+        atomic_write(path, json.dumps(record, indent=1).encode(), mode=0o600)
+    except Exception as exc:
+        JOURNAL_BROKEN.setdefault("reason", "%s: %s" % (path, exc))
+        raise
+    return {"path": path}
 
 
 def op_journal_list(state_dir, recipe=None):
@@ -468,6 +665,16 @@ def refusals():
     return tuple(c for c in (Refused, globals().get("TransferRefused")) if c is not None)
 
 
+def skip_payload(stdin, op, args):
+    """A streaming request that will not run still has its bytes on stdin: skip them."""
+    left = args.get("length", 0) if op in STREAMING_OPS else 0
+    while left > 0:
+        chunk = stdin.read(min(left, 1 << 20))
+        if not chunk:
+            break
+        left -= len(chunk)
+
+
 def serve(stdin, stdout):
     # Ctrl-C on the control side must not cut a request in half: finish it, then
     # leave when stdin closes.
@@ -479,6 +686,9 @@ def serve(stdin, stdout):
             handler = globals().get("op_" + op)
             if handler is None:
                 raise KeyError("no op %r in this agent" % op)
+            if op in MUTATING_OPS and "reason" in JOURNAL_BROKEN:
+                skip_payload(stdin, op, request.get("args", {}))
+                refuse_if_journal_broken(op)
             if op in STREAMING_OPS:
                 result = handler(stdin, **request.get("args", {}))
             else:

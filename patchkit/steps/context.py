@@ -9,10 +9,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchkit.agent import AgentClient
+from patchkit.agent.client import Pending
 from patchkit.edits import EditResult
 from patchkit.journal import Journal
 from patchkit.recipe import LoadedRecipe
-from patchkit.results import StepResult
+from patchkit.results import RunRecord, StepResult
 
 
 @dataclass
@@ -45,6 +46,21 @@ class HostContext:
     # if the connection dies half-way, the run's record already names what may have changed.
     record_intent: Callable[[StepResult], Awaitable[None]] = _no_intent
     _located: dict[str, Any] = field(default_factory=dict)
+    records_request: Pending | None = None  # the journal listing asked for at the run's start
+    _records: list[RunRecord] | None = None
+
+    async def records(self) -> list[RunRecord]:
+        """This recipe's run records on the host, read once per run (prefetched by apply)."""
+        if self._records is None:
+            if self.records_request is not None:
+                self._records = await self.journal.read_runs(self.records_request)
+            else:
+                self._records = await self.journal.runs(self.loaded.recipe.name)
+        return self._records
+
+    async def amend(self, record: RunRecord) -> None:
+        """Rewrite an earlier run's record (a change it left unverified, now settled)."""
+        await self.journal.write(record)
 
     async def locate(self, package: str, modules: list[str], read_first: bool = False) -> dict[str, Any]:
         key = f"{package}\0{read_first}\0" + "\0".join(modules)

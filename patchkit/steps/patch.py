@@ -14,7 +14,8 @@ from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.edits import EditError, EditResult
 from patchkit.errors import HostError
 from patchkit.recipe import Step
-from patchkit.results import Check, StepResult
+from patchkit.journal import unverified_step
+from patchkit.results import Check, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
 
 
@@ -53,7 +54,11 @@ def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
     except UnicodeDecodeError:
         result = EditResult("not_found", "", "the file is not UTF-8 text")
     else:
-        result = _stored_edit(step, sha, text) or _compute_edit(step, sha, text)
+        # A UTF-8 byte order mark is not Python: edit what follows it, then put it back.
+        bom = "\ufeff" if text.startswith("\ufeff") else ""
+        result = _stored_edit(step, sha, text[len(bom):]) or _compute_edit(step, sha, text[len(bom):])
+        if bom:
+            result = EditResult(result.verdict, bom + result.source, result.message)
     ctx.edits.results[key] = result
     return result
 
@@ -121,6 +126,11 @@ async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
         if not read["exists"]:
             misses.append(f"{module}: {path} vanished")
             continue
+        if read.get("symlink_to"):
+            result.file = path
+            result.message = (f"{path} is a symlink to {read['symlink_to']}: patchkit does not write through "
+                              "symlinks (the file behind it may belong to other environments); nothing changed")
+            return PatchPlan(result)
         content = base64.b64decode(read["content_b64"])
         edit = _edit(ctx, step, content, read["sha256"])
         if edit.verdict == "not_found":
@@ -146,16 +156,30 @@ async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
 
 
 async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResult:
-    """Write a planned change through the agent's verified pipeline."""
+    """Write a planned change through the agent's verified pipeline; first settle a change to
+    the same file that an earlier run left unverified (it was cut off)."""
     result = plan.result.model_copy(deep=True)
-    if result.status != "changed" or ctx.dry_run:
+    if ctx.dry_run or result.status not in ("changed", "ok") or not result.file:
+        return result
+    left = unverified_step(await ctx.records(), step.name, result.file)
+    note = ""
+    if left is not None:
+        record, done = left
+        if result.status == "ok" and done.sha256_after == result.sha256_before:
+            return await _settle_unverified(ctx, step, result, record, done)
+        if result.status == "changed" and done.sha256_before == result.sha256_before:
+            await _void(ctx, record, step.name)  # it never wrote: nothing of it to undo
+            note = f" (run {record.run_id} was cut off before its write; this run makes it)"
+    if result.status != "changed":
         return result
     assert plan.new_content is not None and result.file and result.sha256_before
     backup = ctx.journal.backup_path(ctx.run_id, step.name, result.file)
     verify = step.verify
     # In the journal before the write (same round trip, pipelined): a run cut off after the
-    # host wrote the file still names it and its backup, so it can be rolled back.
-    await ctx.record_intent(result.model_copy(update={"backup": backup, "message": "interrupted while writing"}))
+    # host wrote the file still names it and its backup, so it can be rolled back. The agent
+    # refuses the write if this record did not land.
+    await ctx.record_intent(result.model_copy(update={
+        "backup": backup, "verified": False, "message": "cut off while writing or verifying"}))
     try:
         outcome = await ctx.agent.call(
             "apply",
@@ -174,7 +198,8 @@ async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResu
     result.backup = backup
     if outcome["ok"]:
         passed = ", ".join(c.name for c in result.checks)
-        result.message = f"{result.message}; verified ({passed})"
+        result.message = f"{result.message}; verified ({passed}){note}"
+        result.verified = True
         return result
     result.status = "failed"
     result.restored = outcome["restored"]
@@ -182,3 +207,44 @@ async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResu
     result.message = f"{outcome['failure']}; {restored}"
     result.sha256_after = result.sha256_before if outcome["restored"] else None
     return result
+
+
+async def _settle_unverified(ctx: HostContext, step: Step, result: StepResult, record: RunRecord,
+                             done: StepResult) -> StepResult:
+    """The file holds what run `record` wrote, but that run was cut off before its checks were
+    recorded: run them now; on failure put its original back, as that run would have."""
+    verify = step.verify
+    assert result.file
+    try:
+        outcome = await ctx.agent.call(
+            "verify", path=result.file, expected_sha256=done.sha256_after,
+            verify_imports=verify.import_ if verify else [], import_timeout_s=verify.timeout_s if verify else 300,
+            timeout=(verify.timeout_s if verify else 300) + 120)
+    except HostError as exc:
+        result.status, result.message = "failed", f"pending verification of run {record.run_id}: {exc}"
+        return result
+    result.checks = [Check.model_validate(c) for c in outcome["checks"]]
+    cut = f"run {record.run_id} was cut off before its checks were recorded"
+    if outcome["ok"]:
+        done.verified = True
+        await ctx.amend(record)
+        result.message = f"already in place; {cut}: verified now ({', '.join(c.name for c in result.checks)})"
+        return result
+    result.status = "failed"
+    try:
+        await ctx.agent.call("restore", path=result.file, backup_path=done.backup, expected_current=done.sha256_after,
+                             original_sha256=done.sha256_before, force=False)
+    except HostError as exc:
+        result.message = f"{cut}, and its change fails: {outcome['failure']}; ORIGINAL NOT RESTORED: {exc}"
+        return result
+    await _void(ctx, record, step.name)
+    result.restored, result.sha256_after = True, done.sha256_before
+    result.message = f"{cut}, and its change fails: {outcome['failure']}; original restored"
+    return result
+
+
+async def _void(ctx: HostContext, record: RunRecord, step_name: str) -> None:
+    """Mark an earlier run's change to this step as undone (by this run)."""
+    record.rolled_back_steps = sorted(set(record.rolled_back_steps) | {step_name})
+    record.rolled_back_by = ctx.run_id
+    await ctx.amend(record)
