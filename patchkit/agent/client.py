@@ -17,8 +17,10 @@ from patchkit.transport.base import AgentStreams, Transport
 
 # Reads the agent's source (length-prefixed) from stdin, then runs it: one process,
 # one exec request per host, nothing installed on the host.
+# An older interpreter says so plainly (the agent's source needs 3.8: it would fail to compile).
 BOOTSTRAP = (
-    "import sys;n=int(sys.stdin.buffer.readline());"
+    "import sys;sys.version_info<(3,8)and sys.exit('patchkit needs Python >= 3.8 on the host; %s is %d.%d'"
+    "%(sys.executable,sys.version_info[0],sys.version_info[1]));n=int(sys.stdin.buffer.readline());"
     "exec(compile(sys.stdin.buffer.read(n),'patchkit-hostagent','exec'))"
 )
 

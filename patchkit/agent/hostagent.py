@@ -284,8 +284,9 @@ def op_read(path):
     path = expand(path)
     if not os.path.isfile(path):
         return {"exists": False}
-    with open(path, "rb") as f:
-        data = f.read()
+    with locked_folder(os.path.dirname(path), 600, shared=True):  # never mid-apply of another run
+        with open(path, "rb") as f:
+            data = f.read()
     out = {"exists": True, "sha256": sha256_bytes(data), "content_b64": base64.b64encode(data).decode()}
     out.update(stat_of(path))
     if os.path.islink(path):
@@ -405,15 +406,19 @@ class locked_folder:
     with different state dirs (two operators without become) still take turns on one file.
     """
 
-    def __init__(self, folder, timeout_s):
+    def __init__(self, folder, timeout_s, shared=False):
         self.folder, self.timeout_s, self.fd = folder, timeout_s, None
+        self.mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
 
     def __enter__(self):
-        self.fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self.fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        except PermissionError:
+            return self  # a folder we may not list cannot be locked; the hash checks still hold
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(self.fd, self.mode | fcntl.LOCK_NB)
                 return self
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
@@ -425,7 +430,8 @@ class locked_folder:
                 time.sleep(0.1)
 
     def __exit__(self, *exc):
-        os.close(self.fd)  # closing the descriptor releases the flock
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the flock
 
 
 TEMP_NAME = re.compile(r"^\.(.+)\.(\d+)-[0-9a-f]{8}\.patchkit-tmp$")

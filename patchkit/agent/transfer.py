@@ -352,30 +352,105 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
         raise
 
 
+def _open_folder(root, parts, created_dirs):
+    """A descriptor of root/parts..., each folder inside root opened without following a
+    symlink and made (0755 less umask) where missing, noted in created_dirs (deepest first).
+    A symlink or a non-folder on the way is refused: it would steer the write elsewhere."""
+    missing = root
+    while not os.path.isdir(missing) and os.path.dirname(missing) != missing:
+        created_dirs.append(missing)  # dest and its missing parents: the user's path, made as named
+        missing = os.path.dirname(missing)
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # root itself is the user's choice, links and all
+    path = root
+    try:
+        for part in parts:
+            path = os.path.join(path, part)
+            try:
+                os.mkdir(part, 0o777, dir_fd=fd)
+                created_dirs.insert(0, path)  # deeper than everything noted so far
+            except FileExistsError:
+                pass
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise TransferRefused("%s is a symlink or not a folder; refusing to write through it" % path)
+                raise
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _regular_or_absent(folder_fd, name, path):
+    """lstat of name in the folder, or None; a symlink or other non-file there is refused."""
+    try:
+        st = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        raise TransferRefused("%s is %s; refusing to replace it (a deploy writes regular files only)" % (path, kind))
+    return st
+
+
 def _receive_file(payload, dest, rel, offset, expected_sha256, mode, backup_path, cache_file):
     length = payload.left
     final = _inside(dest, rel)
-    folder = os.path.dirname(final)
+    root = os.path.abspath(os.path.expanduser(dest))
+    parts = os.path.relpath(final, root).split(os.sep)
+    name = parts.pop()
     created_dirs = []  # deepest first: what undoing this file removes again, if empty
-    missing = folder
-    while not os.path.isdir(missing) and os.path.dirname(missing) != missing:
-        created_dirs.append(missing)
-        missing = os.path.dirname(missing)
-    os.makedirs(folder, exist_ok=True)
-    part = _part_path(final)
+    folder = os.path.dirname(final)
+    folder_fd = _open_folder(root, parts, created_dirs)
+    try:
+        part_name = "." + name + PART_SUFFIX
+        _regular_or_absent(folder_fd, name, final)
+        resuming = bool(offset) and _regular_or_absent(folder_fd, part_name, os.path.join(folder, part_name)) is not None
+        try:
+            got = _fill_part(payload, folder_fd, part_name, resuming, offset, length, rel)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk: the part file would keep it full
+                _unlink_quietly(part_name, folder_fd)
+            raise
+        if got != expected_sha256:
+            _unlink_quietly(part_name, folder_fd)
+            raise TransferRefused("%s arrived with sha256 %s, expected %s; discarded" % (rel, got[:12], expected_sha256[:12]))
+        before, mode_before, backup_path = _put_in_place(folder_fd, part_name, name, final, mode, backup_path)
+        os.fsync(folder_fd)
+        st = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+    finally:
+        os.close(folder_fd)
+    cache_file = os.path.abspath(os.path.expanduser(cache_file))
+    cache = _load_cache(cache_file)
+    cache[final] = [st.st_size, st.st_mtime_ns, got]
+    _save_cache(cache_file, cache)
+    return {"path": final, "sha256": got, "sha256_before": before, "backup": backup_path,
+            "mode_before": mode_before, "created_dirs": created_dirs}
+
+
+def _fill_part(payload, folder_fd, part_name, resuming, offset, length, rel):
+    """The part file, created exclusively (or the verified prefix of an interrupted one kept),
+    filled from the payload and fsynced; returns the sha256 of all of it."""
     # Hash as the bytes arrive (plus the resumed prefix, read once): one pass over the data.
     digest = hashlib.sha256()
-    resuming = bool(offset) and os.path.exists(part)
     if resuming:
-        with open(part, "rb") as prefix:
+        fd = os.open(part_name, os.O_RDWR | os.O_NOFOLLOW, dir_fd=folder_fd)
+    else:
+        _unlink_quietly(part_name, folder_fd)  # a stale part file; never written through
+        fd = os.open(part_name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder_fd)
+    with os.fdopen(fd, "r+b") as f:  # readable too: the hasher maps spliced bytes
+        if resuming:
             remaining_prefix = offset
             while remaining_prefix > 0:
-                block = prefix.read(min(CHUNK, remaining_prefix))
+                block = f.read(min(CHUNK, remaining_prefix))
                 if not block:
                     break
                 digest.update(block)
                 remaining_prefix -= len(block)
-    with open(part, "r+b" if resuming else "w+b") as f:  # readable too: the hasher maps spliced bytes
         flusher = _Flusher(f.fileno())
         hasher = _Hasher(digest)
         try:
@@ -389,53 +464,58 @@ def _receive_file(payload, dest, rel, offset, expected_sha256, mode, backup_path
             hasher.stop()
             flusher.wait()
         os.fsync(f.fileno())
-    got = hasher.hexdigest()
-    if got != expected_sha256:
-        os.unlink(part)
-        raise TransferRefused("%s arrived with sha256 %s, expected %s; discarded" % (rel, got[:12], expected_sha256[:12]))
-    before, mode_before, backup_path = _put_in_place(part, final, mode, backup_path)
-    fd = os.open(folder, os.O_RDONLY)
+    return hasher.hexdigest()
+
+
+def _unlink_quietly(name, folder_fd):
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    cache_file = os.path.abspath(os.path.expanduser(cache_file))
-    cache = _load_cache(cache_file)
-    st = os.stat(final)
-    cache[final] = [st.st_size, st.st_mtime_ns, got]
-    _save_cache(cache_file, cache)
-    return {"path": final, "sha256": got, "sha256_before": before, "backup": backup_path,
-            "mode_before": mode_before, "created_dirs": created_dirs}
+        os.unlink(name, dir_fd=folder_fd)
+    except OSError:
+        pass
 
 
-def _put_in_place(part, final, mode, backup_path):
+def _put_in_place(folder_fd, part_name, name, final, mode, backup_path):
     """Back up what final holds (fsynced), then rename the verified part file over it.
     If that fails, the part file (and a backup made for it) goes: the host is as it was."""
     before = mode_before = None
     made_backup = False
     try:
-        if os.path.isfile(final):
-            before = sha256_path(final)
-            mode_before = stat.S_IMODE(os.stat(final).st_mode)
-            os.makedirs(os.path.dirname(backup_path), mode=0o700, exist_ok=True)
-            made_backup = True
-            shutil.copyfile(final, backup_path)
-            os.chmod(backup_path, 0o600)
-            with open(backup_path, "rb") as f:
-                os.fsync(f.fileno())  # the backup is durable before the file it saves is replaced
+        if _regular_or_absent(folder_fd, name, final) is not None:
+            src_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=folder_fd)
+            with os.fdopen(src_fd, "rb") as src:
+                mode_before = stat.S_IMODE(os.fstat(src.fileno()).st_mode)
+                os.makedirs(os.path.dirname(backup_path), mode=0o700, exist_ok=True)
+                made_backup = True
+                digest = hashlib.sha256()
+                out_fd = os.open(backup_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(out_fd, "wb") as out:
+                    for chunk in iter(lambda: src.read(CHUNK), b""):
+                        digest.update(chunk)
+                        out.write(chunk)
+                    out.flush()
+                    os.fchmod(out.fileno(), 0o600)
+                    os.fsync(out.fileno())  # the backup is durable before the file it saves is replaced
+                before = digest.hexdigest()
         else:
             backup_path = None
-        os.chmod(part, mode)
-        os.replace(part, final)
+        os.chmod(part_name, mode, dir_fd=folder_fd, follow_symlinks=False) if _chmod_no_follow() else \
+            os.chmod(part_name, mode, dir_fd=folder_fd)
+        os.replace(part_name, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
     except OSError:
-        for leftover in (part, backup_path if made_backup else None):
-            if leftover:
-                try:
-                    os.unlink(leftover)
-                except OSError:
-                    pass
+        _unlink_quietly(part_name, folder_fd)
+        if made_backup and backup_path:
+            try:
+                os.unlink(backup_path)
+            except OSError:
+                pass
         raise
     return before, mode_before, backup_path
+
+
+def _chmod_no_follow():
+    """Linux has no lchmod: chmod with follow_symlinks=False is refused there (the part file
+    was created by us, O_EXCL and O_NOFOLLOW, so following is safe)."""
+    return os.chmod in os.supports_follow_symlinks
 
 
 def op_remove_file(path, expected_sha256, force=False, remove_dirs=()):

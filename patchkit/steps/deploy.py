@@ -130,6 +130,12 @@ async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
         return result
     src = source_path(ctx, spec.src)
     root = _dest_root(spec, src)
+    if spec.validate_as and spec.target is not None:
+        try:  # the target's config on the host is needed after the copy: make sure it is there first
+            await _host_target(ctx, spec.target)
+        except HostError as exc:
+            result.status, result.message = "failed", f"{exc}; nothing sent"
+            return result
     written: list[dict[str, Any]] = []  # the files that landed, as the host reported them
     backups = posixpath.join(ctx.journal.state_dir, "backups", ctx.run_id, step.name)
     backup_of = {e.rel: posixpath.join(backups, e.rel) for e in todo}
