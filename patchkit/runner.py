@@ -167,7 +167,10 @@ class Runner:
                 why = "interrupted (Ctrl-C)" if stopped_by == "interrupt" else f"step {stopped_by} failed"
                 result = StepResult(name=step.name, kind=step.kind, status="skipped", message=f"not run: {why}")
             else:
-                await s.journal.flush()  # a record that did not land stops the run before more changes
+                try:
+                    await s.journal.flush()  # a record that did not land stops the run before more changes
+                except HostError as exc:
+                    return _journal_failed(record, exc)
                 result = await self._run_step(ctx, step)
                 log.info("step.done", host=s.host.name, step=step.name, status=result.status, message=result.message)
             record.steps.append(result)
@@ -180,8 +183,11 @@ class Runner:
         status = host_status(record.steps)
         if not self.options.dry_run:
             record.finished, record.status = time.time(), status
-            await s.journal.write(record, wait=False)
-            await s.journal.prune(recipe.name, recipe.keep_runs)  # waits for the writes too
+            try:
+                await s.journal.write(record, wait=False)
+                await s.journal.prune(recipe.name, recipe.keep_runs)  # waits for the writes too
+            except HostError as exc:
+                return _journal_failed(record, exc)
         return HostResult(status=status, steps=record.steps)
 
     async def _run_step(self, ctx: HostContext, step: Step) -> StepResult:
@@ -300,6 +306,16 @@ class Runner:
             for r in records
         ]
         return HostResult(status="ok", steps=steps)
+
+
+def _journal_failed(record: RunRecord, exc: HostError) -> HostResult:
+    """The journal stopped taking records: the host fails, and the report still shows what was
+    done (each change was named by its intent record before it was made)."""
+    changed = [st.name for st in record.steps if st.status == "changed"]
+    tail = (f"; in place: {', '.join(changed)} (each named by the record written before it: status shows it, "
+            "rollback undoes it)" if changed else "")
+    return HostResult(status="failed", steps=record.steps,
+                      message=f"{exc}; the journal takes no more records, so the run stopped{tail}")
 
 
 def _state_of(planned: StepResult, records: list[RunRecord]) -> StepResult:

@@ -126,6 +126,10 @@ async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
     spec = step.deploy
     assert spec is not None
     result, todo, remote = await plan_deploy(ctx, step)
+    if result.status == "ok" and not ctx.dry_run:
+        cut = _cut_off(await ctx.records(), step.name)
+        if cut is not None:
+            return await _complete_cut_off(ctx, step, result, *cut)
     if result.status != "changed" or ctx.dry_run:
         return result
     src = source_path(ctx, spec.src)
@@ -221,6 +225,45 @@ def _intent(result: StepResult, todo: list[Any], remote: dict[str, Any], root: s
         "details": {**(result.details or {}), "files": planned, "in_progress": True}})
 
 
+def _cut_off(records: list[RunRecord], step_name: str) -> tuple[RunRecord, StepResult] | None:
+    """The newest live deploy of this step whose run was cut off before it finished."""
+    for record in sorted(records, key=lambda r: r.run_id, reverse=True):
+        if record.kind != "apply":
+            continue
+        for done in record.live_steps():
+            if done.name == step_name and done.kind == "deploy":
+                return (record, done) if (done.details or {}).get("in_progress") else None
+    return None
+
+
+async def _complete_cut_off(ctx: HostContext, step: Step, result: StepResult, record: RunRecord,
+                            done: StepResult) -> StepResult:
+    """Every file is in place, but run `record` was cut off before it validated them and
+    recorded what landed: validate now, then complete its record (so status and rollback see
+    a finished deploy)."""
+    spec = step.deploy
+    assert spec is not None
+    if spec.validate_as:
+        try:
+            view = await ctx.agent.call("read_checkpoint", path=spec.dest, timeout=600)
+            problems = VALIDATORS[spec.validate_as](view, await _host_target(ctx, spec.target))
+        except HostError as exc:
+            problems = [str(exc)]
+        if problems:
+            result.status = "failed"
+            result.message = (f"run {record.run_id} was cut off while deploying, and {spec.dest} is not a valid "
+                              f"{spec.validate_as}:\n" + "\n".join(problems) + "\n(rollback puts back what it replaced)")
+            return result
+    details = dict(done.details or {})
+    details["files"] = [{**f, "planned": False} for f in details.get("files", [])]
+    details["in_progress"] = False
+    done.details = details
+    done.message = f"completed by run {ctx.run_id}"
+    await ctx.amend(record)
+    result.message = f"{result.message}; run {record.run_id} was cut off while deploying: completed and validated now"
+    return result
+
+
 def _deployed(records: list[RunRecord], step_name: str) -> dict[str, str]:
     """Path on the host -> sha256 patchkit left there, over this step's live deploys (newest wins)."""
     out: dict[str, str] = {}
@@ -240,6 +283,12 @@ async def status_deploy(ctx: HostContext, step: Step, records: list[RunRecord]) 
     planned, _, remote = await plan_deploy(ctx, step)
     out = planned.model_copy(deep=True)
     if planned.status == "failed":
+        return out
+    cut = _cut_off(records, step.name)
+    if cut is not None:
+        out.status = "pending"
+        out.message = (f"run {cut[0].run_id} was cut off while deploying (rollback undoes what landed); "
+                       f"apply completes and validates it: {planned.message}")
         return out
     root = remote.get("dest")
     here: dict[str, str] = {}
