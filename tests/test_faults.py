@@ -48,12 +48,14 @@ def sha256(path: Path) -> str:
 class Host:
     """A local host: its own venv seeing `site/slowpkg`, a state dir, the recipe."""
 
-    def __init__(self, root: Path, state: Path | None = None) -> None:
+    def __init__(self, root: Path, state: Path | None = None, wide: bool = False) -> None:
         self.root = root
         self.site = root / "site"
         (self.site / "slowpkg").mkdir(parents=True)
         (self.site / "slowpkg" / "__init__.py").write_text("")
-        self.config.write_text(SLOW_CONFIG)
+        # wide: one 6 KB line, so the run record (its diff holds the line twice) outgrows the backup
+        extra = "".join(f', "model_{i:04d}"' for i in range(500)) if wide else ""
+        self.config.write_text(SLOW_CONFIG.replace('"qwen"]', '"qwen"' + extra + "]", 1))
         self.original = sha256(self.config)
         self.python = make_venv(root, [self.site])
         self.state = state or root / "state"
@@ -253,10 +255,12 @@ def fill(folder: Path, leave: int) -> None:
             pass
 
 
-@pytest.mark.parametrize("leave", [0, 1024, 4096, 8192, 12288, 16384, 24576])
-def test_a_full_state_dir_never_leaves_a_change_without_its_record(tmp_path: Path, tmpfs, leave: int) -> None:
+@pytest.mark.parametrize("wide", [False, True], ids=["small-file", "wide-line"])
+@pytest.mark.parametrize("leave", [0, 4096, 8192, 12288, 16384, 20480, 24576, 32768, 40960])
+def test_a_full_state_dir_never_leaves_a_change_without_its_record(tmp_path: Path, tmpfs, leave: int,
+                                                                   wide: bool) -> None:
     state = tmpfs(tmp_path / "state", "256k")
-    host = Host(tmp_path / "h", state=state)
+    host = Host(tmp_path / "h", state=state, wide=wide)
     fill(state, leave)
     applied = host.run("apply")
     assert applied.returncode in (0, 1), applied
@@ -384,6 +388,20 @@ def test_two_state_dirs_on_one_file_never_lose_the_verified_change(tmp_path: Pat
     b_step = json.loads(b.stdout)["hosts"]["local"]["steps"][0]
     assert b_step["status"] == "changed", b_step  # B waited for A, then made (and verified) its own change
     assert a.patched() and sha256(a.config) == b_step["sha256_after"]
+
+
+def test_a_hand_edit_during_a_failing_check_is_not_overwritten_by_the_restore(tmp_path: Path) -> None:
+    host = Host(tmp_path / "h")
+    cli = host.start("apply", sleep=2, fail=True)
+    host.wait_for_check(cli)
+    hand_edit = ORIGINAL.replace('"qwen"]', '"qwen", "mine"]')
+    host.config.write_text(hand_edit)  # someone's sed, which takes no lock
+    out, _ = cli.communicate(timeout=60)
+    assert cli.returncode == 1
+    failed = json.loads(out)["hosts"]["local"]["steps"][0]
+    assert "NOT restored" in failed["message"] and "changed while it was checked" in failed["message"], failed
+    assert failed["restored"] is False
+    assert host.config.read_text() == hand_edit
 
 
 # ---------------------------------------------------------------------- odd files and interpreters
