@@ -22,6 +22,7 @@ from patchkit.inventory import HostSpec
 from patchkit.journal import DEFAULT_STATE_DIR, Journal, active_step, rollback_target
 from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
+from patchkit.redact import Redactor
 from patchkit.results import HostResult, RunRecord, StepResult, host_status
 from patchkit.steps.check import run_check
 from patchkit.steps.context import EditCache, HostContext
@@ -109,6 +110,10 @@ class Runner:
     edits: EditCache = field(default_factory=EditCache)
     progress: Progress | None = None
     interrupt: Interrupt = field(default_factory=Interrupt)
+
+    @property
+    def redactor(self) -> Redactor:
+        return self.loaded.redactor if self.loaded else Redactor()
 
     async def on_hosts(self, hosts: list[HostSpec], work: Callable[[Session], Awaitable[HostResult]]) -> dict[str, HostResult]:
         async def one(host: HostSpec) -> HostResult:
@@ -260,7 +265,8 @@ class Runner:
         if step.kind == "deploy":
             return await self._undeploy(s, step, target)
         if step.kind == "launch":
-            ok, message = await undo_launch(s.agent, s.journal.state_dir, step, self.options.force)
+            ok, message = await undo_launch(s.agent, s.journal.state_dir, step, self.options.force,
+                                            self.redactor, self._launch_env(step.name))
             return StepResult(name=step.name, kind="launch", status="changed" if ok else "failed", message=message)
         result = StepResult(name=step.name, kind=step.kind, status="failed", file=step.file,
                             sha256_before=step.sha256_after, sha256_after=step.sha256_before, backup=step.backup)
@@ -276,6 +282,12 @@ class Runner:
         else:
             result.status, result.message = "changed", f"restored the original from run {target.run_id}"
         return result
+
+    def _launch_env(self, step: str) -> dict[str, str]:
+        """The env the rolled-back recipe gives a launch step: journals keep only the names."""
+        assert self.loaded
+        found = next((s for s in self.loaded.recipe.steps if s.name == step and s.launch), None)
+        return dict(found.launch.env) if found and found.launch else {}
 
     async def _undeploy(self, s: Session, step: StepResult, target: RunRecord) -> StepResult:
         written = (step.details or {}).get("files", [])
