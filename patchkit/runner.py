@@ -79,12 +79,14 @@ def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Option
 
 
 @asynccontextmanager
-async def session(host: HostSpec, python: str, options: Options, owner: str) -> AsyncIterator[Session]:
+async def session(host: HostSpec, python: str, options: Options, owner: str,
+                  redactor: Redactor | None = None) -> AsyncIterator[Session]:
     transport = transport_for(host, options.accept_new_host_keys)
     agent: AgentClient | None = None
     try:
         agent = await AgentClient.start(transport, python, host.name)
-        journal = Journal(agent, host.state_dir or options.state_dir or DEFAULT_STATE_DIR)
+        journal = Journal(agent, host.state_dir or options.state_dir or DEFAULT_STATE_DIR,
+                          redact=(redactor or Redactor()).value)
         # Sent behind `hello` before its answer: one round trip for both on a slow link.
         try:
             lock = await agent.send("lock", state_dir=journal.state_dir, timeout_s=options.lock_timeout, owner=owner)
@@ -120,7 +122,7 @@ class Runner:
             started = time.monotonic()
             python = interpreter_for(host, self.loaded, self.options)
             try:
-                async with session(host, python, self.options, f"{self.command} {self.run_id}") as s:
+                async with session(host, python, self.options, f"{self.command} {self.run_id}", self.redactor) as s:
                     result = await work(s)
                     result.exec_requests = s.transport.exec_requests
             except HostError as exc:
@@ -129,6 +131,8 @@ class Runner:
                 where = traceback.extract_tb(exc.__traceback__)[-1]
                 log.error("host.crashed", host=host.name, error=repr(exc), at=f"{where.filename}:{where.lineno}")
                 result = HostResult(status="failed", message=f"internal error: {type(exc).__name__}: {exc}")
+            if self.redactor:  # what the report and the progress lines show: no secret values
+                result = HostResult.model_validate(self.redactor.value(result.model_dump()))
             log.info("host.done", host=host.name, status=result.status, command=self.command,
                      seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
             return result
