@@ -351,3 +351,82 @@ def test_which_names_are_secret_and_placeholders_round_trip() -> None:
     assert shown == "x=<secret:outer> y=<secret:inner>"
     assert redactor.reveal(shown) == ("x=ab-secret-cd y=secret", [])
     assert Redactor().reveal(shown)[1] == ["outer", "inner"]
+
+
+# Answers health and /v1/models; a completion fails with a body whose 300-character cut
+# (what a step message quotes) falls inside the secret.
+CLIPPING_SERVER = """\
+import http.server, json, sys
+port, token = int(sys.argv[1]), sys.argv[2]
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "m"}]}).encode() if self.path == "/v1/models" else b"ok"
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(500); self.end_headers(); self.wfile.write(("x" * 280 + token).encode())
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def test_cut_outputs_never_keep_half_a_secret(web) -> None:
+    tmp, state = web
+    token = secret("clip")
+    half = len(token) // 2
+    script = tmp / "clipping.py"
+    script.write_text(CLIPPING_SERVER)
+    port = free_port()
+    common = ["--state-dir", str(state)]
+    out = Outputs(state)
+
+    def recipe(name: str, launch: dict[str, Any]) -> str:
+        path = tmp / f"{name}.yaml"
+        launch = {"health": {"url": f"http://127.0.0.1:{port}/health", "timeout_s": 30, "interval_s": 0.2},
+                  "log": str(tmp / "server-logs" / f"{name}.log"), **launch}  # its own output: not scanned
+        path.write_text(json.dumps({"name": name, "vars": {"hf_token": token},
+                                    "steps": [{"name": name, "launch": launch}]}))
+        return str(path)
+
+    clipped = out.run("apply", recipe("smoke", {
+        "command": [sys.executable, str(script), str(port), "{{ hf_token }}"],
+        "ready": {"completion": {"prompt": "Hello"}}}), "--json", *common, expect=1)
+    assert "smoke completion failed: 500: xxx" in step_of(clipped)["message"], clipped
+
+    # The log's last 64 KiB start in the middle of the secret the server printed.
+    filler = 64 * 1024 - (len(token) - half) - 2
+    code = f"import sys; print('token ' + sys.argv[1]); print('.' * {filler}); sys.exit(3)"
+    cut = out.run("apply", recipe("tail", {"command": [sys.executable, "-c", code, "{{ hf_token }}"]}),
+                  "--json", "--log-format", "json", *common, expect=1)
+    assert "exit status 3" in step_of(cut)["message"], cut
+    assert (tmp / "server-logs" / "tail.log").read_text().count(token) == 1
+    out.assert_clean(token[:half], token[half:])
+
+
+def test_a_record_from_an_older_patchkit_leaves_its_env_values_behind(web) -> None:
+    """Records written before this fix hold env values: replacing that server journals the names only."""
+    tmp, state = web
+    legacy_value = secret("legacy")
+    import subprocess
+
+    old = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        proc_start = int(Path(f"/proc/{old.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        (state / "launch").mkdir(parents=True)
+        (state / "launch" / "web.json").write_text(json.dumps({
+            "name": "web", "pid": old.pid, "proc_start": proc_start, "argv": ["sleep", "120"],
+            "env": {"LEGACY_SETTING": legacy_value}, "cwd": None, "log": str(tmp / "old.log"),
+            "command_hash": "0" * 64, "started": time.time()}))
+        port, proof = free_port(), tmp / "outside" / "proof.json"
+        proof.parent.mkdir()
+        recipe = str(launch_recipe(tmp / "web.yaml", port, proof, secret("plain"), secret("tok"), secret("auth")))
+        out = Outputs(state)
+        replaced = out.run("apply", recipe, "--json", "--state-dir", str(state))
+        record = step_of(replaced)["details"]["replaced"]
+        assert record["pid"] == old.pid and record["env_names"] == ["LEGACY_SETTING"] and "env" not in record
+        old.wait(timeout=10)  # it was stopped
+        out.assert_clean(legacy_value)
+    finally:
+        old.kill()
+        old.wait()
