@@ -85,16 +85,17 @@ class Outputs:
 
 
 def launch_recipe(path: Path, port: int, proof: Path, plain_setting: str, hf_token: str, serve_auth: str,
-                  log: Path | None = None) -> Path:
+                  log: Path | None = None, argv_secrets: bool = True) -> Path:
     """A server that gets secrets four ways: an env literal, a var marked in `secrets:` (in argv),
-    a var secret by its name (hf_token: in env and in argv), and -e (given by the test)."""
+    a var secret by its name (hf_token: in env and in argv), and -e (given by the test).
+    argv_secrets=False: secrets in env only."""
     script = path.parent / "server.py"
     script.write_text(SERVER)
     www = path.parent / "www"
     www.mkdir(exist_ok=True)
     launch: dict[str, Any] = {
         "command": [sys.executable, str(script), str(proof), "{{ port }}",
-                    "--auth", "{{ serve_auth }}", "--hf-token={{ hf_token }}"],
+                    *(["--auth", "{{ serve_auth }}", "--hf-token={{ hf_token }}"] if argv_secrets else [])],
         "env": {"PLAIN_SETTING": plain_setting, "HF_TOKEN": "{{ hf_token }}"},
         "cwd": str(www),
         "health": {"url": "http://127.0.0.1:{{ port }}/", "timeout_s": 30, "interval_s": 0.2},
@@ -205,15 +206,16 @@ def test_an_env_change_is_a_change_and_rollback_needs_the_values_it_ran_with(web
     port, proof = free_port(), tmp / "outside" / "proof.json"
     proof.parent.mkdir()
     path = tmp / "web.yaml"
-    recipe = str(launch_recipe(path, port, proof, before, token, auth))
+    recipe = str(launch_recipe(path, port, proof, before, token, auth, argv_secrets=False))
     common = ["--state-dir", str(state)]
     out = Outputs(state)
 
     first = out.run("apply", recipe, "--json", *common)
     assert step_of(first)["status"] == "changed", first
     assert read_proof(proof)["env"]["PLAIN_SETTING"] == before
+    assert read_proof(proof)["argv"] == []  # the secrets are in env only: argv is no help to the hash
 
-    launch_recipe(path, port, proof, after, token, auth)  # only an env value differs
+    launch_recipe(path, port, proof, after, token, auth, argv_secrets=False)  # only an env value differs
     planned = out.run("plan", recipe, "--json", *common)
     assert step_of(planned)["status"] == "changed", planned
     assert "a different command runs" in step_of(planned)["message"]
@@ -233,7 +235,7 @@ def test_an_env_change_is_a_change_and_rollback_needs_the_values_it_ran_with(web
     assert not alive(second_pid)
 
     # Given the values it ran with, a second rollback restarts it.
-    launch_recipe(path, port, proof, before, token, auth)
+    launch_recipe(path, port, proof, before, token, auth, argv_secrets=False)
     proof.unlink()
     back = out.run("rollback", recipe, "--json", *common)
     assert "restarted the server it replaced" in step_of(back)["message"], back
