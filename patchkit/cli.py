@@ -96,7 +96,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from patchkit import logs
 
-    logs.configure(args.log_format, args.verbose)
+    logs.configure(args.log_format, args.verbose, redact=loaded.redactor.value if loaded else None)
     hosts = _hosts(args)
     if loaded:
         loaded.recipe.select(_split(args.steps))  # unknown step names: usage error before contacting anyone

@@ -12,6 +12,7 @@ import posixpath
 import secrets
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from patchkit.agent import AgentClient
 from patchkit.agent.client import Pending
@@ -32,6 +33,7 @@ def new_run_id() -> str:
 class Journal:
     agent: AgentClient
     state_dir: str
+    redact: Callable[[Any], Any] = lambda data: data  # the recipe's Redactor.value: no secret is journaled
     _unconfirmed: list[Pending] = field(default_factory=list)
 
     def backup_path(self, run_id: str, step: str, file: str) -> str:
@@ -45,7 +47,7 @@ class Journal:
             state_dir=self.state_dir,
             recipe=record.recipe,
             run_id=record.run_id,
-            record=record.model_dump(mode="json"),
+            record=self.redact(record.model_dump(mode="json")),
         ))
         if wait:
             await self.flush()

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, Callable
 
-_settings = {"level": logging.WARNING, "format": "console", "ready": False}
+_settings: dict[str, Any] = {"level": logging.WARNING, "format": "console", "ready": False, "redact": None}
 
 
-def configure(fmt: str = "console", verbose: bool = False) -> None:
-    _settings.update(level=logging.INFO if (verbose or fmt == "json") else logging.WARNING, format=fmt, ready=False)
+def configure(fmt: str = "console", verbose: bool = False, redact: Callable[[Any], Any] | None = None) -> None:
+    """redact: applied to every event's fields before they are rendered (the recipe's secrets)."""
+    _settings.update(level=logging.INFO if (verbose or fmt == "json") else logging.WARNING, format=fmt,
+                     redact=redact, ready=False)
+
+
+def _redact(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    redact = _settings["redact"]
+    return redact(event) if redact else event
 
 
 def _structlog() -> Any:
@@ -24,7 +31,7 @@ def _structlog() -> Any:
         renderer = (structlog.processors.JSONRenderer() if _settings["format"] == "json"
                     else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
         structlog.configure(
-            processors=[structlog.processors.add_log_level,
+            processors=[_redact, structlog.processors.add_log_level,
                         structlog.processors.TimeStamper(fmt="iso", utc=True), renderer],
             wrapper_class=structlog.make_filtering_bound_logger(_settings["level"]),
             logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),

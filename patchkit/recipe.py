@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from patchkit.edits import Edit
 from patchkit.errors import UsageError
-from patchkit.yamlsource import load_yaml
+from patchkit.redact import Redactor, find_secrets
+from patchkit.yamlsource import load_yaml, source_error
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -213,6 +214,9 @@ class Recipe(Strict):
     description: str | None = None
     python: str | None = Field(None, description="target interpreter unless the inventory or -e python= says")
     vars: dict[str, Any] = Field(default_factory=dict)
+    secrets: list[str] = Field(default_factory=list, description=(
+        "variables whose values never appear in reports, journals or logs (shown as <secret:NAME>); "
+        "names with a word ending in token, key, secret or password are secret anyway"))
     keep_runs: int = Field(20, ge=1, description="runs kept in each host's journal for this recipe")
     steps: list[Step] = Field(min_length=1)
 
@@ -224,6 +228,14 @@ class Recipe(Strict):
                 raise ValueError(f"two steps are named {step.name!r}")
             seen.add(step.name)
         return self
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise ValueError(f"{name!r} is not a variable name")
+        return value
 
     def select(self, names: list[str] | None) -> list[Step]:
         if not names:
@@ -245,6 +257,7 @@ class LoadedRecipe(BaseModel):
     path: Path
     content_sha256: str
     variables: dict[str, Any]
+    redactor: Redactor = Field(default_factory=Redactor)
 
 
 def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> LoadedRecipe:
@@ -257,8 +270,23 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Lo
     if not isinstance(declared, dict):
         raise UsageError(f"{raw.mark_for(('vars',))}: vars: must be a mapping")
     variables = {**declared, **(overrides or {})}
-    loaded = load_yaml(path, variables=variables, template_skip={"vars"})
-    recipe: Recipe = loaded.validate(Recipe.model_validate)
+    marked = raw.data.get("secrets")
+    marked = [m for m in marked if isinstance(m, str)] if isinstance(marked, list) else []
+    try:  # an error may quote a value ("dest '...' must be an absolute path")
+        loaded = load_yaml(path, variables=variables, template_skip={"vars", "secrets"})
+        recipe: Recipe = loaded.validate(Recipe.model_validate)
+    except UsageError as exc:
+        raise UsageError(Redactor(find_secrets(variables, marked)).text(str(exc))) from None
+    for i, name in enumerate(recipe.secrets):
+        if name not in variables:  # a typo here would leave the real variable unprotected
+            raise source_error(loaded.mark_for(("secrets", i)), f"secrets[{i}]",
+                               f"{name!r} is not a variable of this recipe (vars: {', '.join(declared) or 'none'}; "
+                               "or give it with -e)")
+    launches = [s.launch for s in recipe.steps if s.launch]
+    redactor = Redactor(find_secrets(
+        variables, recipe.secrets,
+        commands=[c for ln in launches for c in (ln.command, ln.baseline.command if ln.baseline else [])],
+        envs=[ln.env for ln in launches]))
     for step in recipe.steps:
         if step.patch and step.patch.edit.codemod:
             step.patch.edit.codemod.bind(path.parent)
@@ -267,6 +295,7 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Lo
         path=path,
         content_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
         variables=variables,
+        redactor=redactor,
     )
 
 

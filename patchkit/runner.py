@@ -22,6 +22,7 @@ from patchkit.inventory import HostSpec
 from patchkit.journal import DEFAULT_STATE_DIR, Journal, active_step, rollback_target, unverified_step
 from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
+from patchkit.redact import Redactor
 from patchkit.results import HostResult, RunRecord, StepResult, host_status
 from patchkit.steps.check import run_check
 from patchkit.steps.context import EditCache, HostContext
@@ -78,12 +79,14 @@ def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Option
 
 
 @asynccontextmanager
-async def session(host: HostSpec, python: str, options: Options, owner: str) -> AsyncIterator[Session]:
+async def session(host: HostSpec, python: str, options: Options, owner: str,
+                  redactor: Redactor | None = None) -> AsyncIterator[Session]:
     transport = transport_for(host, options.accept_new_host_keys)
     agent: AgentClient | None = None
     try:
         agent = await AgentClient.start(transport, python, host.name)
-        journal = Journal(agent, host.state_dir or options.state_dir or DEFAULT_STATE_DIR)
+        journal = Journal(agent, host.state_dir or options.state_dir or DEFAULT_STATE_DIR,
+                          redact=(redactor or Redactor()).value)
         # Sent behind `hello` before its answer: one round trip for both on a slow link.
         try:
             lock = await agent.send("lock", state_dir=journal.state_dir, timeout_s=options.lock_timeout, owner=owner)
@@ -110,12 +113,16 @@ class Runner:
     progress: Progress | None = None
     interrupt: Interrupt = field(default_factory=Interrupt)
 
+    @property
+    def redactor(self) -> Redactor:
+        return self.loaded.redactor if self.loaded else Redactor()
+
     async def on_hosts(self, hosts: list[HostSpec], work: Callable[[Session], Awaitable[HostResult]]) -> dict[str, HostResult]:
         async def one(host: HostSpec) -> HostResult:
             started = time.monotonic()
             python = interpreter_for(host, self.loaded, self.options)
             try:
-                async with session(host, python, self.options, f"{self.command} {self.run_id}") as s:
+                async with session(host, python, self.options, f"{self.command} {self.run_id}", self.redactor) as s:
                     result = await work(s)
                     result.exec_requests = s.transport.exec_requests
             except HostError as exc:
@@ -124,6 +131,8 @@ class Runner:
                 where = traceback.extract_tb(exc.__traceback__)[-1]
                 log.error("host.crashed", host=host.name, error=repr(exc), at=f"{where.filename}:{where.lineno}")
                 result = HostResult(status="failed", message=f"internal error: {type(exc).__name__}: {exc}")
+            if self.redactor:  # what the report and the progress lines show: no secret values
+                result = HostResult.model_validate(self.redactor.value(result.model_dump()))
             log.info("host.done", host=host.name, status=result.status, command=self.command,
                      seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
             return result
@@ -272,7 +281,8 @@ class Runner:
         if step.kind == "deploy":
             return await self._undeploy(s, step, target)
         if step.kind == "launch":
-            ok, message = await undo_launch(s.agent, s.journal.state_dir, step, self.options.force)
+            ok, message = await undo_launch(s.agent, s.journal.state_dir, step, self.options.force,
+                                            self.redactor, self._launch_env(step.name))
             return StepResult(name=step.name, kind="launch", status="changed" if ok else "failed", message=message)
         result = StepResult(name=step.name, kind=step.kind, status="failed", file=step.file,
                             sha256_before=step.sha256_after, sha256_after=step.sha256_before, backup=step.backup)
@@ -288,6 +298,12 @@ class Runner:
         else:
             result.status, result.message = "changed", f"restored the original from run {target.run_id}"
         return result
+
+    def _launch_env(self, step: str) -> dict[str, str]:
+        """The env the rolled-back recipe gives a launch step: journals keep only the names."""
+        assert self.loaded
+        found = next((s for s in self.loaded.recipe.steps if s.name == step and s.launch), None)
+        return dict(found.launch.env) if found and found.launch else {}
 
     async def _undeploy(self, s: Session, step: StepResult, target: RunRecord) -> StepResult:
         written = (step.details or {}).get("files", [])

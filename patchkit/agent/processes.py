@@ -2,8 +2,11 @@
 
 Bundled into the host agent (see client.AGENT_BUNDLE). A server runs in its own
 session, detached from the agent and the SSH connection, its output appended to a
-log file. Its record (pid, start time, command hash, log) lives in the journal, and
+log file (0600). Its record (pid, start time, command hash, log) lives in the journal, and
 the start time read from /proc tells a live server from a recycled pid.
+
+Only the server gets its real argv and env values: what is written here (the record, the
+log's header, error messages) shows the argv the control side redacted and env names.
 """
 
 import json
@@ -89,13 +92,16 @@ def _reap(pid, wait_s=0.0):
     return "killed by signal %d" % -proc.returncode
 
 
-def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash):
+def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash, shown_argv, salt):
+    _launch_dir(state_dir)  # 0700, before the default log's folder would be made with the umask's mode
     log_path = os.path.abspath(os.path.expanduser(log_path))
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     full_env = dict(os.environ)
     full_env.update(env or {})
-    log = open(log_path, "ab")
-    log.write(("\n=== patchkit launch %s at %s: %s\n" % (name, time.strftime("%Y-%m-%d %H:%M:%S"), argv)).encode())
+    # 0600 when created; an existing log keeps its mode (never widened)
+    log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
+    log.write(("\n=== patchkit launch %s at %s: %s\n" % (name, time.strftime("%Y-%m-%d %H:%M:%S"),
+                                                        shown_argv)).encode())
     log.flush()
     import subprocess
 
@@ -104,12 +110,14 @@ def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash):
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
     except OSError as exc:
-        raise TransferRefused("cannot start %s: %s" % (argv[0], exc.strerror or exc))  # noqa: F821 - bundled
+        # exc names argv[0] unredacted (filename): its strerror does not
+        raise TransferRefused("cannot start %s: %s" % (shown_argv[0], exc.strerror or type(exc).__name__))  # noqa: F821 - bundled
     finally:
         log.close()
     CHILDREN[proc.pid] = proc
-    record = {"name": name, "pid": proc.pid, "proc_start": _proc_start_time(proc.pid), "argv": argv,
-              "env": env or {}, "cwd": cwd, "log": log_path, "command_hash": command_hash, "started": time.time()}
+    record = {"name": name, "pid": proc.pid, "proc_start": _proc_start_time(proc.pid), "argv": shown_argv,
+              "env_names": sorted(env or {}), "cwd": cwd, "log": log_path, "command_hash": command_hash,
+              "salt": salt, "started": time.time()}
     _write_record(state_dir, name, record)
     return record
 
@@ -244,6 +252,8 @@ def op_log_tail(path, lines=40):
     except OSError as exc:
         return {"tail": "(cannot read %s: %s)" % (path, exc.strerror)}
     lines_all = text.splitlines()
+    if size > 64 * 1024:
+        lines_all = lines_all[1:]  # cut mid-line: half a secret could not be recognised and redacted
     # A server's root cause is often far above its last line ("see root cause above").
     errors = []
     for line in lines_all:

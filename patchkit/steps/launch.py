@@ -12,10 +12,13 @@ bound to 127.0.0.1 works over SSH, and timings carry no control-side round trips
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import posixpath
+import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +33,7 @@ from tenacity import (
 from patchkit.agent import AgentClient
 from patchkit.errors import HostError
 from patchkit.recipe import Health, LaunchStep, Step
+from patchkit.redact import Redactor
 from patchkit.results import StepResult
 from patchkit.steps.context import HostContext
 
@@ -48,8 +52,49 @@ def resolved_argv(command: list[str], ctx: HostContext) -> list[str]:
     return list(command)
 
 
-def command_hash(argv: list[str], env: dict[str, str], cwd: str | None) -> str:
-    return hashlib.sha256(json.dumps([argv, sorted(env.items()), cwd]).encode()).hexdigest()
+# pbkdf2 rounds for the part of a command hash that covers env values and secret arguments:
+# the hash sits in journals and JSON reports, and a short password must not be guessable
+# from it. About 20 ms, once per launch step per host, off the event loop.
+_SECRET_ROUNDS = 100_000
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    """A server's command line. argv and env hold the real values and go only to the host's
+    launch_start; records, logs and reports get shown_argv and the env's names."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    shown_argv: list[str]
+    salt: str  # hex, kept in the server's record so the same command hashes the same again
+
+    def _hash(self) -> str:
+        if not self.env and self.argv == self.shown_argv:  # nothing secret: the hash records always had
+            return hashlib.sha256(json.dumps([self.argv, [], self.cwd]).encode()).hexdigest()
+        material = json.dumps([self.argv, sorted(self.env.items())]).encode()
+        hidden = hashlib.pbkdf2_hmac("sha256", material, bytes.fromhex(self.salt), _SECRET_ROUNDS).hex()
+        return hashlib.sha256(json.dumps([self.shown_argv, sorted(self.env), self.cwd, hidden]).encode()).hexdigest()
+
+    async def command_hash(self) -> str:
+        """Changes with any argument or env value, and gives none of them away."""
+        return await asyncio.to_thread(self._hash)
+
+
+def server_command(ctx: HostContext, command: list[str], env: dict[str, str], cwd: str | None,
+                   salt: str | None = None) -> ServerCommand:
+    argv = resolved_argv(command, ctx)
+    return ServerCommand(argv, dict(env), cwd, ctx.loaded.redactor.value(argv), salt or secrets.token_hex(16))
+
+
+def public_record(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A server record fit for the journal: records written before env values were kept out
+    of them still hold those values; only their names stay."""
+    if not record or "env" not in record:
+        return record
+    out = {k: v for k, v in record.items() if k != "env"}
+    out["env_names"] = sorted(record["env"] or {})
+    return out
 
 
 def base_url(url: str) -> str:
@@ -142,7 +187,7 @@ async def _models(agent: AgentClient, url: str) -> list[str]:
     return [m.get("id") for m in json.loads(reply["body"]).get("data", [])]
 
 
-async def check_ready(agent: AgentClient, spec: LaunchStep) -> str:
+async def check_ready(agent: AgentClient, spec: LaunchStep, redactor: Redactor) -> str:
     if spec.ready is None:
         return ""
     notes = []
@@ -159,12 +204,17 @@ async def check_ready(agent: AgentClient, spec: LaunchStep) -> str:
                                  body=body, timeout=300)
         if reply.get("status") != 200:
             raise GateFailed(f"smoke completion failed: {reply.get('status') or reply.get('error')}: "
-                             f"{(reply.get('body') or '')[:300]}")
+                             f"{_clip(redactor, reply.get('body'))}")
         notes.append("smoke completion ok")
     return ", ".join(notes)
 
 
-async def measure(agent: AgentClient, url: str, gate: Any) -> dict[str, Any]:
+def _clip(redactor: Redactor, body: str | None, limit: int = 300) -> str:
+    """The start of a server's answer; redacted first, so a cut never leaves half a secret."""
+    return redactor.text(body or "")[:limit]
+
+
+async def measure(agent: AgentClient, url: str, gate: Any, redactor: Redactor) -> dict[str, Any]:
     """Run the gate's prompts; acceptance from the counters, tokens/s timed on the host."""
     root = base_url(url)
     model = gate.model or (await _models(agent, url))[0]
@@ -178,7 +228,7 @@ async def measure(agent: AgentClient, url: str, gate: Any) -> dict[str, Any]:
     if failed:
         first = failed[0]
         raise GateFailed(f"{len(failed)} of {len(requests)} completions failed: "
-                         f"{first.get('status') or first.get('error')} {(first.get('body') or '')[:300]}")
+                         f"{first.get('status') or first.get('error')} {_clip(redactor, first.get('body'))}")
     tokens = sum(json.loads(r["body"]).get("usage", {}).get("completion_tokens", 0) for r in batch["results"])
     out: dict[str, Any] = {"completion_tokens": tokens, "seconds": round(batch["seconds"], 3),
                            "tokens_per_s": round(tokens / batch["seconds"], 2) if batch["seconds"] else None}
@@ -191,11 +241,11 @@ def _log_path(ctx: HostContext, step_name: str, spec_log: str | None) -> str:
     return spec_log or posixpath.join(ctx.journal.state_dir, "launch", f"{step_name}.log")
 
 
-async def _start(ctx: HostContext, name: str, command: list[str], env: dict[str, str], cwd: str | None,
+async def _start(agent: AgentClient, state_dir: str, name: str, cmd: ServerCommand, command_hash: str,
                  log: str) -> dict[str, Any]:
-    argv = resolved_argv(command, ctx)
-    return await ctx.agent.call("launch_start", state_dir=ctx.journal.state_dir, name=name, argv=argv, env=env,
-                                cwd=cwd, log_path=log, command_hash=command_hash(argv, env, cwd))
+    return await agent.call("launch_start", state_dir=state_dir, name=name, argv=cmd.argv, env=cmd.env,
+                            cwd=cmd.cwd, log_path=log, command_hash=command_hash, shown_argv=cmd.shown_argv,
+                            salt=cmd.salt)
 
 
 async def _stop(ctx: HostContext, name: str, timeout_s: float) -> dict[str, Any]:
@@ -203,14 +253,14 @@ async def _stop(ctx: HostContext, name: str, timeout_s: float) -> dict[str, Any]
                                 timeout=timeout_s + 60)
 
 
-async def plan_launch(ctx: HostContext, step: Step) -> tuple[StepResult, dict[str, Any]]:
+async def plan_launch(ctx: HostContext, step: Step) -> tuple[StepResult, dict[str, Any], ServerCommand]:
     spec = step.launch
     assert spec is not None
     result = StepResult(name=step.name, kind="launch", status="changed", file=spec.health.url)
-    argv = resolved_argv(spec.command, ctx)
-    wanted = command_hash(argv, spec.env, spec.cwd)
     info = await _inspect(ctx.agent, ctx.journal.state_dir, step.name, spec.health)
     record = info.get("record") or {}
+    cmd = server_command(ctx, spec.command, spec.env, spec.cwd, record.get("salt"))
+    wanted = await cmd.command_hash()
     healthy = (info.get("health") or {}).get("status") == 200
     if info["running"] and record.get("command_hash") == wanted and healthy:
         result.status = "ok"
@@ -225,13 +275,13 @@ async def plan_launch(ctx: HostContext, step: Step) -> tuple[StepResult, dict[st
         result.message = f"{ended} (pid {record.get('pid')})" if record else "not started yet"
     result.details = {"pid": record.get("pid"), "running": info["running"], "healthy": healthy,
                       "log": record.get("log"), "command_hash": wanted}
-    return result, info
+    return result, info, cmd
 
 
 async def apply_launch(ctx: HostContext, step: Step) -> StepResult:
     spec = step.launch
     assert spec is not None
-    result, info = await plan_launch(ctx, step)
+    result, info, cmd = await plan_launch(ctx, step)
     if result.status == "ok" or ctx.dry_run:
         if ctx.dry_run and result.status == "changed":
             result.message = "would start: " + result.message
@@ -245,16 +295,16 @@ async def apply_launch(ctx: HostContext, step: Step) -> StepResult:
                               "--no-restart refuses to replace it")
             return result
         stopped = await _stop(ctx, step.name, spec.stop_timeout_s)
-        replaced = stopped.get("record")
+        replaced = public_record(stopped.get("record"))
     log = _log_path(ctx, step.name, spec.log)
-    started = await _start(ctx, step.name, spec.command, spec.env, spec.cwd, log)
+    started = await _start(ctx.agent, ctx.journal.state_dir, step.name, cmd, result.details["command_hash"], log)
     servers = [started]
     details: dict[str, Any] = {"servers": servers, "replaced": replaced, "log": log}
     result.details = details
     try:
         details["startup_s"] = round(await wait_healthy(ctx.agent, ctx.journal.state_dir, step.name, spec.health), 1)
         notes = [f"healthy after {details['startup_s']}s (pid {started['pid']})"]
-        ready = await check_ready(ctx.agent, spec)
+        ready = await check_ready(ctx.agent, spec, ctx.loaded.redactor)
         if ready:
             notes.append(ready)
         if spec.spec_decode:
@@ -277,7 +327,7 @@ async def apply_launch(ctx: HostContext, step: Step) -> StepResult:
 async def _spec_gate(ctx: HostContext, step: Step, spec: LaunchStep, details: dict[str, Any]) -> str:
     gate = spec.spec_decode
     assert gate is not None
-    measured = await measure(ctx.agent, spec.health.url, gate)
+    measured = await measure(ctx.agent, spec.health.url, gate, ctx.loaded.redactor)
     details["spec_decode"] = measured
     rate, mal = measured.get("acceptance_rate"), measured.get("mean_acceptance_length")
     if rate is None:
@@ -302,10 +352,11 @@ async def _baseline(ctx: HostContext, step: Step, spec: LaunchStep, details: dic
     assert base is not None and spec.spec_decode is not None
     name = f"{step.name}-baseline"
     log = _log_path(ctx, name, None)
-    started = await _start(ctx, name, base.command, spec.env, spec.cwd, log)
+    cmd = server_command(ctx, base.command, spec.env, spec.cwd)
+    started = await _start(ctx.agent, ctx.journal.state_dir, name, cmd, await cmd.command_hash(), log)
     details["servers"].append(started)
     await wait_healthy(ctx.agent, ctx.journal.state_dir, name, base.health)
-    plain = await measure(ctx.agent, base.health.url, spec.spec_decode)
+    plain = await measure(ctx.agent, base.health.url, spec.spec_decode, ctx.loaded.redactor)
     details["baseline"] = plain
     spec_tps = details["spec_decode"]["tokens_per_s"] or 0.0
     speedup = spec_tps / plain["tokens_per_s"] if plain["tokens_per_s"] else None
@@ -325,8 +376,14 @@ async def _baseline(ctx: HostContext, step: Step, spec: LaunchStep, details: dic
     return note
 
 
-async def undo_launch(agent: AgentClient, state_dir: str, step: StepResult, force: bool) -> tuple[bool, str]:
-    """Stop the servers a run started (if they are still the ones it started); restart what it replaced."""
+async def undo_launch(agent: AgentClient, state_dir: str, step: StepResult, force: bool,
+                      redactor: Redactor, env: dict[str, str]) -> tuple[bool, str]:
+    """Stop the servers a run started (if they are still the ones it started); restart what it replaced.
+
+    redactor and env are those of the recipe being rolled back: the journal holds no secret or
+    env value, so the replaced server gets its values from there, and only if they hash to the
+    command it ran.
+    """
     details = step.details or {}
     notes, ok = [], True
     for server in details.get("servers", []):
@@ -344,8 +401,30 @@ async def undo_launch(agent: AgentClient, state_dir: str, step: StepResult, forc
         notes.append(f"stopped {server['name']} (pid {server['pid']}, {stopped['how']})")
     previous = details.get("replaced")
     if previous and ok:
-        again = await agent.call("launch_start", state_dir=state_dir, name=previous["name"], argv=previous["argv"],
-                                 env=previous.get("env") or {}, cwd=previous.get("cwd"), log_path=previous["log"],
-                                 command_hash=previous["command_hash"])
-        notes.append(f"restarted the server it replaced (pid {again['pid']})")
+        restarted, note = await _restart(agent, state_dir, previous, redactor, env)
+        ok = restarted
+        notes.append(note)
     return ok, "; ".join(notes) or "nothing to stop"
+
+
+async def _restart(agent: AgentClient, state_dir: str, previous: dict[str, Any], redactor: Redactor,
+                   env: dict[str, str]) -> tuple[bool, str]:
+    shown = list(previous["argv"])
+    revealed = [redactor.reveal(word) for word in shown]
+    unknown = sorted({name for _, names in revealed for name in names})
+    names = previous.get("env_names", sorted(previous.get("env") or {}))
+    missing = [n for n in names if n not in env]
+    refused = f"the server it replaced (pid {previous['pid']}) was not restarted: "
+    if unknown or missing:
+        lacking = [f"<secret:{n}>" for n in unknown] + [f"env {n}" for n in missing]
+        return False, refused + (f"this recipe has no value for {', '.join(lacking)} (patchkit keeps none); "
+                                 "roll back again with the recipe or -e values it ran with")
+    cmd = ServerCommand([word for word, _ in revealed], {n: env[n] for n in names}, previous.get("cwd"), shown,
+                        previous.get("salt") or secrets.token_hex(16))
+    if await cmd.command_hash() != previous["command_hash"]:
+        what = [f"env {n}" for n in names] + (["its secret arguments"] if cmd.argv != shown else [])
+        return False, refused + (f"this recipe's values for {', '.join(what) or 'its command'} are not the ones "
+                                 "it ran with (patchkit keeps none of them); roll back again with the recipe or -e "
+                                 "values it ran with")
+    again = await _start(agent, state_dir, previous["name"], cmd, previous["command_hash"], previous["log"])
+    return True, f"restarted the server it replaced (pid {again['pid']})"
