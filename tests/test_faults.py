@@ -483,3 +483,66 @@ def test_a_python_older_than_3_8_is_named_plainly(tmp_path: Path) -> None:
     message = json.loads(proc.stdout)["hosts"]["local"]["message"]
     assert "patchkit needs Python >= 3.8 on the host" in message and "is 3.7" in message, message
     assert "invalid syntax" not in message
+
+
+# ---------------------------------------------------------------------- deploys cut off or misconfigured
+
+
+def drafter_recipe(tmp_path: Path, dest: Path, target_config: Path) -> Path:
+    from fixtures.make_drafter import make_drafter
+
+    src = make_drafter(tmp_path / "drafter", "valid")
+    recipe = tmp_path / "drafter.yaml"
+    recipe.write_text(json.dumps({"name": "d", "steps": [{"name": "dep", "deploy": {
+        "src": str(src), "dest": str(dest), "validate": "eagle3-drafter", "target": {"config": str(target_config)}}}]}))
+    return recipe
+
+
+def test_a_missing_target_config_is_found_before_any_byte_is_sent(tmp_path: Path) -> None:
+    dest = tmp_path / "models" / "drafter"
+    recipe = drafter_recipe(tmp_path, dest, tmp_path / "no-such-target" / "config.json")
+    proc = subprocess.run([PATCHKIT, "apply", str(recipe), "--json", "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    message = json.loads(proc.stdout)["hosts"]["local"]["steps"][0]["message"]
+    assert "does not exist on the host; nothing sent" in message, message
+    assert not dest.exists() and not (tmp_path / "models").exists()
+
+
+def test_a_deploy_cut_off_after_its_files_landed_is_pending_then_completed(tmp_path: Path) -> None:
+    """The state a kill between the last rename and the final record leaves: the files in place,
+    the journal holding only the intent record (written before the first byte). Made here by
+    turning a finished run's record back into that intent record."""
+    from fixtures.make_drafter import write_target_config
+
+    dest = tmp_path / "models" / "drafter"
+    recipe = drafter_recipe(tmp_path, dest, write_target_config(tmp_path / "target"))
+    state = tmp_path / "state"
+
+    def run(command: str) -> Result:
+        proc = subprocess.run([PATCHKIT, command, str(recipe), "--json", "--state-dir", str(state)],
+                              capture_output=True, text=True, timeout=120)
+        return Result([command], proc.returncode, proc.stdout, proc.stderr)
+
+    assert run("apply").returncode == 0
+    [record_file] = (state / "runs" / "d").glob("*.json")
+    record = json.loads(record_file.read_text())
+    deployed = record["steps"][0]
+    deployed["details"]["in_progress"] = True
+    deployed["details"]["files"] = [{**f, "planned": True} for f in deployed["details"]["files"]]
+    deployed["message"] = "interrupted while sending"
+    record.update(status="running", finished=None)
+    record_file.write_text(json.dumps(record))
+
+    status = run("status")
+    assert status.returncode == 3 and step(status)["status"] == "pending", status
+    assert "cut off while deploying" in step(status)["message"]
+    again = run("apply")
+    assert again.returncode == 0 and step(again)["status"] == "ok", again
+    assert "completed and validated now" in step(again)["message"]
+    done = run("status")
+    assert done.returncode == 0 and step(done)["status"] == "applied", done
+    assert "deployed by patchkit" in step(done)["message"]
+    undo = run("rollback")
+    assert undo.returncode == 0, undo
+    assert not dest.exists()
