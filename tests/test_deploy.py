@@ -730,6 +730,17 @@ def test_connection_dropped_mid_file_leaves_a_part_file_and_resumes(testbed: Tes
     again = tb.run("apply", recipe, "-i", direct, "--json", env=env)
     assert again.returncode == 0 and again.hosts()[server.name]["steps"][0]["status"] == "ok", again
 
+    # Two runs hold changes now: the cut one (what landed before the cut) and the rerun. One
+    # rollback undoes the rerun and says the cut run is left; the next undoes that one too.
+    undo = tb.run("rollback", recipe, "-i", direct, "--json", env=env)
+    assert undo.returncode == 0, undo
+    assert "roll back again" in undo.hosts()[server.name]["message"], undo
+    assert not final.exists()
+    undo_cut = tb.run("rollback", recipe, "-i", direct, "--json", env=env)
+    assert undo_cut.returncode == 0, undo_cut
+    assert "roll back again" not in undo_cut.hosts()[server.name]["message"], undo_cut
+    assert not dest.exists() or not any(dest.rglob("*")), sorted(dest.rglob("*"))
+
 
 def test_the_data_path_prefers_aes_gcm_unless_ssh_config_sets_ciphers(
         fleet, sshd_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
