@@ -18,7 +18,7 @@ SSHClient = Literal["asyncssh", "openssh"]
 
 
 class HostSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = ""
     address: str | None = None
@@ -37,7 +37,7 @@ class HostSpec(BaseModel):
 
 
 class Defaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     port: int | None = Field(None, ge=1, le=65535)
     user: str | None = None
@@ -50,7 +50,7 @@ class Defaults(BaseModel):
 
 
 class Inventory(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     hosts: dict[str, HostSpec] = Field(min_length=1)
     groups: dict[str, list[str]] = Field(default_factory=dict)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -12,13 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from patchkit.edits import Edit
 from patchkit.errors import UsageError
-from patchkit.yamlsource import load_yaml
+from patchkit.yamlsource import LoadedYaml, plain_scalar, read_yaml, source_error
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    """Unknown keys are errors, and types are not coerced: `max_tokens: true` is not 1."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
 
 def _check_specifier(value: str | None) -> str | None:
@@ -250,24 +251,40 @@ class LoadedRecipe(BaseModel):
 def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> LoadedRecipe:
     """Read, template and validate a recipe; UsageError with file:line:col on any problem."""
     path = Path(path)
-    raw = load_yaml(path)
-    if not isinstance(raw.data, dict):
-        raise UsageError(f"{path}:1:1: a recipe is a mapping with name and steps")
-    declared = raw.data.get("vars") or {}
+    doc = read_yaml(path)
+    head = doc.build({}, literal={"vars"}, only="vars")  # vars first: they are not templated
+    if not isinstance(head.data, dict):
+        raise source_error(head.mark_for(()), "", "a recipe is a mapping with name and steps")
+    declared = head.data.get("vars") or {}
     if not isinstance(declared, dict):
-        raise UsageError(f"{raw.mark_for(('vars',))}: vars: must be a mapping")
-    variables = {**declared, **(overrides or {})}
-    loaded = load_yaml(path, variables=variables, template_skip={"vars"})
+        raise source_error(head.mark_for(("vars",)), "vars", "must be a mapping")
+    given = {name: _typed_override(head, declared, name, text) for name, text in (overrides or {}).items()}
+    variables = {**declared, **given}
+    loaded = doc.build(variables, literal={"vars"})
     recipe: Recipe = loaded.validate(Recipe.model_validate)
     for step in recipe.steps:
         if step.patch and step.patch.edit.codemod:
             step.patch.edit.codemod.bind(path.parent)
-    return LoadedRecipe(
-        recipe=recipe,
-        path=path,
-        content_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
-        variables=variables,
-    )
+    return LoadedRecipe(recipe=recipe, path=path, content_sha256=doc.sha256, variables=variables)
+
+
+def _typed_override(head: LoadedYaml, declared: dict[str, Any], name: str, text: str) -> Any:
+    """`-e port=8001` is text; a variable declared with a number or boolean keeps its type."""
+    default = declared.get(name)
+    if isinstance(default, bool):
+        kinds: tuple[type, ...] = (bool,)
+        wanted = "true or false"
+    elif isinstance(default, int):
+        kinds, wanted = (int,), "an integer"
+    elif isinstance(default, float):
+        kinds, wanted = (int, float), "a number"
+    else:
+        return text
+    value = plain_scalar(text)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise source_error(head.mark_for(("vars", name)), f"vars.{name}",
+                           f"-e {name}={text}: expected {wanted}, like the default {default!r}")
+    return value
 
 
 def parse_assignments(items: list[str] | None) -> dict[str, str]:

@@ -13,7 +13,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from patchkit.edits.model import EditError, EditResult, EditSpec, Scalar
 
@@ -28,6 +28,8 @@ class _Engine(EditSpec):
 
 
 class WantsValue(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     value: Any = Field(None, description="a literal (string, number, bool, null, list, dict)")
     expr: str | None = Field(None, description="Python expression source, for non-literals")
 
