@@ -118,12 +118,12 @@ _TYPE_WORDS = {
 def _describe_problem(loc: Loc, errs: list[Any], close: Loc | None) -> tuple[str, str]:
     err = errs[0]
     kind = err["type"]
-    if kind == "extra_forbidden":
+    if kind == "extra_forbidden" and loc:
         message = f"unknown key {loc[-1]!r}"
         if close:
             message += f" (did you mean {close[-1]!r}?)"
         return _loc_text(loc[:-1]), message
-    if kind == "missing":
+    if kind == "missing" and loc:
         return _loc_text(loc[:-1]), f"missing required key {loc[-1]!r}"
     wanted = [_TYPE_WORDS[e["type"]] for e in errs if e["type"] in _TYPE_WORDS]
     if len(wanted) == len(errs):  # a type error, or one per member of a union
@@ -212,6 +212,10 @@ class _Resolver(Resolver):
         return super().resolve(kind, value, implicit)
 
 
+class _TooDeep(yaml.composer.ComposerError):
+    pass
+
+
 class _NestingComposer(Composer):
     """PyYAML's own composer recurses once per level; libyaml's stops at 1000 levels itself."""
 
@@ -219,8 +223,7 @@ class _NestingComposer(Composer):
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         if self._depth >= MAX_DEPTH:
-            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
-                                              self.peek_event().start_mark)
+            raise _TooDeep(None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
         self._depth += 1
         try:
             return super().compose_node(parent, index)
@@ -228,18 +231,22 @@ class _NestingComposer(Composer):
             self._depth -= 1
 
 
+class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, _NestingComposer, _Resolver):
+    """Pure PyYAML, for a PyYAML built without libyaml (about 5x slower)."""
+
+    def __init__(self, stream: str):
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        Composer.__init__(self)
+        _Resolver.__init__(self)
+
+
 if _CParser is not None:
-    class _Loader(_CParser, _Resolver):  # type: ignore[misc,valid-type]
+    class _CLoader(_CParser, _Resolver):  # type: ignore[misc,valid-type]
         pass
-else:  # pragma: no cover
-    class _Loader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,  # type: ignore[no-redef]
-                  _NestingComposer, _Resolver):
-        def __init__(self, stream: str):
-            yaml.reader.Reader.__init__(self, stream)
-            yaml.scanner.Scanner.__init__(self)
-            yaml.parser.Parser.__init__(self)
-            Composer.__init__(self)
-            _Resolver.__init__(self)
+
+_Loader: type = _CLoader if _CParser is not None else _PyLoader
 
 
 @dataclass
@@ -289,15 +296,21 @@ def read_yaml(path: Path) -> Document:
 def _compose(file: str, text: str) -> Node | None:
     """The node graph; an alias is a second reference to its anchor's node, expanded (and
     paid for) only by the builder."""
-    loader = _Loader(text)
+    loader = None
     try:
+        loader = _Loader(text)  # PyYAML's Reader checks the characters here already
         return loader.get_single_node()
+    except _TooDeep as exc:
+        raise _error(f"{_place(file, exc.problem_mark)}: {exc.problem}") from None
     except yaml.reader.ReaderError as exc:
         index = text.find(chr(exc.character)) if isinstance(exc.character, int) else -1
         raise _error(f"{_offset_place(file, text, max(index, 0))}: not valid YAML: "
                      f"character {_char(exc.character)} is not allowed") from None
     except yaml.MarkedYAMLError as exc:
         problem = exc.problem or exc.context or "cannot be read"
+        if problem == "found undefined alias" and exc.problem_mark:  # libyaml leaves out the name
+            alias = re.match(r"\*([^\s,\[\]{}]+)", text[exc.problem_mark.index:])
+            problem += f" {alias.group(1)!r}" if alias else ""
         if exc.context and exc.problem and exc.context_mark and exc.problem_mark:
             problem += f" ({exc.context} at {exc.context_mark.line + 1}:{exc.context_mark.column + 1})"
         mark = exc.problem_mark or exc.context_mark
@@ -305,7 +318,8 @@ def _compose(file: str, text: str) -> Node | None:
     except yaml.YAMLError as exc:  # no place given: the start of the file
         raise _error(f"{file}:1:1: not valid YAML: {exc}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _char(code: Any) -> str:

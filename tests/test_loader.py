@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, run_many
 
+from patchkit import yamlsource
 from patchkit.errors import UsageError
 from patchkit.inventory import load_inventory
 from patchkit.recipe import load_recipe
@@ -158,7 +159,7 @@ def test_aliases_within_the_limits_still_work(tmp_path: Path) -> None:
 
 
 def test_undefined_and_duplicate_anchors_are_one_line(tmp_path: Path) -> None:
-    assert "undefined alias" in recipe_error(tmp_path, RECIPE.replace("[python, -m", "[*nope, -m"))
+    assert "undefined alias 'nope'" in recipe_error(tmp_path, RECIPE.replace("[python, -m", "[*nope, -m"))
     assert "anchor" in recipe_error(tmp_path, RECIPE.replace("port: 8000, rate: 0.3", "port: &p 8000, rate: &p 0.3"))
 
 
@@ -380,6 +381,28 @@ def test_overrides_keep_the_declared_type(tmp_path: Path) -> None:
     assert "expected an integer" in usage_error(lambda p: load_recipe(p, {"port": "true"}), path)[0]
     shipped = load_recipe(REPO / "recipes" / "kimi_eagle3.yaml", {"min_acceptance": "0.5", "tp": "4"}).recipe
     assert shipped.steps[-1].launch.spec_decode.min_acceptance_rate == 0.5
+
+
+# ---------------------------------------------------------------------------- without libyaml
+
+
+def test_without_libyaml_the_answers_are_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PyYAML built without libyaml composes in Python (one frame per level): same limits."""
+    monkeypatch.setattr(yamlsource, "_Loader", yamlsource._PyLoader)
+    assert load_recipe(write(tmp_path, RECIPE)).recipe.name == "demo"
+    cases = {
+        RECIPE.replace("vars: {", "vars: {d: " + "[" * 5000 + "]" * 5000 + ", "): ((2, 41), "nested deeper than 32"),
+        RECIPE.replace("prompt: Hello", "prompt: Hel\x01lo"): ((14, 39), "U+0001"),
+        RECIPE.replace("prompt: Hello", "prompt: !!python/object:os.system x"): ((14, 36), "YAML tag"),
+        RECIPE.replace("vars: {port: 8000, rate: 0.3, tag: kimi_k2}\n", "vars:\n" + billion_laughs()): (None, "aliases expand"),
+        RECIPE.replace("  - name: serve\n", "  - <<: {name: serve}\n"): ((10, 5), "merge keys"),
+        RECIPE.replace("[python, -m", "[*nope, -m"): ((12, 17), "undefined alias 'nope'"),
+        RECIPE.replace("{{ port }}/", "{{ port }/"): ((13, 39), "broken template"),
+    }
+    for text, (place, words) in cases.items():
+        message = recipe_error(tmp_path, text)
+        assert words in message and "not valid YAML: nested" not in message, message
+        assert place is None or at(message, tmp_path) == place, message
 
 
 # ---------------------------------------------------------------------------- through the CLI
