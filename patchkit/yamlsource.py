@@ -37,6 +37,7 @@ MAX_ALIASES = 1000           # alias uses (*name) in one file
 MAX_ALIAS_VALUES = 10_000    # values aliases (and whole-value variables) add once expanded
 MAX_NUMBER_CHARS = 100       # int("1:2:3:...") is quadratic; no field wants a longer number
 MAX_TEMPLATE_GROWTH = MAX_BYTES  # characters `{{ var }}` substitution may add to one file
+MAX_MESSAGE_CHARS = 1000
 
 Loc = tuple[str | int, ...]
 
@@ -67,8 +68,12 @@ def source_error(mark: Mark, field: str, problem: str) -> UsageError:
 
 
 def _error(message: str) -> UsageError:
-    """Always one line: a control character (or a file name holding one) is shown escaped."""
-    return UsageError(_UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], message))
+    """Always one line: a control character (or a file name holding one) is shown escaped;
+    a huge value quoted in it is cut, keeping the place and field (head) and the reason (tail)."""
+    message = _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], message)
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = f"{message[:700]} [...] {message[-250:]}"
+    return UsageError(message)
 
 
 @dataclass

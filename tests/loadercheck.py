@@ -49,6 +49,7 @@ def place_of(message: str, path: Path | str) -> tuple[int, int]:
 
 def check_message(message: str, path: Path | str) -> tuple[int, int]:
     assert len(message.splitlines()) == 1 and message.strip() == message, f"not one line: {message!r}"
+    assert len(message) <= 1000, f"{len(message)} characters: {message[:300]!r}..."
     assert "Traceback" not in message
     return place_of(message, path)
 

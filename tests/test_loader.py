@@ -242,6 +242,13 @@ def test_a_union_mismatch_is_one_line_saying_what_fits(tmp_path: Path) -> None:
     assert "expected a string, an integer, a number or a boolean (true or false), got a mapping" in message
 
 
+def test_a_huge_value_in_a_message_is_cut_keeping_place_and_reason(tmp_path: Path) -> None:
+    message = recipe_error(tmp_path, RECIPE.replace("  - name: serve\n", f"  - name: serve\n    {'k' * 1010}: 1\n"))
+    assert at(message, tmp_path) == (11, 5) and "steps[1]: unknown key 'kkk" in message and message.endswith("kkk'")
+    message = recipe_error(tmp_path, RECIPE.replace("package: toyllm", f"package: toyllm\n      versions: '{'<' * 5000}'"))
+    assert "steps[0].patch.versions: '<<<" in message and message.endswith("is not a version specifier like '>=0.10.1,<0.22'")
+
+
 def test_yaml_syntax_errors_are_one_line(tmp_path: Path) -> None:
     message = recipe_error(tmp_path, RECIPE.replace("[python, -m,", "[python, -m,,"))
     assert at(message, tmp_path)[0] == 12 and "not valid YAML" in message
@@ -352,6 +359,18 @@ def test_scalars_that_once_crashed_construction(tmp_path: Path, value: str, word
     else:
         message = recipe_error(tmp_path, text)
         assert at(message, tmp_path) == (2, 13) and "vars.odd" in message and words in message, message
+
+
+@pytest.mark.parametrize("edit, words", [
+    ('set_value: {names: [a], expr: "' + "1+" * 100_000 + '1"}', "too deeply nested"),
+    ('dict_set: {names: [a], key: k, expr: "' + "-" * 100_000 + '1"}', "too deeply nested"),
+    ('replace_function: {function: f, body: "x = ' + "a." * 100_000 + 'b"}', "body of f is not valid Python"),
+    ('replace_function: {function: f, body: "x = ' + "not " * 50_000 + 'y"}', "too deeply nested"),
+])
+def test_code_too_deep_for_the_parser_is_a_recipe_error(tmp_path: Path, edit: str, words: str) -> None:
+    message = recipe_error(tmp_path, RECIPE.replace(
+        'list_insert: {names: [eagle3_target_supported], values: ["{{ tag }}"]}', edit))
+    assert at(message, tmp_path) == (9, 9) and "steps[0].patch.edit" in message and words in message, message
 
 
 def test_a_recipe_that_is_not_a_mapping(tmp_path: Path) -> None:
