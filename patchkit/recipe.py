@@ -217,14 +217,15 @@ class Recipe(Strict):
     keep_runs: int = Field(20, ge=1, description="runs kept in each host's journal for this recipe")
     steps: list[Step] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _unique_step_names(self) -> "Recipe":
+    @field_validator("steps")
+    @classmethod
+    def _unique_step_names(cls, steps: list[Step]) -> list[Step]:
         seen: set[str] = set()
-        for step in self.steps:
+        for step in steps:
             if step.name in seen:
                 raise ValueError(f"two steps are named {step.name!r}")
             seen.add(step.name)
-        return self
+        return steps
 
     def select(self, names: list[str] | None) -> list[Step]:
         if not names:

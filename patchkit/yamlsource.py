@@ -38,6 +38,7 @@ MAX_ALIAS_VALUES = 10_000    # values aliases (and whole-value variables) add on
 MAX_NUMBER_CHARS = 100       # int("1:2:3:...") is quadratic; no field wants a longer number
 MAX_TEMPLATE_GROWTH = MAX_BYTES  # characters `{{ var }}` substitution may add to one file
 MAX_MESSAGE_CHARS = 1000
+MAX_ERRORS = 1000            # pydantic errors weighed to find the first problem of a file
 
 Loc = tuple[str | int, ...]
 
@@ -97,9 +98,11 @@ class LoadedYaml:
             raise self.error_from(exc, data) from None
 
     def error_from(self, exc: ValidationError, data: Any) -> UsageError:
-        """The first problem in the file's order, one line; how many more there are, if any."""
+        """The first problem in the file's order, one line; how many more there are, if any.
+        Of a huge number of errors only the first MAX_ERRORS (in pydantic's order) are weighed."""
         by_loc: dict[Loc, list[Any]] = {}
-        for err in exc.errors():
+        errors = exc.errors(include_url=False)
+        for err in errors[:MAX_ERRORS]:
             by_loc.setdefault(_clean_loc(err["loc"], data, err["type"]), []).append(err)
         misspelt = _misspellings(by_loc)
         problems = [(self.mark_for(loc), loc, errs) for loc, errs in by_loc.items()
@@ -107,7 +110,9 @@ class LoadedYaml:
         problems.sort(key=lambda p: (p[0].line, p[0].column))
         mark, loc, errs = problems[0]
         field, message = _describe_problem(loc, errs, misspelt.get(loc))
-        if len(problems) > 1:
+        if len(errors) > MAX_ERRORS:
+            message += " (and many more problems)"
+        elif len(problems) > 1:
             more = len(problems) - 1
             message += f" (and {more} more problem{'s' if more > 1 else ''})"
         return source_error(mark, field, message)

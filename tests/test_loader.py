@@ -236,6 +236,12 @@ def test_several_problems_are_one_line_naming_the_first(tmp_path: Path) -> None:
     assert "steps[0].patch.modules[0]: expected a string, got 1 (and 2 more problems)" in message
 
 
+def test_a_flood_of_errors_is_one_line_quickly(tmp_path: Path) -> None:
+    message = recipe_error(tmp_path, RECIPE.replace("modules: [toyllm.config.speculative]",
+                                                    "modules: [" + "1," * 200_000 + "]"))  # within 2 s
+    assert at(message, tmp_path) == (7, 17) and message.endswith("expected a string, got 1 (and many more problems)")
+
+
 def test_a_union_mismatch_is_one_line_saying_what_fits(tmp_path: Path) -> None:
     message = recipe_error(tmp_path, RECIPE.replace('values: ["{{ tag }}"]', "values: [{a: 1}]"))
     assert at(message, tmp_path) == (9, 66)
@@ -371,6 +377,17 @@ def test_code_too_deep_for_the_parser_is_a_recipe_error(tmp_path: Path, edit: st
     message = recipe_error(tmp_path, RECIPE.replace(
         'list_insert: {names: [eagle3_target_supported], values: ["{{ tag }}"]}', edit))
     assert at(message, tmp_path) == (9, 9) and "steps[0].patch.edit" in message and words in message, message
+
+
+def test_errors_across_fields_name_the_field(tmp_path: Path) -> None:
+    message = recipe_error(tmp_path, RECIPE.replace("name: serve", "name: whitelist"))
+    assert at(message, tmp_path) == (3, 1) and "steps: two steps are named 'whitelist'" in message
+    message = inventory_error(tmp_path, INVENTORY.replace("[gpu-1, gpu-2]", "[gpu-1, gpu-3]"))
+    assert place_of(message, tmp_path / "inv.yaml") == (4, 1)
+    assert "groups: group 'kimi' names unknown host 'gpu-3'" in message
+    message = inventory_error(tmp_path, INVENTORY.replace("groups: {kimi:", "groups: {gpu-1:"))
+    assert "groups: group 'gpu-1' has the name of a host" in message
+    assert "hosts: expected a mapping" in inventory_error(tmp_path, INVENTORY.replace("hosts:\n", "hosts: 1\nx:\n"))
 
 
 def test_a_recipe_that_is_not_a_mapping(tmp_path: Path) -> None:
