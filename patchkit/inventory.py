@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from patchkit.errors import UsageError
 from patchkit.yamlsource import load_yaml
@@ -18,7 +18,7 @@ SSHClient = Literal["asyncssh", "openssh"]
 
 
 class HostSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = ""
     address: str | None = None
@@ -37,7 +37,7 @@ class HostSpec(BaseModel):
 
 
 class Defaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     port: int | None = Field(None, ge=1, le=65535)
     user: str | None = None
@@ -50,21 +50,25 @@ class Defaults(BaseModel):
 
 
 class Inventory(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     hosts: dict[str, HostSpec] = Field(min_length=1)
     groups: dict[str, list[str]] = Field(default_factory=dict)
     defaults: Defaults = Field(default_factory=Defaults)
 
-    @model_validator(mode="after")
-    def _groups_name_hosts(self) -> "Inventory":
-        for group, members in self.groups.items():
-            if group in self.hosts:
+    @field_validator("groups")
+    @classmethod
+    def _groups_name_hosts(cls, groups: dict[str, list[str]], info: ValidationInfo) -> dict[str, list[str]]:
+        hosts = info.data.get("hosts")
+        if hosts is None:  # hosts did not validate: that is the error to report
+            return groups
+        for group, members in groups.items():
+            if group in hosts:
                 raise ValueError(f"group {group!r} has the name of a host")
             for member in members:
-                if member not in self.hosts and member not in self.groups:
+                if member not in hosts and member not in groups:
                     raise ValueError(f"group {group!r} names unknown host {member!r}")
-        return self
+        return groups
 
     def resolved(self) -> dict[str, HostSpec]:
         out = {}

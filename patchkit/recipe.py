@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -13,13 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from patchkit.edits import Edit
 from patchkit.errors import UsageError
 from patchkit.redact import Redactor, find_secrets
-from patchkit.yamlsource import load_yaml, source_error
+from patchkit.yamlsource import LoadedYaml, plain_scalar, read_yaml, source_error
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    """Unknown keys are errors, and types are not coerced: `max_tokens: true` is not 1."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
 
 def _check_specifier(value: str | None) -> str | None:
@@ -220,14 +221,15 @@ class Recipe(Strict):
     keep_runs: int = Field(20, ge=1, description="runs kept in each host's journal for this recipe")
     steps: list[Step] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _unique_step_names(self) -> "Recipe":
+    @field_validator("steps")
+    @classmethod
+    def _unique_step_names(cls, steps: list[Step]) -> list[Step]:
         seen: set[str] = set()
-        for step in self.steps:
+        for step in steps:
             if step.name in seen:
                 raise ValueError(f"two steps are named {step.name!r}")
             seen.add(step.name)
-        return self
+        return steps
 
     @field_validator("secrets")
     @classmethod
@@ -263,17 +265,20 @@ class LoadedRecipe(BaseModel):
 def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> LoadedRecipe:
     """Read, template and validate a recipe; UsageError with file:line:col on any problem."""
     path = Path(path)
-    raw = load_yaml(path)
-    if not isinstance(raw.data, dict):
-        raise UsageError(f"{path}:1:1: a recipe is a mapping with name and steps")
-    declared = raw.data.get("vars") or {}
+    doc = read_yaml(path)
+    head = doc.build({}, literal={"vars"}, only="vars")  # vars first: they are not templated
+    if not isinstance(head.data, dict):
+        raise source_error(head.mark_for(()), "", "a recipe is a mapping with name and steps")
+    declared = head.data.get("vars") or {}
     if not isinstance(declared, dict):
-        raise UsageError(f"{raw.mark_for(('vars',))}: vars: must be a mapping")
-    variables = {**declared, **(overrides or {})}
-    marked = raw.data.get("secrets")
-    marked = [m for m in marked if isinstance(m, str)] if isinstance(marked, list) else []
+        raise source_error(head.mark_for(("vars",)), "vars", "must be a mapping")
+    given = {name: _typed_override(head, declared, name, text) for name, text in (overrides or {}).items()}
+    variables = {**declared, **given}
+    marked: list[str] = []
     try:  # an error may quote a value ("dest '...' must be an absolute path")
-        loaded = load_yaml(path, variables=variables, template_skip={"vars", "secrets"})
+        loaded = doc.build(variables, literal={"vars", "secrets"})
+        listed = loaded.data.get("secrets") if isinstance(loaded.data, dict) else None
+        marked = [m for m in listed if isinstance(m, str)] if isinstance(listed, list) else []
         recipe: Recipe = loaded.validate(Recipe.model_validate)
     except UsageError as exc:
         raise UsageError(Redactor(find_secrets(variables, marked)).text(str(exc))) from None
@@ -290,13 +295,27 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Lo
     for step in recipe.steps:
         if step.patch and step.patch.edit.codemod:
             step.patch.edit.codemod.bind(path.parent)
-    return LoadedRecipe(
-        recipe=recipe,
-        path=path,
-        content_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
-        variables=variables,
-        redactor=redactor,
-    )
+    return LoadedRecipe(recipe=recipe, path=path, content_sha256=doc.sha256, variables=variables,
+                        redactor=redactor)
+
+
+def _typed_override(head: LoadedYaml, declared: dict[str, Any], name: str, text: str) -> Any:
+    """`-e port=8001` is text; a variable declared with a number or boolean keeps its type."""
+    default = declared.get(name)
+    if isinstance(default, bool):
+        kinds: tuple[type, ...] = (bool,)
+        wanted = "true or false"
+    elif isinstance(default, int):
+        kinds, wanted = (int,), "an integer"
+    elif isinstance(default, float):
+        kinds, wanted = (int, float), "a number"
+    else:
+        return text
+    value = plain_scalar(text)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise source_error(head.mark_for(("vars", name)), f"vars.{name}",
+                           f"-e {name}={text}: expected {wanted}, like the default {default!r}")
+    return value
 
 
 def parse_assignments(items: list[str] | None) -> dict[str, str]:

@@ -35,7 +35,7 @@ EDIT_KINDS: dict[str, type[EditSpec]] = {
 class Edit(BaseModel):
     """Exactly one edit operation, written as `{kind: {params}}` in a recipe."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     list_insert: ListInsert | None = None
     list_remove: ListRemove | None = None

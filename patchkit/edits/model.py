@@ -29,7 +29,7 @@ class EditError(Exception):
 class EditSpec(BaseModel):
     """Base of every edit's parameters; subclasses implement `apply`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a recipe's `names: [1]` is not ["1"]
 
     def apply(self, source: str) -> EditResult:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -13,9 +13,18 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from patchkit.edits.model import EditError, EditResult, EditSpec, Scalar
+
+
+def _parse(source: str, mode: str = "exec") -> ast.AST:
+    """ast.parse, with the parser's own give-ups on deeply nested code (`1+1+...`, `-----1`:
+    RecursionError or MemoryError, raised at once) reported as the SyntaxError they are."""
+    try:
+        return ast.parse(source, mode=mode)
+    except (RecursionError, MemoryError):
+        raise SyntaxError("too deeply nested to parse", ("<recipe>", 1, 1, None)) from None
 
 
 class _Engine(EditSpec):
@@ -28,6 +37,8 @@ class _Engine(EditSpec):
 
 
 class WantsValue(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     value: Any = Field(None, description="a literal (string, number, bool, null, list, dict)")
     expr: str | None = Field(None, description="Python expression source, for non-literals")
 
@@ -38,7 +49,7 @@ class WantsValue(BaseModel):
             raise ValueError("give exactly one of `value` or `expr`")
         if self.expr is not None:
             try:
-                ast.parse(self.expr.strip(), mode="eval")
+                _parse(self.expr.strip(), mode="eval")
             except SyntaxError as exc:  # a recipe error, not a target that is missing
                 raise ValueError(f"expr {self.expr!r} is not a Python expression: {exc.msg}") from None
         return self
@@ -135,7 +146,7 @@ class ReplaceFunction(_Engine):
         if not _QUALNAME.match(self.function):
             raise ValueError(f"function {self.function!r} is not a qualified name like Class.method or func")
         try:
-            tree = ast.parse(self.body_source)
+            tree = _parse(self.body_source)
         except SyntaxError as exc:  # a recipe error, not a target that is missing
             raise ValueError(
                 f"body of {self.function} is not valid Python: {exc.msg} (body line {exc.lineno})"
