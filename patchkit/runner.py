@@ -78,7 +78,9 @@ def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Option
 
 
 @asynccontextmanager
-async def session(host: HostSpec, python: str, options: Options, owner: str) -> AsyncIterator[Session]:
+async def session(host: HostSpec, python: str, options: Options, owner: str,
+                  warnings: list[str] | None = None) -> AsyncIterator[Session]:
+    """The host's agent, locked; `warnings` gets what it reported (skipped output) once it is closed."""
     transport = transport_for(host, options.accept_new_host_keys)
     agent: AgentClient | None = None
     try:
@@ -97,6 +99,8 @@ async def session(host: HostSpec, python: str, options: Options, owner: str) -> 
     finally:
         if agent is not None:
             await agent.close()
+            if warnings is not None:
+                warnings.extend(agent.warnings)
         await transport.close()
 
 
@@ -114,8 +118,9 @@ class Runner:
         async def one(host: HostSpec) -> HostResult:
             started = time.monotonic()
             python = interpreter_for(host, self.loaded, self.options)
+            warnings: list[str] = []
             try:
-                async with session(host, python, self.options, f"{self.command} {self.run_id}") as s:
+                async with session(host, python, self.options, f"{self.command} {self.run_id}", warnings) as s:
                     result = await work(s)
                     result.exec_requests = s.transport.exec_requests
             except HostError as exc:
@@ -124,6 +129,7 @@ class Runner:
                 where = traceback.extract_tb(exc.__traceback__)[-1]
                 log.error("host.crashed", host=host.name, error=repr(exc), at=f"{where.filename}:{where.lineno}")
                 result = HostResult(status="failed", message=f"internal error: {type(exc).__name__}: {exc}")
+            result.warnings = warnings
             log.info("host.done", host=host.name, status=result.status, command=self.command,
                      seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
             return result

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -111,8 +112,10 @@ def test_apply_reapply_status_rollback_one_exec_per_host(testbed: Testbed) -> No
     assert sorted(argv[argv.index("-p") + 1] for argv in argvs) == sorted(5 * [str(s.port) for s in servers])
     for argv in argvs:
         assert "StrictHostKeyChecking=yes" in argv and f"UserKnownHostsFile={tb.known_hosts}" in argv, argv
-        assert argv[-3:-1] == ["--", "127.0.0.1"] and shlex.split(argv[-1])[1:] == ["-c", BOOTSTRAP], argv
+        assert argv[-3:-1] == ["--", "127.0.0.1"] and shlex.split(argv[-1])[1:3] == ["-c", BOOTSTRAP], argv
     assert {shlex.split(argv[-1])[0] for argv in argvs} == {str(e.python) for e in envs.values()}
+    nonces = [shlex.split(argv[-1])[3] for argv in argvs]  # the agent's start mark: fresh for every start
+    assert all(re.fullmatch(r"[0-9a-f]{16}", n) for n in nonces) and len(set(nonces)) == len(nonces), nonces
 
 
 def test_per_host_choice_overrides_the_default(testbed: Testbed) -> None:
