@@ -31,6 +31,7 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
     SSHD,
     Fleet,
     Testbed,
+    banner_user,
     closed_port,
     silent_port,
     fleet,
@@ -41,7 +42,7 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
 )
 from tests.test_deploy import assert_deployed, deploy_recipe, home_python
 from tests.test_ssh import (_wait_for, alias_config, argv_as_received_twice, check_become, check_life_cycle,
-                            needs_system_python, patched)
+                            check_login_shell_banner, needs_system_python, patched)
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -364,6 +365,11 @@ def test_missing_ssh_binary_is_a_clear_host_error() -> None:
 @needs_system_python
 def test_become_with_and_without_a_sudo_right(testbed: Testbed, login_users: dict[str, str]) -> None:
     check_become(testbed, login_users, OpenSSHBed(testbed).run, defaults=OPENSSH)
+
+
+@needs_system_python
+def test_a_login_shell_that_prints_is_skipped_and_reported(testbed: Testbed, banner_user: str) -> None:
+    check_login_shell_banner(testbed, banner_user, OpenSSHBed(testbed).run, defaults=OPENSSH)
 
 
 # ---------------------------------------------------------------------- the transport itself
