@@ -41,6 +41,7 @@ class HostResult(BaseModel):
     message: str = ""
     steps: list[StepResult] = Field(default_factory=list)
     exec_requests: int = 0
+    warnings: list[str] = Field(default_factory=list)  # e.g. a login shell's banner, skipped (agent/client.py)
 
 
 class RunReport(BaseModel):

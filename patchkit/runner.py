@@ -80,7 +80,8 @@ def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Option
 
 @asynccontextmanager
 async def session(host: HostSpec, python: str, options: Options, owner: str,
-                  redactor: Redactor | None = None) -> AsyncIterator[Session]:
+                  redactor: Redactor | None = None, warnings: list[str] | None = None) -> AsyncIterator[Session]:
+    """The host's agent, locked; `warnings` gets what it reported (skipped output) once it is closed."""
     transport = transport_for(host, options.accept_new_host_keys)
     agent: AgentClient | None = None
     try:
@@ -100,6 +101,8 @@ async def session(host: HostSpec, python: str, options: Options, owner: str,
     finally:
         if agent is not None:
             await agent.close()
+            if warnings is not None:
+                warnings.extend(agent.warnings)
         await transport.close()
 
 
@@ -121,8 +124,10 @@ class Runner:
         async def one(host: HostSpec) -> HostResult:
             started = time.monotonic()
             python = interpreter_for(host, self.loaded, self.options)
+            warnings: list[str] = []
             try:
-                async with session(host, python, self.options, f"{self.command} {self.run_id}", self.redactor) as s:
+                async with session(host, python, self.options, f"{self.command} {self.run_id}", self.redactor,
+                                   warnings) as s:
                     result = await work(s)
                     result.exec_requests = s.transport.exec_requests
             except HostError as exc:
@@ -131,6 +136,7 @@ class Runner:
                 where = traceback.extract_tb(exc.__traceback__)[-1]
                 log.error("host.crashed", host=host.name, error=repr(exc), at=f"{where.filename}:{where.lineno}")
                 result = HostResult(status="failed", message=f"internal error: {type(exc).__name__}: {exc}")
+            result.warnings = warnings
             if self.redactor:  # what the report and the progress lines show: no secret values
                 result = HostResult.model_validate(self.redactor.value(result.model_dump()))
             log.info("host.done", host=host.name, status=result.status, command=self.command,

@@ -497,38 +497,67 @@ def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
 
-@pytest.fixture(scope="session")
-def login_users(sshd_root: Path) -> dict[str, str]:
-    """Two non-root login users: `sudoer` (passwordless sudo) and `plain` (no sudo right).
-
-    Created with useradd, removed (with their homes and the sudoers file) at the end.
-    """
+def _login_users(*logins: str) -> None:
+    """Create these login users (bash, a home), removed with their homes at the end of the session."""
     if not IS_ROOT:
         # The one skip we keep: a developer may run the suite as a normal user, who cannot
         # create accounts. Our machines and CI run as root, where this never skips.
         pytest.skip("creating login users needs root")
     require(shutil.which("useradd") is not None, "useradd is missing (Debian's passwd package)")
-    users = {"sudoer": "pk-test-sudoer", "plain": "pk-test-plain"}
-    sudoers = Path("/etc/sudoers.d/patchkit-tests")
-    for login in users.values():
+    for login in logins:
         try:
             pwd.getpwnam(login)
         except KeyError:
             _run("useradd", "--create-home", "--shell", "/bin/bash", login)
         # UsePAM no: sshd refuses accounts whose password field starts with "!" (locked).
         _run("usermod", "-p", "*", login)
-    if Path("/etc/sudoers.d").is_dir():
-        sudoers.write_text(f"{users['sudoer']} ALL=(root) NOPASSWD: ALL\n")
-        sudoers.chmod(0o440)
 
     def remove() -> None:
-        sudoers.unlink(missing_ok=True)
-        for login in users.values():
+        for login in logins:
             subprocess.run(["userdel", "--remove", login], check=False, stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     _CLEANUPS.append(remove)
+
+
+@pytest.fixture(scope="session")
+def login_users(sshd_root: Path) -> dict[str, str]:
+    """Two non-root login users: `sudoer` (passwordless sudo) and `plain` (no sudo right).
+
+    Created with useradd, removed (with their homes and the sudoers file) at the end.
+    """
+    users = {"sudoer": "pk-test-sudoer", "plain": "pk-test-plain"}
+    _login_users(*users.values())
+    sudoers = Path("/etc/sudoers.d/patchkit-tests")
+    if Path("/etc/sudoers.d").is_dir():
+        sudoers.write_text(f"{users['sudoer']} ALL=(root) NOPASSWD: ALL\n")
+        sudoers.chmod(0o440)
+    _CLEANUPS.append(lambda: sudoers.unlink(missing_ok=True))
     return users
+
+
+# What a chatty GPU box's ~/.bashrc does: Debian's bash reads it for `ssh host cmd` too, so
+# it runs before the agent (stdout and stderr) and, through the EXIT trap, after it. The second
+# line looks like the agent's first reply; the third has no final newline, so the agent's
+# start mark lands on its line.
+BANNER_BASHRC = r"""# patchkit tests: a login shell that prints
+echo "Welcome to $(hostname): GPU box of the patchkit tests"
+echo '{"id": 1, "ok": true}'
+printf 'a banner without a final newline: '
+echo "banner on stderr" >&2
+trap 'echo "bye from the EXIT trap"; echo "{\"id\": 1, \"ok\": true, \"result\": {}}"; echo "bye on stderr" >&2' EXIT
+"""
+BANNER_LINES = ["Welcome to ", '{"id": 1, "ok": true}', "a banner without a final newline: "]
+
+
+@pytest.fixture(scope="session")
+def banner_user(sshd_root: Path) -> str:
+    """A login user whose ~/.bashrc prints BANNER_BASHRC's banners (removed at the end)."""
+    login = "pk-test-banner"
+    _login_users(login)
+    home = Path(pwd.getpwnam(login).pw_dir)
+    (home / ".bashrc").write_text(BANNER_BASHRC)
+    return login
 
 
 @pytest.fixture

@@ -1,12 +1,16 @@
-"""The agent protocol: pipelined requests, optional agent files sent on first use, version lines.
+"""The agent protocol: pipelined requests, optional agent files sent on first use, version lines,
+and its framing (output that is not the agent's is skipped and reported).
 
-These run the real host agent in a local subprocess (the LocalTransport), as every run does.
+These run the real host agent in a local subprocess (the LocalTransport), as every run does;
+the framing tests also drive the client with FakeStreams (scripted pipes, no process).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -14,7 +18,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 from patchkit.agent import AgentClient
-from patchkit.agent.client import AGENT_EXTENSIONS, agent_source
+from patchkit.agent.client import AGENT_EXTENSIONS, SKIP_LIMIT, START_MARK, agent_source
 from patchkit.errors import HostError
 from patchkit.journal import Journal
 from patchkit.results import RunRecord
@@ -127,3 +131,163 @@ def test_the_agent_reads_a_version_line_without_importing_the_package(
 
     located = with_agent(work)
     assert located["found"] and located["version"] == version
+
+
+# ---------------------------------------------------------------- framing: output that is not the agent's
+
+NONCE = "f00dfeedf00dfeed"
+MARK = START_MARK + NONCE.encode() + b"\n"
+
+
+def reply(request_id: int, result: Any = None) -> bytes:
+    return json.dumps({"id": request_id, "ok": True, "result": result}).encode() + b"\n"
+
+
+class FakeStreams:
+    """A fake of a transport's pipes, no process behind them: stdout plays `script` (then EOF,
+    or nothing more: a hung host), stderr is `stderr`, and what the client writes is kept in `written`."""
+
+    def __init__(self, script: bytes, stderr: str = "", eof: bool = True) -> None:
+        self.stdout = asyncio.StreamReader()
+        self.stdout.feed_data(script)
+        if eof:
+            self.stdout.feed_eof()
+        self.stdin = self
+        self.written = bytearray()
+        self.stderr = stderr
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    async def drain(self) -> None:
+        return None
+
+    async def error_tail(self) -> str:
+        return "\n".join(self.stderr.splitlines()[-5:])
+
+    async def stderr_text(self) -> str:
+        return self.stderr
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def with_fake(script: bytes, work: Callable[[AgentClient], Awaitable[Any]], stderr: str = "",
+              eof: bool = True) -> tuple[Any, list[str]]:
+    """Run `work` with a client on FakeStreams; returns its outcome (or the HostError) and the
+    client's warnings after close."""
+    async def main() -> tuple[Any, list[str]]:
+        client = AgentClient(FakeStreams(script, stderr, eof), "gpu-fake", NONCE)  # type: ignore[arg-type]
+        try:
+            outcome = await work(client)
+        except HostError as exc:
+            outcome = exc
+        await client.close()
+        return outcome, client.warnings
+
+    return asyncio.run(main())
+
+
+def test_output_before_the_start_mark_is_skipped_and_reported_even_if_it_looks_like_a_reply() -> None:
+    script = (b"Welcome to gpu-fake\n" + b'{"id": 1, "ok": true}\n'
+              + START_MARK + b"0123456789abcdef\n"  # another start's mark is not this agent's
+              + b"\n" + b"no final newline: " + MARK + reply(1, {"python": "the agent"}) + reply(2, "second"))
+
+    async def work(agent: AgentClient) -> list[Any]:
+        first = await agent.send("hello")
+        return [await first.result(), await agent.call("read", path="/x")]
+
+    outcome, warnings = with_fake(script, work)
+    assert outcome == [{"python": "the agent"}, "second"]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("skipped 5 line(s) on stdout before the agent started"), warnings
+    assert ("'Welcome to gpu-fake' | '{\"id\": 1, \"ok\": true}' | 'patchkit-agent-start 0123456789abcdef' (+2 more)"
+            in warnings[0]), warnings
+
+
+def test_a_line_that_is_not_a_reply_mid_session_is_an_error_naming_the_host() -> None:
+    for junk in (b"Segmentation fault? no: a library printed this\n", b'{"no": "id"}\n', b"[1, 2]\n"):
+        script = MARK + reply(1, "hello") + junk + reply(2, "lost")
+
+        async def work(agent: AgentClient) -> list[str]:
+            await agent.call("hello")
+            errors = []
+            for _ in range(2):  # the second request fails at once, with the same reason
+                with pytest.raises(HostError) as caught:
+                    await agent.call("read", path="/x")
+                errors.append(str(caught.value))
+            return errors
+
+        errors, _ = with_fake(script, work)
+        shown = junk.decode().rstrip("\n")
+        assert errors == 2 * [f"gpu-fake: the agent's output is not a reply (during read): {shown!r}; "
+                              "something on the host writes into the agent's stdout"]
+
+
+def test_an_agent_that_never_starts_says_what_the_host_printed_instead() -> None:
+    script = b"This account is currently not available.\n"
+
+    async def work(agent: AgentClient) -> Any:
+        return await agent.call("hello")
+
+    error, warnings = with_fake(script, work, stderr="")
+    assert isinstance(error, HostError)
+    assert str(error) == ("gpu-fake: agent exited during hello (the host printed only this on stdout: "
+                          "'This account is currently not available.')")
+    assert len(warnings) == 1 and "This account is currently not available." in warnings[0]
+
+    async def impatient(agent: AgentClient) -> Any:
+        return await agent.call("hello", timeout=0.3)
+
+    error, _ = with_fake(b"Last login: never\n", impatient, eof=False)  # ... and then nothing: a hung host
+    assert str(error) == "gpu-fake: no answer to hello within 0.3s (the host printed only this on stdout: 'Last login: never')"
+
+    flood = (b"y" * 1023 + b"\n") * (SKIP_LIMIT // 1024 + 1)  # a login script that never stops: not read forever
+    error, _ = with_fake(flood + MARK + reply(1), work)
+    assert isinstance(error, HostError) and "no start mark from the agent after" in str(error), error
+
+
+def test_what_is_left_after_the_last_reply_and_stderr_are_reported_at_close() -> None:
+    script = MARK + reply(1, "hello") + reply(2, "never read") + b"bye from ~/.bash_logout\n" + reply(1, "again?")
+
+    async def work(agent: AgentClient) -> None:
+        await agent.call("hello")
+        await agent.send("read", path="/x")  # its reply is left unread: not stray output
+
+    outcome, warnings = with_fake(script, work, stderr="banner on stderr\nDeprecationWarning: ...\n")
+    assert outcome is None
+    assert warnings == [
+        "skipped 2 line(s) on stdout after the agent's last reply (not the agent's: a shell's EXIT trap, "
+        "~/.bash_logout or a wrapper printing?): 'bye from ~/.bash_logout' | '{\"id\": 1, \"ok\": true, \"result\": \"again?\"}'",
+        "skipped 2 line(s) on stderr of the agent's session (stderr is never read as replies): "
+        "'banner on stderr' | 'DeprecationWarning: ...'",
+    ]
+
+
+def test_the_real_agent_writes_its_mark_behind_what_its_interpreter_printed(tmp_path: Path) -> None:
+    """A .pth that prints at interpreter start (stdout and stderr) is what the local transport
+    meets: the real agent, started with a fresh nonce, is read from behind its start mark."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "noisy.pth").write_text(
+        'import sys; print(\'{"id": 1, "ok": true}\'); print("banner from a .pth"); sys.stderr.write("pth on stderr\\n")\n')
+    python = str(venv / "bin" / "python")
+    target = tmp_path / "a.py"
+    target.write_text("# a\n")
+
+    async def main() -> tuple[dict, dict, list[str]]:
+        agent = await AgentClient.start(LocalTransport(), python, "local")
+        try:
+            info = await agent.started(python)
+            read = await agent.call("read", path=str(target))
+        finally:
+            await agent.close()
+        return info, read, agent.warnings
+
+    info, read, warnings = asyncio.run(main())
+    assert info["python"] == python and read["sha256"] == hashlib.sha256(b"# a\n").hexdigest()
+    assert any("on stdout before the agent started" in w and "'{\"id\": 1, \"ok\": true}'" in w
+               and "'banner from a .pth'" in w for w in warnings), warnings
+    assert any("on stderr" in w and "'pth on stderr'" in w for w in warnings), warnings

@@ -440,3 +440,30 @@ def test_rollback_refuses_a_corrupt_backup_and_leaves_the_file_alone(sandbox: Sa
     assert "corrupt" in step(undone, "eagle3-whitelist")["message"], undone
     assert spec.read_bytes() == patched
     assert not [p for p in spec.parent.iterdir() if p.name.endswith(".patchkit-tmp")]
+
+
+# ---------------------------------------------------------------------------- an interpreter that prints
+
+
+def test_an_interpreter_that_prints_at_start_is_skipped_and_reported(sandbox: Sandbox) -> None:
+    """A .pth that prints on stdout (one line looks like the agent's first reply) and stderr
+    whenever the host's python starts: apply, status and rollback work on the local transport,
+    each run reports what it skipped, and nothing of it is parsed."""
+    site = next((sandbox.python.parent.parent / "lib").glob("python3*/site-packages"))
+    (site / "noisy.pth").write_text(
+        'import sys; print(\'{"id": 1, "ok": true}\'); print("site banner"); sys.stderr.write("site on stderr\\n")\n')
+    spec = sandbox.file(TOY_SPECULATIVE)
+    original = sha256(spec)
+
+    runs = [sandbox.run("apply", TOY, json_out=True), sandbox.run("status", TOY, json_out=True),
+            sandbox.run("rollback", TOY, json_out=True)]
+    assert [r.returncode for r in runs] == [0, 0, 0], runs
+    assert host(runs[0])["status"] == "changed" and host(runs[2])["status"] == "changed", runs
+    assert "applied" in {s["status"] for s in host(runs[1])["steps"]}, runs[1]
+    assert sha256(spec) == original
+    for result in runs:
+        warnings = host(result)["warnings"]
+        assert any("on stdout before the agent started" in w and '\'{"id": 1, "ok": true}\'' in w
+                   and "'site banner'" in w for w in warnings), result
+        assert any("on stderr" in w and "'site on stderr'" in w for w in warnings), result
+        assert "agent.output_skipped" in result.stderr and "host=local" in result.stderr, result

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
     SSHD,
     Fleet,
     Testbed,
+    banner_user,
     closed_port,
     silent_port,
     fleet,
@@ -40,7 +42,7 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
 )
 from tests.test_deploy import assert_deployed, deploy_recipe, home_python
 from tests.test_ssh import (_wait_for, alias_config, argv_as_received_twice, check_become, check_life_cycle,
-                            needs_system_python, patched)
+                            check_login_shell_banner, needs_system_python, patched)
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -111,8 +113,10 @@ def test_apply_reapply_status_rollback_one_exec_per_host(testbed: Testbed) -> No
     assert sorted(argv[argv.index("-p") + 1] for argv in argvs) == sorted(5 * [str(s.port) for s in servers])
     for argv in argvs:
         assert "StrictHostKeyChecking=yes" in argv and f"UserKnownHostsFile={tb.known_hosts}" in argv, argv
-        assert argv[-3:-1] == ["--", "127.0.0.1"] and shlex.split(argv[-1])[1:] == ["-c", BOOTSTRAP], argv
+        assert argv[-3:-1] == ["--", "127.0.0.1"] and shlex.split(argv[-1])[1:3] == ["-c", BOOTSTRAP], argv
     assert {shlex.split(argv[-1])[0] for argv in argvs} == {str(e.python) for e in envs.values()}
+    nonces = [shlex.split(argv[-1])[3] for argv in argvs]  # the agent's start mark: fresh for every start
+    assert all(re.fullmatch(r"[0-9a-f]{16}", n) for n in nonces) and len(set(nonces)) == len(nonces), nonces
 
 
 def test_per_host_choice_overrides_the_default(testbed: Testbed) -> None:
@@ -361,6 +365,11 @@ def test_missing_ssh_binary_is_a_clear_host_error() -> None:
 @needs_system_python
 def test_become_with_and_without_a_sudo_right(testbed: Testbed, login_users: dict[str, str]) -> None:
     check_become(testbed, login_users, OpenSSHBed(testbed).run, defaults=OPENSSH)
+
+
+@needs_system_python
+def test_a_login_shell_that_prints_is_skipped_and_reported(testbed: Testbed, banner_user: str) -> None:
+    check_login_shell_banner(testbed, banner_user, OpenSSHBed(testbed).run, defaults=OPENSSH)
 
 
 # ---------------------------------------------------------------------- the transport itself

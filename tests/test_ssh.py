@@ -23,7 +23,9 @@ from tests.helpers import Result
 from tests.sshd import (  # noqa: F401 - pytest fixtures
     require,
     Fleet,
+    BANNER_LINES,
     Testbed,
+    banner_user,
     closed_port,
     silent_port,
     fleet,
@@ -44,9 +46,10 @@ def patched(path) -> bool:
     return KIMI in path.read_text()
 
 
-def check_life_cycle(run: Callable[..., Result], recipe: str, inventory: str, envs: dict[str, Any]) -> None:
+def check_life_cycle(run: Callable[..., Result], recipe: str, inventory: str, envs: dict[str, Any]) -> list[Result]:
     """apply (one exec per host) -> re-apply ok -> status applied -> rollback -> status pending,
-    on every host of `envs`. `run` is how patchkit is started (asyncssh and OpenSSH tests)."""
+    on every host of `envs`. `run` is how patchkit is started (asyncssh and OpenSSH tests).
+    Returns the five runs' results."""
     originals = {name: sha256(env.speculative) for name, env in envs.items()}
 
     first = run("apply", recipe, "-i", inventory, "--json")
@@ -79,6 +82,7 @@ def check_life_cycle(run: Callable[..., Result], recipe: str, inventory: str, en
     pending = run("status", recipe, "-i", inventory, "--json")
     assert pending.returncode == 3, pending
     assert {s["status"] for h in pending.hosts().values() for s in h["steps"]} == {"pending"}
+    return [first, again, status, undo, pending]
 
 
 def test_fleet_apply_reapply_status_rollback(testbed8: Testbed) -> None:
@@ -423,6 +427,38 @@ def check_become(tb: Testbed, login_users: dict[str, str], run: Callable[..., Re
 @needs_system_python
 def test_become_with_and_without_a_sudo_right(testbed: Testbed, login_users: dict[str, str]) -> None:
     check_become(testbed, login_users, testbed.run)
+
+
+def check_login_shell_banner(tb: Testbed, user: str, run: Callable[..., Result],
+                             defaults: dict[str, Any] | None = None) -> None:
+    """Two hosts whose login shell prints (tests/sshd.py BANNER_BASHRC: banners on stdout and
+    stderr before the agent, one that looks like a reply, an EXIT trap printing after it): the
+    whole life cycle works, nothing of it is parsed, and every run reports it as skipped, in
+    the log (naming the host) and in each host's warnings. The asyncssh and OpenSSH tests share this."""
+    servers = tb.fleet.servers[2:4]
+    envs = {s.name: tb.add(s.name, s, base_python=SYSTEM_PYTHON, owner=user) for s in servers}
+    tb.fleet.write_known_hosts(tb.known_hosts, servers)
+    inventory = tb.inventory(defaults=defaults, **{s.name.replace("-", "_"): {"user": user} for s in servers})
+
+    for result in check_life_cycle(run, str(tb.recipe()), str(inventory), envs):
+        for name, host in result.hosts().items():
+            warnings = host["warnings"]
+            before = [w for w in warnings if "on stdout before the agent started" in w]
+            after = [w for w in warnings if "on stdout after the agent's last reply" in w]
+            stderr = [w for w in warnings if "on stderr" in w]
+            assert len(before) == len(after) == len(stderr) == 1 and len(warnings) == 3, (name, warnings)
+            assert "skipped 3 line(s)" in before[0] and "Welcome to " in before[0], before
+            for line in BANNER_LINES[1:]:
+                assert repr(line) in before[0], before  # the reply look-alike and the mark's line mate, skipped
+            assert "'bye from the EXIT trap'" in after[0] and '\'{"id": 1, "ok": true, "result": {}}\'' in after[0], after
+            assert "'banner on stderr'" in stderr[0] and "'bye on stderr'" in stderr[0], stderr
+            logged = [line for line in result.stderr.splitlines() if "agent.output_skipped" in line and f"host={name}" in line]
+            assert len(logged) == 3 and "Welcome to " in logged[0], result
+
+
+@needs_system_python
+def test_a_login_shell_that_prints_is_skipped_and_reported(testbed: Testbed, banner_user: str) -> None:
+    check_login_shell_banner(testbed, banner_user, testbed.run)
 
 
 # ---------------------------------------------------------------------- the transport itself

@@ -230,7 +230,7 @@ def test_file_bytes_are_spliced_into_ssh_after_what_was_written_before(tmp_path:
             return n
 
         streams.write_file = spy  # type: ignore[method-assign]
-        client = AgentClient(streams, "local")  # type: ignore[arg-type]
+        client = AgentClient(streams, "local", "0" * 16)  # type: ignore[arg-type]
         streams.write(head)
         await client._stream(src, 777, len(data) - 777)
         shrank = None
@@ -257,7 +257,7 @@ def test_before_ssh_answers_file_bytes_are_written_and_kept_for_a_retry(tmp_path
         streams = local_streams(tmp_path / "out", ready=False)
         await streams.start()
         assert await streams.write_file(os.open(src, os.O_RDONLY), 0, 10) is None
-        client = AgentClient(streams, "local")  # type: ignore[arg-type]
+        client = AgentClient(streams, "local", "0" * 16)  # type: ignore[arg-type]
         await client._stream(src, 0, len(data))
         kept = bytes(streams._replay or b"")
         await streams.close()

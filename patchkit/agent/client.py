@@ -6,23 +6,42 @@ import asyncio
 import functools
 import itertools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+from patchkit.agent.hostagent import START_MARK
 from patchkit.errors import HostError, HostUnreachable
+from patchkit.logs import get_logger
 from patchkit.transport.base import AgentStreams, Transport
 
+log = get_logger("patchkit")
+
 # Reads the agent's source (length-prefixed) from stdin, then runs it: one process,
-# one exec request per host, nothing installed on the host.
-# An older interpreter says so plainly (the agent's source needs 3.8: it would fail to compile).
+# one exec request per host, nothing installed on the host. Its one argument is the nonce
+# of this start (see FRAMING). An older interpreter says so plainly (the agent's source
+# needs 3.8: it would fail to compile).
 BOOTSTRAP = (
     "import sys;sys.version_info<(3,8)and sys.exit('patchkit needs Python >= 3.8 on the host; %s is %d.%d'"
     "%(sys.executable,sys.version_info[0],sys.version_info[1]));n=int(sys.stdin.buffer.readline());"
     "exec(compile(sys.stdin.buffer.read(n),'patchkit-hostagent','exec'))"
 )
+
+# FRAMING. The host's login shell runs before the agent and may print (a ~/.bashrc banner,
+# a wrapper, a .pth of the target interpreter): on stdout that would be read as replies. So
+# the agent's first line is START_MARK + a nonce the control side chose for this start (a
+# fresh random one, passed as the agent's argument): nothing else on the host can print it.
+# Everything on stdout before it is skipped and reported (log warning + the host's result),
+# as is whatever stdout still holds when the agent is gone (a shell's EXIT trap,
+# ~/.bash_logout) and everything on stderr. After the mark, a line that is not a reply is an
+# error naming the host. The mark costs no round trip: it goes out with the first reply.
+SKIP_LIMIT = 1 << 20  # bytes of other output before the mark beyond which the start fails
+SHOWN_LINES = 3  # of skipped output, in the warning
+SHOWN_CHARS = 160
+LEFTOVER_WAIT_S = 2.0
 
 
 # The agent's core, sent at start, and its optional files, sent (in this order: later ones
@@ -54,8 +73,12 @@ def extension_of_op() -> dict[str, int]:
     return found
 
 
-def agent_argv(python: str) -> list[str]:
-    return [python, "-c", BOOTSTRAP]
+def new_nonce() -> str:
+    return os.urandom(8).hex()
+
+
+def agent_argv(python: str, nonce: str) -> list[str]:
+    return [python, "-c", BOOTSTRAP, nonce]
 
 
 STREAM_CHUNK = 1 << 20
@@ -65,12 +88,44 @@ class AgentRefused(HostError):
     """The agent declined a request for a reason the user should read (drift, lock...)."""
 
 
+def _shown(data: bytes) -> str:
+    text = data.decode("utf-8", "replace").rstrip("\r\n")
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
+
+
+@dataclass
+class Skipped:
+    """Output on the agent's pipes that is not the agent's: what is kept of it for the report."""
+
+    lines: int = 0
+    size: int = 0
+    first: list[str] = field(default_factory=list)  # the first non-blank lines, shortened
+
+    def add(self, data: bytes) -> None:
+        self.size += len(data)
+        for line in data.splitlines():
+            self.lines += 1
+            if line.strip() and len(self.first) < SHOWN_LINES:
+                self.first.append(_shown(line))
+
+    def quoted(self) -> str:
+        more = self.lines - len(self.first)
+        return " | ".join(repr(line) for line in self.first) + (f" (+{more} more)" if more > 0 else "")
+
+
 class AgentClient:
     """One running agent on one host; requests are answered in order."""
 
-    def __init__(self, streams: AgentStreams, host: str) -> None:
+    def __init__(self, streams: AgentStreams, host: str, nonce: str) -> None:
         self._streams = streams
         self._host = host
+        self._mark = START_MARK + nonce.encode() + b"\n"
+        self._started = False  # the start mark has been read
+        self._before = Skipped()  # stdout before the start mark
+        self._unread: set[int] = set()  # ids of requests sent whose reply has not been read
+        self._broken: HostError | None = None  # why no more replies can be read (no start, a line that is no reply)
+        self._quoted_stderr = False  # an error message quoted stderr already: not reported again
+        self.warnings: list[str] = []  # skipped output, for the host's result
         self._ids = itertools.count(1)
         self._write_lock = asyncio.Lock()
         self._read_lock = asyncio.Lock()
@@ -84,8 +139,9 @@ class AgentClient:
     @classmethod
     async def start(cls, transport: Transport, python: str, host: str) -> "AgentClient":
         """Start the agent; its `hello` is on the way but not awaited (see `started`)."""
-        streams = await transport.spawn(agent_argv(python))
-        client = cls(streams, host)
+        nonce = new_nonce()
+        streams = await transport.spawn(agent_argv(python, nonce))
+        client = cls(streams, host, nonce)
         source = agent_source()
         client._hello = await client._send_or_explain(
             "hello", {}, python, preamble=str(len(source)).encode() + b"\n" + source)
@@ -106,7 +162,7 @@ class AgentClient:
         try:
             return await self._send(op, args, None, preamble)
         except HostError:  # the process is gone already (sudo refused, not python...)
-            detail = await self._streams.error_tail()
+            detail = await self._error_tail()
             await self._streams.close()
             raise HostError(f"cannot start {python} on {self._host}: {detail or 'it exited at once'}") from None
 
@@ -138,7 +194,9 @@ class AgentClient:
                 load = {"id": load_id, "op": "load", "args": {"name": name, "source": agent_file(pkg, name).decode()}}
                 preamble += json.dumps(load).encode() + b"\n"
                 self._extensions.append(Pending(self, load_id, f"load {name}"))
+                self._unread.add(load_id)
             request_id = next(self._ids)
+            self._unread.add(request_id)
             request = {"id": request_id, "op": op, "args": args}
             try:
                 self._streams.stdin.write(preamble + json.dumps(request).encode() + b"\n")
@@ -152,23 +210,108 @@ class AgentClient:
     async def _reply(self, request_id: int, op: str, timeout: float | None) -> Any:
         async with self._read_lock:  # replies arrive in request order; keep the ones read early
             while request_id not in self._replies:
-                try:
-                    line = await asyncio.wait_for(self._streams.stdout.readline(), timeout)
-                except asyncio.TimeoutError:
-                    raise HostError(f"{self._host}: no answer to {op} within {timeout}s") from None
-                except (ConnectionError, BrokenPipeError, OSError) as exc:
-                    raise HostError(f"{self._host}: connection lost during {op}: {exc}") from None
-                if not line:
-                    detail = await self._streams.error_tail()
-                    raise HostError(f"{self._host}: agent exited during {op}" + (f": {detail}" if detail else ""))
-                reply = json.loads(line)
-                self._replies[reply.get("id")] = reply
+                if self._broken:
+                    raise self._broken
+                if not self._started:
+                    try:
+                        await self._await_start(op, timeout)
+                    except HostError as exc:  # never read on: a second start would be read as the first
+                        self._broken = exc
+                        raise
+                    continue
+                line = await self._line(op, timeout)
+                reply = _as_reply(line)
+                if reply is None:
+                    self._broken = HostError(f"{self._host}: the agent's output is not a reply (during {op}): "
+                                             f"{_shown(line)!r}; something on the host writes into the agent's stdout")
+                    raise self._broken
+                self._replies[reply["id"]] = reply
+                self._unread.discard(reply["id"])
             reply = self._replies.pop(request_id)
-        if reply.get("ok"):
-            return reply["result"]
+        if reply["ok"]:
+            return reply.get("result")
         if reply.get("kind") == "refused":
-            raise AgentRefused(reply["error"])
-        raise HostError(f"{self._host}: {op} failed: {reply['error']}")
+            raise AgentRefused(reply.get("error", "refused"))
+        raise HostError(f"{self._host}: {op} failed: {reply.get('error', 'no reason given')}")
+
+    async def _line(self, op: str, timeout: float | None, within: float | None = None) -> bytes:
+        """The next line of the agent's stdout; its end (EOF), a timeout or a lost connection
+        as a HostError that says so (with stderr's tail, and what was skipped before the mark).
+        `within`: the whole wait this read is the rest of, for the message (default `timeout`)."""
+        try:
+            line = await asyncio.wait_for(self._streams.stdout.readline(), timeout)
+        except asyncio.TimeoutError:
+            raise HostError(f"{self._host}: no answer to {op} within {within or timeout}s"
+                            f"{self._printed_instead()}") from None
+        except (ConnectionError, BrokenPipeError, OSError) as exc:
+            raise HostError(f"{self._host}: connection lost during {op}: {exc}") from None
+        if not line:
+            detail = await self._error_tail()
+            raise HostError(f"{self._host}: agent exited during {op}" + (f": {detail}" if detail else "")
+                            + self._printed_instead())
+        return line
+
+    async def _await_start(self, op: str, timeout: float | None) -> None:
+        """Read up to the agent's start mark; what comes before it is not the agent's."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        try:
+            while True:
+                left = None if deadline is None else max(0.0, deadline - loop.time())
+                line = await self._line(op, left, within=timeout)
+                if line.endswith(self._mark):  # a banner without a final newline shares the mark's line
+                    self._started = True
+                    if len(line) > len(self._mark):
+                        self._before.add(line[:-len(self._mark)])
+                    return
+                self._before.add(line)
+                if self._before.size > SKIP_LIMIT:
+                    raise HostError(f"{self._host}: no start mark from the agent after {self._before.size} bytes of "
+                                    f"other output on stdout: {self._before.quoted()}")
+        finally:
+            self._report(self._before, "stdout", "before the agent started",
+                         "not the agent's: a login shell, ~/.bashrc, a wrapper or a .pth printing?")
+
+    def _printed_instead(self) -> str:
+        if self._started or not self._before.size:
+            return ""
+        return f" (the host printed only this on stdout: {self._before.quoted()})"
+
+    async def _error_tail(self) -> str:
+        self._quoted_stderr = True
+        return await self._streams.error_tail()
+
+    def _report(self, skipped: Skipped, stream: str, when: str, why: str) -> None:
+        """A warning naming the host and the first lines (log and the host's result), once."""
+        if not skipped.size:
+            return
+        text = f"skipped {skipped.lines} line(s) on {stream} {when} ({why}): {skipped.quoted()}"
+        if text not in self.warnings:
+            self.warnings.append(text)
+            log.warning("agent.output_skipped", host=self._host, stream=stream, when=when, lines=skipped.lines,
+                        bytes=skipped.size, first=skipped.first)
+
+    async def _report_leftovers(self) -> None:
+        """Once the agent is gone: what is left on stdout (a shell's EXIT trap, ~/.bash_logout)
+        and everything on stderr, reported as skipped."""
+        if self._started and not self._read_lock.locked():
+            after = Skipped()
+            while after.size <= SKIP_LIMIT:
+                try:
+                    line = await asyncio.wait_for(self._streams.stdout.readline(), LEFTOVER_WAIT_S)
+                except (asyncio.TimeoutError, ConnectionError, OSError, ValueError, HostError):
+                    break
+                if not line:
+                    break
+                reply = _as_reply(line)
+                if reply is None or reply["id"] not in self._unread:  # an unread reply is no stray output
+                    after.add(line)
+            self._report(after, "stdout", "after the agent's last reply",
+                         "not the agent's: a shell's EXIT trap, ~/.bash_logout or a wrapper printing?")
+        if self._started and not self._quoted_stderr:  # else the error that ended the start says why
+            errors = Skipped()
+            errors.add((await self._streams.stderr_text()).encode())
+            self._report(errors, "stderr", "of the agent's session", "stderr is never read as replies")
 
     async def _stream(self, local: Path, offset: int, length: int) -> None:
         # Streams that can move file bytes themselves (the OpenSSH transport: splice into ssh's
@@ -200,6 +343,18 @@ class AgentClient:
 
     async def close(self) -> None:
         await self._streams.close()
+        await self._report_leftovers()
+
+
+def _as_reply(line: bytes) -> dict[str, Any] | None:
+    """The agent's reply on this line, or None if the line is not one."""
+    try:
+        reply = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(reply, dict) and isinstance(reply.get("id"), int) and isinstance(reply.get("ok"), bool):
+        return reply
+    return None
 
 
 @dataclass

@@ -4,7 +4,10 @@ Sent alone at start; checkpoint/reader.py, agent/transfer.py and agent/processes
 follow through `op_load` when a run first needs one of their ops (see client.py).
 
 It is sent over the transport's one process (local subprocess or one SSH exec) and
-then answers JSON requests, one per line, until stdin closes. Everything that reads
+then answers JSON requests, one per line, until stdin closes. Its first line on stdout is
+the start mark `patchkit-agent-start NONCE` (the nonce is its one argument, fresh for each
+start): whatever a login shell, a wrapper or a .pth printed before it is not the agent's,
+and the control side skips it. Everything that reads
 or changes the host happens here; everything that decides what to change happens on
 the control machine. Keep it stdlib-only and compatible with Python >= 3.8.
 """
@@ -681,10 +684,15 @@ def skip_payload(stdin, op, args):
         left -= len(chunk)
 
 
-def serve(stdin, stdout):
+START_MARK = b"patchkit-agent-start "
+
+
+def serve(stdin, stdout, nonce=None):
     # Ctrl-C on the control side must not cut a request in half: finish it, then
     # leave when stdin closes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if nonce:
+        stdout.write(START_MARK + nonce.encode() + b"\n")  # buffered: goes out with the first reply
     for line in iter(stdin.readline, b""):
         request = json.loads(line)
         try:
@@ -710,4 +718,4 @@ def serve(stdin, stdout):
 
 
 if __name__ in ("__main__", "patchkit_agent"):
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    serve(sys.stdin.buffer, sys.stdout.buffer, sys.argv[1] if len(sys.argv) > 1 else None)

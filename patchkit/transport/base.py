@@ -15,7 +15,8 @@ class ByteWriter(Protocol):
 
 
 class ByteReader(Protocol):
-    async def readline(self) -> bytes: ...
+    async def readline(self) -> bytes:
+        """The next line; b"" at the end. After close(): what is left, then b""."""
 
 
 class AgentStreams(Protocol):
@@ -24,6 +25,10 @@ class AgentStreams(Protocol):
 
     async def error_tail(self) -> str:
         """The last lines the process wrote to stderr (for error messages)."""
+
+    async def stderr_text(self) -> str:
+        """Everything the process wrote to stderr (the transport's own messages left out),
+        once it has exited; the agent client reports it as skipped output after close()."""
 
     async def close(self) -> None: ...
 

@@ -14,16 +14,22 @@ class _LocalStreams:
         assert proc.stdin and proc.stdout
         self.stdin = proc.stdin
         self.stdout = proc.stdout
+        self._stderr: str | None = None
+
+    async def stderr_text(self) -> str:
+        if self._stderr is None:
+            if self.proc.stderr is None:
+                return ""
+            try:
+                await asyncio.wait_for(self.proc.wait(), 5)
+                data = await asyncio.wait_for(self.proc.stderr.read(), 5)
+            except asyncio.TimeoutError:
+                return ""
+            self._stderr = data.decode("utf-8", "replace")
+        return self._stderr
 
     async def error_tail(self) -> str:
-        if self.proc.stderr is None:
-            return ""
-        try:
-            await asyncio.wait_for(self.proc.wait(), 5)
-            data = await asyncio.wait_for(self.proc.stderr.read(), 5)
-        except asyncio.TimeoutError:
-            return ""
-        return "\n".join(data.decode("utf-8", "replace").strip().splitlines()[-5:])
+        return "\n".join((await self.stderr_text()).strip().splitlines()[-5:])
 
     async def close(self) -> None:
         if self.proc.returncode is None:

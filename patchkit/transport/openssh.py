@@ -342,6 +342,11 @@ class _OpenSSHStreams:
 
     # ------------------------------------------------------------------ AgentStreams
 
+    async def stderr_text(self) -> str:
+        if self.proc is None or self._pump is None:
+            return ""
+        return "\n".join(line for line in await self._stderr_lines() if not line.startswith("Warning: Permanently added"))
+
     async def error_tail(self) -> str:
         if self.proc is None or self._pump is None:
             return ""

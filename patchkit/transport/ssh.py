@@ -131,14 +131,19 @@ class _SSHStreams:
         self.stdin = _Writer(proc.stdin)
         self.stdout = _Reader(proc.stdout)
         self._sudo_user = sudo_user
+        self._stderr: str | None = None
+
+    async def stderr_text(self) -> str:
+        if self._stderr is None:
+            try:
+                data = await asyncio.wait_for(self.proc.stderr.read(), 5)
+            except (TimeoutError, asyncssh.Error, OSError):
+                return ""
+            self._stderr = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+        return self._stderr
 
     async def error_tail(self) -> str:
-        try:
-            data = await asyncio.wait_for(self.proc.stderr.read(), 5)
-        except (TimeoutError, asyncssh.Error, OSError):
-            return ""
-        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
-        tail = "\n".join(text.strip().splitlines()[-5:])
+        tail = "\n".join((await self.stderr_text()).strip().splitlines()[-5:])
         if self._sudo_user is not None and "sudo" in tail:
             tail += (f" (become: true runs `sudo -n` as {self._sudo_user}, which needs passwordless sudo"
                      " for the target interpreter on this host)")
