@@ -16,19 +16,16 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from patchkit import __version__
 from patchkit.agent import AgentClient
-from patchkit.errors import HostError, UsageError
+from patchkit.errors import HostError
 from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
 from patchkit.inventory import HostSpec
-from patchkit.journal import DEFAULT_STATE_DIR, Journal, active_step, rollback_target, unverified_step
+from patchkit.journal import DEFAULT_STATE_DIR, Journal, rollback_target
 from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
 from patchkit.redact import Redactor
 from patchkit.results import HostResult, RunRecord, StepResult, host_status
-from patchkit.steps.check import run_check
 from patchkit.steps.context import EditCache, HostContext
-from patchkit.steps.deploy import apply_deploy, plan_deploy, status_deploy, undo_files
-from patchkit.steps.launch import apply_launch, plan_launch, undo_launch
-from patchkit.steps.patch import apply_patch, plan_patch
+from patchkit.steps.registry import kind_named
 from patchkit.transport import LocalTransport, Transport
 
 log = get_logger("patchkit")
@@ -206,18 +203,11 @@ class Runner:
         return HostResult(status=status, steps=record.steps)
 
     async def _run_step(self, ctx: HostContext, step: Step) -> StepResult:
+        kind = kind_named(step.kind)
         try:
-            if step.patch:
-                return await apply_patch(ctx, step, await plan_patch(ctx, step))
-            if step.check:
-                return await run_check(ctx, step)
-            if step.deploy:
-                return await apply_deploy(ctx, step)
-            if step.launch:
-                return await apply_launch(ctx, step)
+            return await kind.apply(ctx, step, await kind.plan(ctx, step))
         except HostError as exc:
             return StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc))
-        raise UsageError(f"step {step.name}: unknown kind")  # pragma: no cover - validated earlier
 
     # ------------------------------------------------------------------ status
 
@@ -228,22 +218,11 @@ class Runner:
         records = await s.journal.runs(self.loaded.recipe.name)
         steps = []
         for step in self.loaded.recipe.select(self.options.steps):
-            if step.check:
-                steps.append(StepResult(name=step.name, kind=step.kind, status="not-applicable",
-                                        message="a check has no state; apply runs it"))
-                continue
+            kind = kind_named(step.kind)
             try:
-                if step.launch:
-                    steps.append(_launch_state((await plan_launch(ctx, step))[0]))
-                    continue
-                if step.deploy:
-                    steps.append(await status_deploy(ctx, step, records))
-                    continue
-                planned = (await plan_patch(ctx, step)).result if step.patch else (await plan_deploy(ctx, step))[0]
+                steps.append(await kind.state(ctx, step, await kind.plan(ctx, step), records))
             except HostError as exc:
                 steps.append(StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc)))
-                continue
-            steps.append(_state_of(planned, records))
         order = ["failed", "drifted", "pending"]
         worst = next((o for o in order if any(st.status == o for st in steps)), "applied")
         return HostResult(status=worst if worst != "applied" else "ok", steps=steps)
@@ -266,10 +245,14 @@ class Runner:
         record = RunRecord(run_id=self.run_id, kind="rollback", recipe=recipe.name,
                            recipe_sha256=self.loaded.content_sha256, host=s.host.name, user=_user(),
                            patchkit_version=__version__, started=time.time(), rollback_of=target.run_id)
+        ctx = self._context(s)
         for step in reversed(target.live_steps()):
             if wanted and step.name not in wanted:
                 continue
-            record.steps.append(await self._restore(s, step, target))
+            try:
+                record.steps.append(await kind_named(step.kind).undo(ctx, step, target))
+            except HostError as exc:
+                record.steps.append(StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc)))
         record.finished, record.status = time.time(), host_status(record.steps)
         await s.journal.write(record)
         done = [st.name for st in record.steps if st.status in ("changed", "ok")]
@@ -282,41 +265,6 @@ class Runner:
         if older is not None and not self.options.run:
             message += f"; run {older.run_id} also has changes in place: roll back again to undo them"
         return HostResult(status=record.status, steps=record.steps, message=message)
-
-    async def _restore(self, s: Session, step: StepResult, target: RunRecord) -> StepResult:
-        if step.kind == "deploy":
-            return await self._undeploy(s, step, target)
-        if step.kind == "launch":
-            ok, message = await undo_launch(s.agent, s.journal.state_dir, step, self.options.force,
-                                            self.redactor, self._launch_env(step.name))
-            return StepResult(name=step.name, kind="launch", status="changed" if ok else "failed", message=message)
-        result = StepResult(name=step.name, kind=step.kind, status="failed", file=step.file,
-                            sha256_before=step.sha256_after, sha256_after=step.sha256_before, backup=step.backup)
-        try:
-            outcome = await s.agent.call("restore", path=step.file, backup_path=step.backup,
-                                         expected_current=step.sha256_after, original_sha256=step.sha256_before,
-                                         force=self.options.force)
-        except HostError as exc:
-            result.message = str(exc)
-            return result
-        if outcome["already"]:
-            result.status, result.message = "ok", "already the original"
-        else:
-            result.status, result.message = "changed", f"restored the original from run {target.run_id}"
-        return result
-
-    def _launch_env(self, step: str) -> dict[str, str]:
-        """The env the rolled-back recipe gives a launch step: journals keep only the names."""
-        assert self.loaded
-        found = next((s for s in self.loaded.recipe.steps if s.name == step and s.launch), None)
-        return dict(found.launch.env) if found and found.launch else {}
-
-    async def _undeploy(self, s: Session, step: StepResult, target: RunRecord) -> StepResult:
-        written = (step.details or {}).get("files", [])
-        message = await undo_files(s.agent, written, force=self.options.force)
-        failed = message.startswith("NOT")
-        return StepResult(name=step.name, kind="deploy", status="failed" if failed else "changed", file=step.file,
-                          message=message if failed else f"{message} (deployed by run {target.run_id})")
 
     # ------------------------------------------------------------------ history
 
@@ -338,64 +286,6 @@ def _journal_failed(record: RunRecord, exc: HostError) -> HostResult:
             "rollback undoes it)" if changed else "")
     return HostResult(status="failed", steps=record.steps,
                       message=f"{exc}; the journal takes no more records, so the run stopped{tail}")
-
-
-def _state_of(planned: StepResult, records: list[RunRecord]) -> StepResult:
-    """Map a dry plan plus the journal to applied | pending | drifted | not-applicable."""
-    out = planned.model_copy(deep=True)
-    out.diff = planned.diff
-    if planned.status == "skipped":
-        out.status = "not-applicable"
-        return out
-    left = unverified_step(records, planned.name, planned.file) if planned.file else None
-    if left is not None:
-        record, done = left
-        if planned.status == "ok" and done.sha256_after == planned.sha256_before:
-            out.status = "pending"
-            out.message = (f"pending verification: run {record.run_id} wrote this change and was cut off before "
-                           "its checks were recorded; apply re-runs them (and restores the original if they fail)")
-            return out
-        if planned.status == "changed" and done.sha256_before == planned.sha256_before:
-            out.status = "pending"
-            out.message = f"run {record.run_id} was cut off before its write; {planned.message}"
-            return out
-    ours = active_step(records, planned.name, planned.file) if planned.file else None
-    if planned.status == "failed":
-        mine = [s for r in records for s in r.live_steps() if s.name == planned.name]
-        if mine:
-            out.status, out.message = "drifted", f"patched by patchkit, but now: {planned.message}"
-        return out
-    if planned.status == "changed":
-        if ours:
-            out.status = "drifted"
-            out.message = f"patched by patchkit, but the file changed since and the change is gone: {planned.message}"
-        else:
-            out.status = "pending"
-        return out
-    # already in place
-    if ours and ours.sha256_after != planned.sha256_before:
-        out.status = "drifted"
-        out.message = "in place, but the file changed since patchkit wrote it (rollback would refuse)"
-    elif ours:
-        out.status, out.message = "applied", f"applied by patchkit (backup {ours.backup})"
-    else:
-        out.status, out.message = "applied", "in place (not applied by patchkit: nothing to roll back)"
-    return out
-
-
-def _launch_state(planned: StepResult) -> StepResult:
-    """running and healthy -> applied; running, unhealthy -> drifted; stopped -> pending."""
-    out = planned.model_copy(deep=True)
-    details = planned.details or {}
-    if planned.status == "ok":
-        out.status, out.message = "applied", f"running, healthy (pid {details.get('pid')})"
-    elif details.get("running") and planned.message.startswith("running"):
-        out.status, out.message = "drifted", f"unhealthy: {planned.message}"
-    elif details.get("running"):
-        out.status = "pending"
-    else:
-        out.status, out.message = "pending", f"stopped: {planned.message}"
-    return out
 
 
 def _history_status(record: RunRecord) -> str:

@@ -4,38 +4,59 @@ from __future__ import annotations
 
 from patchkit.errors import HostError
 from patchkit.recipe import Step
-from patchkit.results import Check, StepResult
+from patchkit.results import Check, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
+from patchkit.steps.kind import Planned, StepKind
 
 
-async def run_check(ctx: HostContext, step: Step) -> StepResult:
-    spec = step.check
-    assert spec is not None
-    result = StepResult(name=step.name, kind="check", status="failed")
-    verdict, _ = await gate(ctx, spec.package, spec.versions)
-    result.package_version = verdict.version
-    if verdict.fail or verdict.skip:
-        result.status = "failed" if verdict.fail else "skipped"
-        result.message = verdict.fail or verdict.skip or ""
-        return result
-    if ctx.dry_run:
+class CheckKind(StepKind):
+    """A check changes nothing: its plan is its gate, its apply runs it, it has no state to undo."""
+
+    name = "check"
+
+    async def plan(self, ctx: HostContext, step: Step) -> Planned:
+        """data: True when the gate lets the check run (apply runs it; a plan never does)."""
+        spec = step.check
+        assert spec is not None
+        result = StepResult(name=step.name, kind="check", status="failed")
+        verdict, _ = await gate(ctx, spec.package, spec.versions)
+        result.package_version = verdict.version
+        if verdict.fail or verdict.skip:
+            result.status = "failed" if verdict.fail else "skipped"
+            result.message = verdict.fail or verdict.skip or ""
+            return Planned(result, False)
         result.status, result.message = "skipped", "checks run on apply, not in plan"
+        return Planned(result, True)
+
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+        if ctx.dry_run or not planned.data:
+            return planned.result
+        spec = step.check
+        assert spec is not None
+        result = planned.result.model_copy(update={"status": "failed", "message": ""})
+        try:
+            outcome = await ctx.agent.call("check", code=spec.python, timeout_s=spec.timeout_s,
+                                           timeout=spec.timeout_s + 60)
+        except HostError as exc:
+            result.message = str(exc)
+            return result
+        ok = outcome["returncode"] == 0
+        result.checks = [Check(name="python", ok=ok, detail=outcome["stderr"] or outcome["stdout"])]
+        if ok:
+            result.status = "ok"
+            result.message = "passed" + (f": {outcome['stdout'].splitlines()[-1]}" if outcome["stdout"] else "")
+            return result
+        if outcome["timed_out"]:
+            reason = f"timed out after {spec.timeout_s}s"
+        else:
+            lines = outcome["stderr"].splitlines()
+            reason = lines[-1] if lines else f"exit status {outcome['returncode']}"
+        result.message = f"{spec.message}: {reason}" if spec.message else reason
         return result
-    try:
-        outcome = await ctx.agent.call("check", code=spec.python, timeout_s=spec.timeout_s, timeout=spec.timeout_s + 60)
-    except HostError as exc:
-        result.message = str(exc)
-        return result
-    ok = outcome["returncode"] == 0
-    result.checks = [Check(name="python", ok=ok, detail=outcome["stderr"] or outcome["stdout"])]
-    if ok:
-        result.status = "ok"
-        result.message = "passed" + (f": {outcome['stdout'].splitlines()[-1]}" if outcome["stdout"] else "")
-        return result
-    if outcome["timed_out"]:
-        reason = f"timed out after {spec.timeout_s}s"
-    else:
-        lines = outcome["stderr"].splitlines()
-        reason = lines[-1] if lines else f"exit status {outcome['returncode']}"
-    result.message = f"{spec.message}: {reason}" if spec.message else reason
-    return result
+
+    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
+        return StepResult(name=step.name, kind="check", status="not-applicable",
+                          message="a check has no state; apply runs it")
+
+    async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
+        return StepResult(name=done.name, kind="check", status="ok", message="a check changes nothing")

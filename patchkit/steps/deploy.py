@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import posixpath
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,6 +26,7 @@ from patchkit.manifest import FileEntry, sha256_of, source_manifest
 from patchkit.recipe import Step
 from patchkit.results import RunRecord, StepResult
 from patchkit.steps.context import HostContext
+from patchkit.steps.kind import Planned, StepKind
 
 
 def source_path(ctx: HostContext, src: str) -> Path:
@@ -122,10 +124,11 @@ def _dest_root(spec: Any, src: Path) -> str:
     return spec.dest if src.is_dir() else posixpath.dirname(spec.dest.rstrip("/")) or "/"
 
 
-async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
+async def apply_deploy(ctx: HostContext, step: Step, planned: tuple[StepResult, list[FileEntry], dict]) -> StepResult:
     spec = step.deploy
     assert spec is not None
-    result, todo, remote = await plan_deploy(ctx, step)
+    result, todo, remote = planned
+    result = result.model_copy(deep=True)
     if result.status == "ok" and not ctx.dry_run:
         cut = _cut_off(await ctx.records(), step.name)
         if cut is not None:
@@ -156,7 +159,7 @@ async def apply_deploy(ctx: HostContext, step: Step) -> StepResult:
         sent = _bytes_sent(todo, written)
         undone = await undo_files(ctx.agent, written, force=False)
         result.status = "failed"
-        result.message = f"{exc}; {undone}"
+        result.message = f"{exc}; {undone.message}"
         result.details = {**(result.details or {}), "files": [], "bytes_sent": sent}
         return result
     sent = _bytes_sent(todo, written)
@@ -277,10 +280,11 @@ def _deployed(records: list[RunRecord], step_name: str) -> dict[str, str]:
     return out
 
 
-async def status_deploy(ctx: HostContext, step: Step, records: list[RunRecord]) -> StepResult:
+async def status_deploy(step: Step, planned_deploy: tuple[StepResult, list[FileEntry], dict],
+                        records: list[RunRecord]) -> StepResult:
     """applied | pending | drifted: drifted means a file patchkit deployed changed on the host
     since; a new version at the source (the host untouched) is pending, not drift."""
-    planned, _, remote = await plan_deploy(ctx, step)
+    planned, _, remote = planned_deploy
     out = planned.model_copy(deep=True)
     if planned.status == "failed":
         return out
@@ -323,7 +327,15 @@ async def _resume_offset(ctx: HostContext, root: str, rel: str, local: Path, ent
     return 0
 
 
-async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: bool) -> str:
+@dataclass(frozen=True)
+class Undone:
+    """What undoing a deploy's files did: all put back (ok), or why not (nothing, or not all)."""
+
+    ok: bool
+    message: str
+
+
+async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: bool) -> Undone:
     """Put back what a deploy replaced and remove what it created (newest first), with the
     folders it created. Unless forced, all or nothing: if any file changed since the deploy
     wrote it, nothing is touched (a half-undone checkpoint is worse than either version)."""
@@ -331,7 +343,7 @@ async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: b
         try:
             current = await agent.call("hash", paths=[item["path"] for item in written], timeout=3600)
         except HostError as exc:
-            return f"NOT put back (nothing was changed): cannot hash the deployed files: {exc}"
+            return Undone(False, f"NOT put back (nothing was changed): cannot hash the deployed files: {exc}")
         drifted = []
         for item in written:
             now = current.get(item["path"])
@@ -341,8 +353,8 @@ async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: b
                 drifted.append(f"{item['path']} changed since the deploy wrote it (sha256 "
                                f"{(now or 'missing')[:12]}, not {item['sha256_after'][:12]})")
         if drifted:
-            return ("NOT put back (nothing was changed): " + "; ".join(drifted)
-                    + " (--force puts back anyway)")
+            return Undone(False, "NOT put back (nothing was changed): " + "; ".join(drifted)
+                          + " (--force puts back anyway)")
     problems = []
     for item in reversed(written):
         try:
@@ -360,8 +372,8 @@ async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: b
         except HostError as exc:
             problems.append(str(exc))
     if problems:
-        return "NOT everything was put back: " + "; ".join(problems)
-    return f"put back {len(written)} file(s)" if written else "nothing was written"
+        return Undone(False, "NOT everything was put back: " + "; ".join(problems))
+    return Undone(True, f"put back {len(written)} file(s)" if written else "nothing was written")
 
 
 def _progress_line(ctx: HostContext, step: str, total: int) -> Callable[[int], None]:
@@ -384,3 +396,23 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return f"{n} B"
+
+
+class DeployKind(StepKind):
+    name = "deploy"
+
+    async def plan(self, ctx: HostContext, step: Step) -> Planned:
+        result, todo, remote = await plan_deploy(ctx, step)
+        return Planned(result, (result, todo, remote))
+
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+        return await apply_deploy(ctx, step, planned.data)
+
+    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
+        return await status_deploy(step, planned.data, records)
+
+    async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
+        undone = await undo_files(ctx.agent, (done.details or {}).get("files", []), force=ctx.force)
+        message = undone.message if not undone.ok else f"{undone.message} (deployed by run {target.run_id})"
+        return StepResult(name=done.name, kind="deploy", status="changed" if undone.ok else "failed",
+                          file=done.file, message=message)

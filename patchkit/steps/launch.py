@@ -34,8 +34,9 @@ from patchkit.agent import AgentClient
 from patchkit.errors import HostError
 from patchkit.recipe import Health, LaunchStep, Step
 from patchkit.redact import Redactor
-from patchkit.results import StepResult
+from patchkit.results import RunRecord, StepResult
 from patchkit.steps.context import HostContext
+from patchkit.steps.kind import Planned, StepKind
 
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -274,14 +275,17 @@ async def plan_launch(ctx: HostContext, step: Step) -> tuple[StepResult, dict[st
         ended = info["exit"] if info["exit"] not in (None, "not running") else "no longer running"
         result.message = f"{ended} (pid {record.get('pid')})" if record else "not started yet"
     result.details = {"pid": record.get("pid"), "running": info["running"], "healthy": healthy,
-                      "log": record.get("log"), "command_hash": wanted}
+                      "same_command": record.get("command_hash") == wanted, "log": record.get("log"),
+                      "command_hash": wanted}
     return result, info, cmd
 
 
-async def apply_launch(ctx: HostContext, step: Step) -> StepResult:
+async def apply_launch(ctx: HostContext, step: Step, planned: tuple[StepResult, dict[str, Any], ServerCommand]
+                       ) -> StepResult:
     spec = step.launch
     assert spec is not None
-    result, info, cmd = await plan_launch(ctx, step)
+    result, info, cmd = planned
+    result = result.model_copy(deep=True)
     if result.status == "ok" or ctx.dry_run:
         if ctx.dry_run and result.status == "changed":
             result.message = "would start: " + result.message
@@ -428,3 +432,40 @@ async def _restart(agent: AgentClient, state_dir: str, previous: dict[str, Any],
                                  "values it ran with")
     again = await _start(agent, state_dir, previous["name"], cmd, previous["command_hash"], previous["log"])
     return True, f"restarted the server it replaced (pid {again['pid']})"
+
+
+def launch_state(planned: StepResult) -> StepResult:
+    """running and healthy -> applied; the same command running, unhealthy -> drifted; another
+    command running or none -> pending."""
+    out = planned.model_copy(deep=True)
+    details = planned.details or {}
+    if planned.status == "ok":
+        out.status, out.message = "applied", f"running, healthy (pid {details.get('pid')})"
+    elif details.get("running") and details.get("same_command"):
+        out.status, out.message = "drifted", f"unhealthy: {planned.message}"
+    elif details.get("running"):
+        out.status = "pending"
+    else:
+        out.status, out.message = "pending", f"stopped: {planned.message}"
+    return out
+
+
+class LaunchKind(StepKind):
+    name = "launch"
+
+    async def plan(self, ctx: HostContext, step: Step) -> Planned:
+        result, info, cmd = await plan_launch(ctx, step)
+        return Planned(result, (result, info, cmd))
+
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+        return await apply_launch(ctx, step, planned.data)
+
+    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
+        return launch_state(planned.result)
+
+    async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
+        # The journal keeps env names only: the values come from the recipe being rolled back.
+        found = next((s for s in ctx.loaded.recipe.steps if s.name == done.name and s.launch), None)
+        env = dict(found.launch.env) if found and found.launch else {}
+        ok, message = await undo_launch(ctx.agent, ctx.journal.state_dir, done, ctx.force, ctx.loaded.redactor, env)
+        return StepResult(name=done.name, kind="launch", status="changed" if ok else "failed", message=message)

@@ -14,9 +14,10 @@ from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.edits import EditError, EditResult
 from patchkit.errors import HostError
 from patchkit.recipe import Step
-from patchkit.journal import unverified_step
+from patchkit.journal import active_step, unverified_step
 from patchkit.results import Check, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
+from patchkit.steps.kind import Planned, StepKind
 
 
 @dataclass
@@ -248,3 +249,77 @@ async def _void(ctx: HostContext, record: RunRecord, step_name: str) -> None:
     record.rolled_back_steps = sorted(set(record.rolled_back_steps) | {step_name})
     record.rolled_back_by = ctx.run_id
     await ctx.amend(record)
+
+
+def state_of(planned: StepResult, records: list[RunRecord]) -> StepResult:
+    """Map a dry plan plus the journal to applied | pending | drifted | not-applicable."""
+    out = planned.model_copy(deep=True)
+    out.diff = planned.diff
+    if planned.status == "skipped":
+        out.status = "not-applicable"
+        return out
+    left = unverified_step(records, planned.name, planned.file) if planned.file else None
+    if left is not None:
+        record, done = left
+        if planned.status == "ok" and done.sha256_after == planned.sha256_before:
+            out.status = "pending"
+            out.message = (f"pending verification: run {record.run_id} wrote this change and was cut off before "
+                           "its checks were recorded; apply re-runs them (and restores the original if they fail)")
+            return out
+        if planned.status == "changed" and done.sha256_before == planned.sha256_before:
+            out.status = "pending"
+            out.message = f"run {record.run_id} was cut off before its write; {planned.message}"
+            return out
+    ours = active_step(records, planned.name, planned.file) if planned.file else None
+    if planned.status == "failed":
+        mine = [s for r in records for s in r.live_steps() if s.name == planned.name]
+        if mine:
+            out.status, out.message = "drifted", f"patched by patchkit, but now: {planned.message}"
+        return out
+    if planned.status == "changed":
+        if ours:
+            out.status = "drifted"
+            out.message = f"patched by patchkit, but the file changed since and the change is gone: {planned.message}"
+        else:
+            out.status = "pending"
+        return out
+    # already in place
+    if ours and ours.sha256_after != planned.sha256_before:
+        out.status = "drifted"
+        out.message = "in place, but the file changed since patchkit wrote it (rollback would refuse)"
+    elif ours:
+        out.status, out.message = "applied", f"applied by patchkit (backup {ours.backup})"
+    else:
+        out.status, out.message = "applied", "in place (not applied by patchkit: nothing to roll back)"
+    return out
+
+
+class PatchKind(StepKind):
+    name = "patch"
+
+    async def plan(self, ctx: HostContext, step: Step) -> Planned:
+        planned = await plan_patch(ctx, step)
+        return Planned(planned.result, planned.new_content)
+
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+        return await apply_patch(ctx, step, PatchPlan(planned.result, planned.data))
+
+    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
+        return state_of(planned.result, records)
+
+    async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
+        """The backup back in place, only if the file still holds what the run wrote (or forced)."""
+        result = StepResult(name=done.name, kind="patch", status="failed", file=done.file,
+                            sha256_before=done.sha256_after, sha256_after=done.sha256_before, backup=done.backup)
+        try:
+            outcome = await ctx.agent.call("restore", path=done.file, backup_path=done.backup,
+                                           expected_current=done.sha256_after, original_sha256=done.sha256_before,
+                                           force=ctx.force)
+        except HostError as exc:
+            result.message = str(exc)
+            return result
+        if outcome["already"]:
+            result.status, result.message = "ok", "already the original"
+        else:
+            result.status, result.message = "changed", f"restored the original from run {target.run_id}"
+        return result

@@ -1,0 +1,47 @@
+"""The one shape every step kind has: plan, apply, state, undo.
+
+The runner knows no kind by name: it looks the step's kind up in `steps.registry` and
+calls these four. A kind's module owns all four (and whatever helpers they share), so
+adding a kind touches its own module and the registry only.
+
+- plan:  read the host, decide what would change; nothing is written (plan, status, apply)
+- apply: make the planned change, verified and journaled; under --dry-run, the plan itself
+- state: the plan and the journal -> applied | pending | drifted | not-applicable (status)
+- undo:  put back what a journaled run changed (rollback)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from patchkit.recipe import Step
+from patchkit.results import RunRecord, StepResult
+from patchkit.steps.context import HostContext
+
+
+@dataclass
+class Planned:
+    """What a kind found for one step before any change: the result a plan reports, and the
+    kind's own data its apply goes on from (new file content, files to send, the server seen)."""
+
+    result: StepResult
+    data: Any = None
+
+
+class StepKind(ABC):
+    name: ClassVar[str]  # the recipe key: `patch:`, `check:`, ...
+
+    @abstractmethod
+    async def plan(self, ctx: HostContext, step: Step) -> Planned: ...
+
+    @abstractmethod
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult: ...
+
+    @abstractmethod
+    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult: ...
+
+    @abstractmethod
+    async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
+        """Undo `done`, a step of journaled run `target` (ctx.force: even if it drifted)."""

@@ -1,0 +1,16 @@
+"""Every step kind, by the recipe key that names it. The runner looks kinds up here only."""
+
+from __future__ import annotations
+
+from patchkit.steps.check import CheckKind
+from patchkit.steps.deploy import DeployKind
+from patchkit.steps.kind import StepKind
+from patchkit.steps.launch import LaunchKind
+from patchkit.steps.patch import PatchKind
+
+KINDS: dict[str, StepKind] = {kind.name: kind for kind in (PatchKind(), CheckKind(), DeployKind(), LaunchKind())}
+
+
+def kind_named(name: str) -> StepKind:
+    """The kind of a recipe step (`step.kind`) or of a journaled one (`StepResult.kind`)."""
+    return KINDS[name]
