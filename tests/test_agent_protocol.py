@@ -189,6 +189,12 @@ def with_fake(script: bytes, work: Callable[[AgentClient], Awaitable[Any]], stde
     return asyncio.run(main())
 
 
+def test_client_and_agent_agree_on_the_start_mark() -> None:
+    from patchkit.agent import hostagent
+
+    assert hostagent.START_MARK == START_MARK
+
+
 def test_output_before_the_start_mark_is_skipped_and_reported_even_if_it_looks_like_a_reply() -> None:
     script = (b"Welcome to gpu-fake\n" + b'{"id": 1, "ok": true}\n'
               + START_MARK + b"0123456789abcdef\n"  # another start's mark is not this agent's
