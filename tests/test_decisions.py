@@ -1,0 +1,103 @@
+"""The pure decisions, as tables: what `status` says for a plan and a journal, which run a
+rollback undoes, which change is still live. No host, no subprocess: milliseconds."""
+
+from __future__ import annotations
+
+import pytest
+
+from patchkit.journal import active_changes, rollback_target, unverified_step
+from patchkit.results import RunRecord, StepResult
+from patchkit.steps.launch import launch_state
+from patchkit.steps.patch import state_of
+
+FILE = "/site/pkg/config.py"
+A, B, C = "a" * 64, "b" * 64, "c" * 64  # original, patched, someone else's version
+
+
+def planned(status: str, before: str | None = A, after: str | None = B, message: str = "") -> StepResult:
+    return StepResult(name="add", kind="patch", status=status, file=FILE, sha256_before=before,
+                      sha256_after=after, message=message)
+
+
+def change(before: str = A, after: str = B, verified: bool | None = True, name: str = "add") -> StepResult:
+    return StepResult(name=name, kind="patch", status="changed", file=FILE, sha256_before=before,
+                      sha256_after=after, backup=f"/state/backups/{name}", verified=verified)
+
+
+def run(run_id: str, *steps: StepResult, kind: str = "apply", rolled_back: tuple[str, ...] = ()) -> RunRecord:
+    return RunRecord(run_id=run_id, kind=kind, recipe="r", recipe_sha256="0" * 64, host="h",
+                     patchkit_version="0", started=0.0, steps=list(steps), rolled_back_steps=list(rolled_back))
+
+
+STATE_TABLE = [
+    # (what the plan found, journal records, status, words in the message)
+    ("outside the gate", planned("skipped", message="vllm 0.32.0 is outside <0.22"), [], "not-applicable", ""),
+    ("never applied", planned("changed"), [], "pending", ""),
+    ("applied by us", planned("ok", before=B, after=B), [run("r1", change())], "applied", "applied by patchkit"),
+    ("in place, not by us", planned("ok", before=B, after=B), [], "applied", "not applied by patchkit"),
+    ("our change undone by hand", planned("changed"), [run("r1", change())], "drifted", "the change is gone"),
+    ("in place, file changed since", planned("ok", before=C, after=C), [run("r1", change())], "drifted",
+     "changed since patchkit wrote it"),
+    ("target gone after our change", planned("failed", message="target not found"), [run("r1", change())],
+     "drifted", "patched by patchkit, but now"),
+    ("target not found, never ours", planned("failed", message="target not found"), [], "failed", ""),
+    ("cut off during its checks", planned("ok", before=B, after=B), [run("r1", change(verified=False))],
+     "pending", "pending verification"),
+    ("cut off before its write", planned("changed"), [run("r1", change(verified=False))], "pending",
+     "cut off before its write"),
+    ("rolled back", planned("changed"), [run("r1", change(), rolled_back=("add",))], "pending", ""),
+    ("record from before `verified`", planned("ok", before=B, after=B), [run("r1", change(verified=None))],
+     "applied", "applied by patchkit"),
+]
+
+
+@pytest.mark.parametrize("found, records, status, words", [row[1:] for row in STATE_TABLE],
+                         ids=[row[0] for row in STATE_TABLE])
+def test_status_of_a_patch(found: StepResult, records: list[RunRecord], status: str, words: str) -> None:
+    out = state_of(found, records)
+    assert out.status == status, out
+    assert words in out.message, out.message
+
+
+LAUNCH_TABLE = [
+    ("healthy", {"status": "ok", "details": {"running": True, "same_command": True, "pid": 7}}, "applied"),
+    ("same command, unhealthy", {"status": "changed", "details": {"running": True, "same_command": True}}, "drifted"),
+    ("another command runs", {"status": "changed", "details": {"running": True, "same_command": False}}, "pending"),
+    ("stopped", {"status": "changed", "details": {"running": False}}, "pending"),
+]
+
+
+@pytest.mark.parametrize("found, status", [row[1:] for row in LAUNCH_TABLE], ids=[row[0] for row in LAUNCH_TABLE])
+def test_status_of_a_launch(found: dict, status: str) -> None:
+    result = StepResult(name="serve", kind="launch", message="whatever the plan said", **found)
+    assert launch_state(result).status == status
+
+
+def test_rollback_undoes_the_newest_live_run_and_then_the_one_before() -> None:
+    old, new = run("r1", change()), run("r2", change(before=B, after=C))
+    assert rollback_target([old, new], None, None).run_id == "r2"
+    new.rolled_back_steps = ["add"]
+    assert rollback_target([old, new], None, None).run_id == "r1"
+    old.rolled_back_steps = ["add"]
+    assert rollback_target([old, new], None, None) is None
+
+
+def test_rollback_target_by_run_id_and_by_step() -> None:
+    patch_run = run("r1", change(name="add"))
+    other_run = run("r2", change(name="other"))
+    assert rollback_target([patch_run, other_run], "r1", None).run_id == "r1"
+    assert rollback_target([patch_run, other_run], "r9", None) is None
+    assert rollback_target([patch_run, other_run], None, ["add"]).run_id == "r1"
+    rollback = run("r3", change(), kind="rollback")
+    assert rollback_target([rollback], None, None) is None  # a rollback is not undone by rollback
+
+
+def test_live_changes_and_unverified_steps() -> None:
+    verified, cut = run("r1", change()), run("r2", change(before=B, after=C, verified=False))
+    assert active_changes([verified, cut])[("add", FILE)].run_id == "r2"
+    found = unverified_step([verified, cut], "add", FILE)
+    assert found is not None and found[0].run_id == "r2"
+    assert unverified_step([verified], "add", FILE) is None
+    cut.rolled_back_steps = ["add"]  # voided by a later run: the verified one is live again
+    assert unverified_step([verified, cut], "add", FILE) is None
+    assert active_changes([verified, cut])[("add", FILE)].run_id == "r1"
