@@ -379,10 +379,11 @@ class Bench:
             "import asyncio,json,sys\n"
             "from patchkit.inventory import Inventory\n"
             "from patchkit.transport.ssh import SSHTransport\n"
+            "from patchkit.transport.ssh_common import SSHTarget\n"
             "from patchkit.yamlsource import load_yaml\n"
             "async def main():\n"
             "    spec = Inventory.model_validate(json.load(open(sys.argv[1]))).resolved()['bench']\n"
-            "    t = SSHTransport(spec)\n"
+            "    t = SSHTransport(SSHTarget.from_host(spec))\n"
             "    conn = await t._connection()\n"
             "    print(conn.get_extra_info('send_cipher'), conn.get_extra_info('send_mac'),\n"
             "          conn.get_extra_info('send_compression'))\n"
@@ -565,9 +566,10 @@ import asyncio, json, sys, time
 from pathlib import Path
 from patchkit.inventory import Inventory
 from patchkit.transport.ssh import SSHTransport
+from patchkit.transport.ssh_common import SSHTarget
 CHUNK = 1 << 20  # as patchkit.agent.client.STREAM_CHUNK
 async def main(inventory, command, files):
-    t = SSHTransport(Inventory.model_validate(json.load(open(inventory))).resolved()["bench"])
+    t = SSHTransport(SSHTarget.from_host(Inventory.model_validate(json.load(open(inventory))).resolved()["bench"]))
     streams = await t.spawn(["sh", "-c", command])
     t0 = time.perf_counter()
     for name in files:  # the loop of AgentClient._stream: read 1 MiB, write, drain

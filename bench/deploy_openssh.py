@@ -82,9 +82,10 @@ class OpenSSHBench(Bench):
         """What patchkit's own ssh command line negotiates through the wrapper."""
         from patchkit.inventory import Inventory
         from patchkit.transport.openssh import OpenSSHTransport
+        from patchkit.transport.ssh_common import SSHTarget
 
         spec = Inventory.model_validate_json((self.work / "inventory-openssh.yaml").read_text()).resolved()["bench"]
-        argv = OpenSSHTransport(spec, ssh=str(self.ossh_bin / "ssh")).command(["true"])
+        argv = OpenSSHTransport(SSHTarget.from_host(spec), ssh=str(self.ossh_bin / "ssh")).command(["true"])
         probe = subprocess.run([argv[0], "-v", *argv[1:]], capture_output=True, text=True, timeout=30, check=False)
         found = re.search(r"kex: client->server cipher: (\S+) MAC: (\S+) compression: (\S+)", probe.stderr)
         return " ".join(found.groups()) if found else f"? (exit {probe.returncode})"

@@ -75,7 +75,7 @@ def install_hooks() -> None:
         from patchkit.transport import ssh
     except ImportError:
         return
-    host_of = lambda self: self.host.name  # noqa: E731
+    host_of = lambda self: self.target.name  # noqa: E731
     _wrap_async(ssh.SSHTransport, "_connect_with_retries", lambda a, k: "ssh.connect", host_of)
     _wrap_async(ssh.SSHTransport, "spawn", lambda a, k: "ssh.spawn (exec request)", host_of)
     _wrap_async(ssh.SSHTransport, "close", lambda a, k: "ssh.close", host_of)

@@ -60,15 +60,18 @@ class Session:
 def transport_for(host: HostSpec, accept_new_host_keys: bool = False) -> Transport:
     if host.is_local:
         return LocalTransport()
+    from patchkit.transport.ssh_common import SSHTarget
+
+    target = SSHTarget.from_host(host, accept_new_host_keys)  # all an SSH transport knows of the host
     if host.ssh_client == "openssh":
         from patchkit.transport.openssh import OpenSSHTransport  # the system `ssh`, opted in per host
 
-        return OpenSSHTransport(host, accept_new_host_keys=accept_new_host_keys)
+        return OpenSSHTransport(target)
     from patchkit.transport.ssh import (
         SSHTransport,  # asyncssh only when a host needs it
     )
 
-    return SSHTransport(host, accept_new_host_keys=accept_new_host_keys)
+    return SSHTransport(target)
 
 
 def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Options) -> str:

@@ -62,14 +62,14 @@ def test_writes_of_one_turn_arrive_once_in_order_and_close_sends_what_is_pending
 
 def test_an_asyncssh_connection_writes_far_fewer_times_than_it_sends_packets(fleet: Fleet, sshd_root: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from patchkit.inventory import HostSpec
     from patchkit.transport.ssh import SSHTransport
+    from patchkit.transport.ssh_common import SSHTarget
 
     server = fleet.servers[0]
     known = sshd_root / "coalesce_known_hosts"
     fleet.write_known_hosts(known, [server])
-    spec = HostSpec(name="gpu-1", address="127.0.0.1", port=server.port, user="root",
-                    identity_file=str(fleet.client_key), known_hosts=str(known))
+    spec = SSHTarget(name="gpu-1", address="127.0.0.1", port=server.port, user="root",
+                     identity_file=str(fleet.client_key), known_hosts=str(known))
     data = bytes(range(256)) * (16 << 12)  # 16 MiB: 512 packets of sshd's 32 KiB maximum
     writes: list[int] = []
     real_write = selector_events._SelectorSocketTransport.write

@@ -747,14 +747,14 @@ def test_the_data_path_prefers_aes_gcm_unless_ssh_config_sets_ciphers(
     """asyncssh's own default is chacha20-poly1305, twice the CPU of AES-GCM per deployed byte."""
     import asyncio
 
-    from patchkit.inventory import HostSpec
     from patchkit.transport.ssh import SSHTransport
+    from patchkit.transport.ssh_common import SSHTarget
 
     server = fleet.servers[0]
     known = tmp_path / "known_hosts"
     fleet.write_known_hosts(known, [server])
-    spec = HostSpec(name=server.name, address="127.0.0.1", port=server.port, user="root",
-                    identity_file=str(fleet.client_key), known_hosts=str(known))
+    spec = SSHTarget(name=server.name, address="127.0.0.1", port=server.port, user="root",
+                     identity_file=str(fleet.client_key), known_hosts=str(known))
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))

@@ -349,11 +349,10 @@ def test_connection_cut_mid_run_fails_the_host_then_a_rerun_converges(testbed: T
 
 def test_missing_ssh_binary_is_a_clear_host_error() -> None:
     from patchkit.errors import HostError
-    from patchkit.inventory import HostSpec
     from patchkit.transport.openssh import OpenSSHTransport
+    from patchkit.transport.ssh_common import SSHTarget
 
-    transport = OpenSSHTransport(HostSpec(name="h", address="127.0.0.1", ssh_client="openssh"),
-                                 ssh="/nonexistent/ssh")
+    transport = OpenSSHTransport(SSHTarget(name="h", address="127.0.0.1"), ssh="/nonexistent/ssh")
     with pytest.raises(HostError, match=r"h: ssh_client: openssh needs the OpenSSH client `/nonexistent/ssh`"):
         asyncio.run(transport.spawn(["true"]))
     assert transport.exec_requests == 0
@@ -376,11 +375,11 @@ def test_a_login_shell_that_prints_is_skipped_and_reported(testbed: Testbed, ban
 
 
 def _spec(fleet: Fleet, server: SSHD | None, known: Path, port: int | None = None, **kw: Any):
-    from patchkit.inventory import HostSpec
+    from patchkit.transport.ssh_common import SSHTarget
 
-    return HostSpec(name=server.name if server else "mute", address="127.0.0.1",
-                    port=port or (server.port if server else None), user="root",
-                    identity_file=str(fleet.client_key), known_hosts=str(known), ssh_client="openssh", **kw)
+    return SSHTarget(name=server.name if server else "mute", address="127.0.0.1",
+                     port=port or (server.port if server else None), user="root",
+                     identity_file=str(fleet.client_key), known_hosts=str(known), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -427,7 +426,8 @@ def test_transport_quoted_argv_one_process_per_spawn(fleet: Fleet, sshd_root: Pa
 def test_transport_retries_connection_setup_and_replays_what_was_written(fleet: Fleet, sshd_root: Path,
                                                                          spy: str) -> None:
     from patchkit.errors import HostError
-    from patchkit.transport.openssh import OpenSSHTransport, SSHConnectError
+    from patchkit.transport.openssh import OpenSSHTransport
+    from patchkit.transport.ssh_common import HostKeyRefused
 
     flaky = fleet.extra_server("openssh-flaky")
     known = sshd_root / "openssh_retry_known_hosts"
@@ -456,14 +456,14 @@ def test_transport_retries_connection_setup_and_replays_what_was_written(fleet: 
         finally:
             await transport.close()
 
-    with pytest.raises(SSHConnectError, match="host key unknown"):
+    with pytest.raises(HostKeyRefused, match="host key unknown"):
         asyncio.run(unknown_key())
     assert flaky.ssh_connections() == before + 1
 
     # a server that accepts TCP and never speaks SSH: ConnectTimeout per attempt, then a clear error
     with silent_port() as port:
         async def hangs() -> bytes:
-            transport = OpenSSHTransport(_spec(fleet, None, known, port=port), connect_timeout=1, attempts=2,
+            transport = OpenSSHTransport(_spec(fleet, None, known, port=port, connect_timeout=1, attempts=2),
                                          ssh=spy)
             try:
                 return await _reverse(transport)
@@ -478,16 +478,19 @@ def test_transport_retries_connection_setup_and_replays_what_was_written(fleet: 
 
 def test_transport_command_line() -> None:
     """Host keys always checked, no shell quoting left to chance, paths as ssh_config values."""
-    from patchkit.inventory import HostSpec
-    from patchkit.transport.openssh import OpenSSHTransport
+    from dataclasses import replace
 
-    spec = HostSpec(name="h", address="-oProxyCommand=evil", port=2222, user="u", identity_file="/k/100%/id",
-                    known_hosts="/a dir/known_hosts", ssh_client="openssh")
+    from patchkit.transport.openssh import OpenSSHTransport
+    from patchkit.transport.ssh_common import SSHTarget
+
+    spec = SSHTarget(name="h", address="-oProxyCommand=evil", port=2222, user="u", identity_file="/k/100%/id",
+                     known_hosts="/a dir/known_hosts")
     argv = OpenSSHTransport(spec).command(["python3", "-c", "print('hi there')"])
     assert argv[0] == "ssh" and argv[-3:] == ["--", "-oProxyCommand=evil", "python3 -c 'print('\"'\"'hi there'\"'\"')'"]
     joined = " ".join(argv)
     assert "StrictHostKeyChecking=yes" in joined and "BatchMode=yes" in joined and "-T" in argv
     assert "UserKnownHostsFile=\"/a dir/known_hosts\"" in argv and "/k/100%%/id" in argv
-    assert "StrictHostKeyChecking=accept-new" in OpenSSHTransport(spec, accept_new_host_keys=True).command(["true"])
+    assert "StrictHostKeyChecking=accept-new" in OpenSSHTransport(
+        replace(spec, accept_new_host_keys=True)).command(["true"])
     assert not any("UserKnownHostsFile" in a for a in OpenSSHTransport(
-        spec.model_copy(update={"known_hosts": None})).command(["true"]))  # OpenSSH's own default, or the config's
+        replace(spec, known_hosts=None)).command(["true"]))  # OpenSSH's own default, or the config's

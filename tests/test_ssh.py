@@ -476,13 +476,13 @@ async def argv_as_received_twice(transport: Any, args: list[str]) -> list[list[s
 
 
 def test_transport_one_connection_quoted_argv(fleet: Fleet, sshd_root) -> None:
-    from patchkit.inventory import HostSpec
     from patchkit.transport.ssh import SSHTransport
+    from patchkit.transport.ssh_common import SSHTarget
 
     server = fleet.servers[0]
     known = sshd_root / "transport_known_hosts"
     fleet.write_known_hosts(known, [server])
-    spec = HostSpec(name="gpu-1", address="127.0.0.1", port=server.port, user="root",
+    spec = SSHTarget(name="gpu-1", address="127.0.0.1", port=server.port, user="root",
                     identity_file=str(fleet.client_key), known_hosts=str(known))
     nasty = ["a b", "'; touch /tmp/pwned-by-patchkit-test; '", "$(id)", "`id`", "*", "\\n", "é", ""]
 
@@ -501,9 +501,9 @@ def test_transport_one_connection_quoted_argv(fleet: Fleet, sshd_root) -> None:
 
 
 def _spec(fleet: Fleet, server, known, **kw):
-    from patchkit.inventory import HostSpec
+    from patchkit.transport.ssh_common import SSHTarget
 
-    return HostSpec(name=server.name, address="127.0.0.1", port=server.port, user="root",
+    return SSHTarget(name=server.name, address="127.0.0.1", port=server.port, user="root",
                     identity_file=str(fleet.client_key), known_hosts=str(known), **kw)
 
 
@@ -513,7 +513,8 @@ def _connections(server) -> int:
 
 def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root) -> None:
     from patchkit.errors import HostError
-    from patchkit.transport.ssh import HostKeyRefused, SSHTransport
+    from patchkit.transport.ssh import SSHTransport
+    from patchkit.transport.ssh_common import HostKeyRefused
 
     flaky = fleet.extra_server("flaky")
     known = sshd_root / "retry_known_hosts"
@@ -551,10 +552,11 @@ def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root) -> Non
     # a server that accepts TCP and never speaks SSH: the per-attempt timeout, then a clear error
     with silent_port() as port:
         async def hangs() -> None:
-            from patchkit.inventory import HostSpec
+            from patchkit.transport.ssh_common import SSHTarget
 
-            spec = HostSpec(name="mute", address="127.0.0.1", port=port, known_hosts=str(known))
-            transport = SSHTransport(spec, connect_timeout=0.3, attempts=2)
+            spec = SSHTarget(name="mute", address="127.0.0.1", port=port, known_hosts=str(known),
+                             connect_timeout=0.3, attempts=2)
+            transport = SSHTransport(spec)
             try:
                 await transport.spawn(["true"])
             finally:
@@ -568,7 +570,8 @@ def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root) -> Non
 
 def test_transport_host_key_types(fleet: Fleet, sshd_root) -> None:
     """known_hosts holds one key type of several: it is used; a host re-keyed to another type is 'changed'."""
-    from patchkit.transport.ssh import HostKeyRefused, SSHTransport
+    from patchkit.transport.ssh import SSHTransport
+    from patchkit.transport.ssh_common import HostKeyRefused
 
     dual = fleet.extra_server("dual", key_types=("ed25519", "rsa"))
     only_rsa = sshd_root / "rsa_known_hosts"

@@ -206,7 +206,7 @@ def test_stdin_is_read_on_while_a_chunk_is_hashed(tmp_path: Path, monkeypatch: p
 
 def local_streams(out: Path, ready: bool) -> _OpenSSHStreams:
     """An _OpenSSHStreams around a local `sh` in place of ssh, copying its stdin to `out`."""
-    transport = SimpleNamespace(host=SimpleNamespace(name="local"), attempts=1, _live=set())
+    transport = SimpleNamespace(target=SimpleNamespace(name="local"), attempts=1, _live=set())
     script = ("echo ready; " if ready else "") + f"exec cat > {out}"
     return _OpenSSHStreams(transport, ["sh", "-c", script], None)  # type: ignore[arg-type]
 

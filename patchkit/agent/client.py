@@ -316,7 +316,7 @@ class AgentClient:
     async def _stream(self, local: Path, offset: int, length: int) -> None:
         # Streams that can move file bytes themselves (the OpenSSH transport: splice into ssh's
         # stdin) skip the copy through Python; others get a fresh bytes object per chunk.
-        write_file = getattr(self._streams.stdin, "write_file", None)
+        write_file = self._streams.write_file if self._streams.supports_file_splice else None
         with open(local, "rb") as f:
             f.seek(offset)
             remaining = length

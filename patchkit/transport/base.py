@@ -6,7 +6,7 @@ transport only has to say how a process is started on its kind of host.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 
 class ByteWriter(Protocol):
@@ -22,6 +22,14 @@ class ByteReader(Protocol):
 class AgentStreams(Protocol):
     stdin: ByteWriter
     stdout: ByteReader
+    # Optional ability, declared: True when `write_file` can move a file's bytes into stdin
+    # itself (splice(2) into ssh's stdin pipe, never through Python). False: write() them.
+    supports_file_splice: ClassVar[bool]
+
+    async def write_file(self, fd: int, offset: int, count: int) -> int | None:
+        """Move up to `count` bytes of the file `fd` from `offset` into stdin, after what was
+        written before; how many moved (0: the file ends there), or None when it cannot now:
+        then write() the bytes. Only called when `supports_file_splice`."""
 
     async def error_tail(self) -> str:
         """The last lines the process wrote to stderr (for error messages)."""
@@ -31,6 +39,15 @@ class AgentStreams(Protocol):
         once it has exited; the agent client reports it as skipped output after close()."""
 
     async def close(self) -> None: ...
+
+
+class NoFileSplice:
+    """For streams without the ability: file bytes are written through stdin.write()."""
+
+    supports_file_splice: ClassVar[bool] = False
+
+    async def write_file(self, fd: int, offset: int, count: int) -> int | None:
+        return None
 
 
 class Transport(Protocol):

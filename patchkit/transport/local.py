@@ -6,9 +6,10 @@ import asyncio
 import os
 
 from patchkit.errors import HostError
+from patchkit.transport.base import NoFileSplice
 
 
-class _LocalStreams:
+class _LocalStreams(NoFileSplice):
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
         assert proc.stdin and proc.stdout

@@ -18,9 +18,9 @@ OpenSSH connects inside the process, so a failed connection shows only as `ssh` 
 255 before the agent said a word. The streams notice it where the first answer is read:
 they read ssh's stderr, retry a transient set-up failure (refused, reset or closed before the
 key exchange, timed out) by starting ssh again and replaying what was written so far (the
-remote command never ran), and turn anything else into a readable SSHConnectError (host key
-unknown or changed, authentication, name resolution). A host-key or authentication failure
-is never retried.
+remote command never ran), and turn anything else into the failure both transports raise
+(`ssh_common`: HostKeyRefused, AuthRefused, ConnectFailed). A host-key or authentication
+failure is never retried.
 """
 
 from __future__ import annotations
@@ -32,17 +32,25 @@ import shlex
 import shutil
 from collections import deque
 
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from typing import ClassVar
 
-from patchkit.errors import HostError, HostUnreachable
-from patchkit.inventory import HostSpec
+from tenacity import retry_if_exception_type
+
+from patchkit.errors import HostError
 from patchkit.logs import get_logger
-from patchkit.transport.openssh_errors import TRANSIENT, Resolved, classify, explain
+from patchkit.transport.openssh_errors import PERMANENTLY_ADDED, classify, openssh_failure, resolve
+from patchkit.transport.ssh_common import (
+    CLOSE_TIMEOUT_S,
+    KEEPALIVE_S,
+    TRANSIENT,
+    Endpoint,
+    SSHFailure,
+    SSHTarget,
+    connect_retrying,
+    error_tail,
+    with_become,
+)
 
-CONNECT_TIMEOUT_S = 10  # OpenSSH's ConnectTimeout: TCP connect and the banner exchange, per attempt
-CONNECT_ATTEMPTS = 3
-KEEPALIVE_S = 30  # long steps (a server launch) keep the connection through NATs and firewalls
-CLOSE_TIMEOUT_S = 10.0
 READ_LIMIT = 1 << 26  # replies carry whole files
 REPLAY_LIMIT = 8 << 20  # what is kept for a retry until the agent first answers (its source + a few requests)
 STDERR_LINES = 200
@@ -57,10 +65,6 @@ log = get_logger("patchkit")
 # escape character: `~.` after a newline in a deploy's binary data must not end the session.
 _RUNNER_OPTIONS = ("-x", "-e", "none", "-o", "ForwardAgent=no", "-o", "ClearAllForwardings=yes",
                    "-o", "PermitLocalCommand=no", "-o", "RemoteCommand=none", "-o", "ControlPersist=no")
-
-
-class SSHConnectError(HostUnreachable):
-    """The host could not be reached: connection, host key, authentication (the message says which)."""
 
 
 class _Transient(Exception):
@@ -81,62 +85,60 @@ def config_value(path: str) -> str:
 class OpenSSHTransport:
     name = "openssh"
 
-    def __init__(self, host: HostSpec, accept_new_host_keys: bool = False,
-                 connect_timeout: int = CONNECT_TIMEOUT_S, attempts: int = CONNECT_ATTEMPTS,
-                 ssh: str = "ssh") -> None:
-        self.host = host
-        self.accept_new_host_keys = accept_new_host_keys
-        self.connect_timeout = max(1, int(connect_timeout))
-        self.attempts = max(1, attempts)
+    def __init__(self, target: SSHTarget, ssh: str = "ssh") -> None:
+        self.target = target
+        self.connect_timeout = max(1, int(target.connect_timeout))  # OpenSSH's ConnectTimeout: whole seconds
+        self.attempts = max(1, target.attempts)
         self.ssh = ssh
         self.exec_requests = 0
-        self._resolved: Resolved | None = None
+        self._resolved: Endpoint | None = None
         self._live: set[_OpenSSHStreams] = set()
 
     # ------------------------------------------------------------------ the ssh command line
 
     def options(self) -> list[str]:
-        host = self.host
-        checking = "accept-new" if self.accept_new_host_keys else "yes"
+        target = self.target
+        checking = "accept-new" if target.accept_new_host_keys else "yes"
         argv = ["-T", "-o", "BatchMode=yes", "-o", f"StrictHostKeyChecking={checking}"]
-        if host.known_hosts:
-            argv += ["-o", f"UserKnownHostsFile={config_value(host.known_hosts)}"]
+        if target.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={config_value(target.known_hosts)}"]
         argv += ["-o", f"ConnectTimeout={self.connect_timeout}", "-o", f"ServerAliveInterval={KEEPALIVE_S}",
                  *_RUNNER_OPTIONS]
-        if host.port:
-            argv += ["-p", str(host.port)]
-        if host.user:
-            argv += ["-l", host.user]
-        if host.identity_file:
-            argv += ["-i", config_value(host.identity_file)]
+        if target.port:
+            argv += ["-p", str(target.port)]
+        if target.user:
+            argv += ["-l", target.user]
+        if target.identity_file:
+            argv += ["-i", config_value(target.identity_file)]
         return argv
 
     def command(self, remote: list[str]) -> list[str]:
         """The whole `ssh` argv that runs `remote` on the host."""
-        return [self.ssh, *self.options(), "--", self.host.address or "", shlex.join(remote)]
+        return [self.ssh, *self.options(), "--", self.target.address, shlex.join(remote)]
 
-    async def resolved(self) -> Resolved:
+    async def resolved(self) -> Endpoint:
         """Where OpenSSH would connect, as whom, checking which known_hosts (`ssh -G`, no network)."""
         if self._resolved is None:
-            self._resolved = await Resolved.ask(self.ssh, self.options(), self.host)
+            self._resolved = await resolve(self.ssh, self.options(), self.target)
         return self._resolved
 
-    async def unreachable(self, kind: str | None, lines: list[str]) -> SSHConnectError:
-        where = await self.resolved()
-        return SSHConnectError(explain(kind, lines, where, self.host.name, self.connect_timeout, self.attempts))
+    async def unreachable(self, lines: list[str]) -> SSHFailure:
+        """ssh exited 255 with these lines on stderr: the failure, in the words both transports use."""
+        failure = openssh_failure(255, lines, await self.resolved(), timeout=self.connect_timeout,
+                                  attempts=self.attempts)
+        assert failure is not None
+        return failure
 
     # ------------------------------------------------------------------ Transport
 
     async def spawn(self, argv: list[str]) -> _OpenSSHStreams:
         if shutil.which(self.ssh) is None:
-            raise HostError(f"{self.host.name}: ssh_client: openssh needs the OpenSSH client `{self.ssh}` "
+            raise HostError(f"{self.target.name}: ssh_client: openssh needs the OpenSSH client `{self.ssh}` "
                             "on this machine, and it is not in PATH")
-        sudo_user = None
-        if self.host.become:
-            login = self.host.user or (await self.resolved()).user
-            if login != "root":
-                argv = ["sudo", "-n", "-H", "--", *argv]
-                sudo_user = login or "?"
+        login = None
+        if self.target.become:  # who we log in as: the inventory's user, else the config's
+            login = self.target.user or (await self.resolved()).user
+        argv, sudo_user = with_become(argv, self.target.become, login)
         self.exec_requests += 1
         streams = _OpenSSHStreams(self, self.command(argv), sudo_user)
         await streams.start()
@@ -155,6 +157,8 @@ class _OpenSSHStreams:
     REPLAY_LIMIT), so a retry can replay it to a fresh `ssh`; and a broken pipe is not an
     error yet: the reader finds out why ssh exited.
     """
+
+    supports_file_splice: ClassVar[bool] = _splice is not None  # write_file: splice into ssh's stdin
 
     def __init__(self, transport: OpenSSHTransport, argv: list[str], sudo_user: str | None) -> None:
         self._transport = transport
@@ -181,7 +185,7 @@ class _OpenSSHStreams:
                 start_new_session=True,  # Ctrl-C goes to patchkit, which finishes the request in progress
             )
         except OSError as exc:
-            raise HostError(f"{self._transport.host.name}: cannot run {self._argv[0]}: {exc.strerror or exc}") from None
+            raise HostError(f"{self._transport.target.name}: cannot run {self._argv[0]}: {exc.strerror or exc}") from None
         self.proc, self._broken = proc, False
         self._stderr = deque(maxlen=STDERR_LINES)
         self._pump = asyncio.create_task(self._read_stderr(proc, self._stderr))
@@ -298,18 +302,13 @@ class _OpenSSHStreams:
         if self._answered:
             return await self.proc.stdout.readline()
         try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type(_Transient),
-                stop=stop_after_attempt(self._transport.attempts),
-                wait=wait_exponential(multiplier=0.25, max=2.0),
-                reraise=True,
-            ):
+            async for attempt in connect_retrying(retry_if_exception_type(_Transient), self._transport.attempts):
                 with attempt:
                     if attempt.retry_state.attempt_number > 1:
                         await self._restart()
                     return await self._first_line()
         except _Transient as exc:
-            raise await self._transport.unreachable(exc.kind, exc.lines) from None
+            raise await self._transport.unreachable(exc.lines) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _first_line(self) -> bytes:
@@ -324,14 +323,14 @@ class _OpenSSHStreams:
         kind = classify(lines)
         if kind in TRANSIENT and self._replay is not None:
             raise _Transient(kind, lines)
-        raise await self._transport.unreachable(kind, lines)
+        raise await self._transport.unreachable(lines)
 
     def _on_answer(self) -> None:
         self._answered, self._replay = True, None
         for line in self._stderr:
-            if line.startswith("Warning: Permanently added"):
-                log.warning("ssh.host_key_recorded", host=self._transport.host.name, message=line,
-                            known_hosts=self._transport.host.known_hosts or "OpenSSH's default")
+            if line.startswith(PERMANENTLY_ADDED):
+                log.warning("ssh.host_key_recorded", host=self._transport.target.name, message=line,
+                            known_hosts=self._transport.target.known_hosts or "OpenSSH's default")
 
     async def _restart(self) -> None:
         """A fresh ssh, fed everything written so far (in one go: nothing can slip in between)."""
@@ -345,20 +344,15 @@ class _OpenSSHStreams:
     async def stderr_text(self) -> str:
         if self.proc is None or self._pump is None:
             return ""
-        return "\n".join(line for line in await self._stderr_lines() if not line.startswith("Warning: Permanently added"))
+        return "\n".join(line for line in await self._stderr_lines() if not line.startswith(PERMANENTLY_ADDED))
 
     async def error_tail(self) -> str:
         if self.proc is None or self._pump is None:
             return ""
         lines = await self._stderr_lines()
-        if self.proc.returncode == 255 and not self._answered and (kind := classify(lines)) is not None:
-            return str(await self._transport.unreachable(kind, lines))
-        lines = [line for line in lines if line.strip() and not line.startswith("Warning: Permanently added")]
-        tail = "\n".join(lines[-5:])
-        if self._sudo_user is not None and "sudo" in tail:
-            tail += (f" (become: true runs `sudo -n` as {self._sudo_user}, which needs passwordless sudo"
-                     " for the target interpreter on this host)")
-        return tail
+        if self.proc.returncode == 255 and not self._answered and classify(lines) is not None:
+            return str(await self._transport.unreachable(lines))
+        return error_tail([line for line in lines if not line.startswith(PERMANENTLY_ADDED)], self._sudo_user)
 
     async def close(self) -> None:
         self._transport._live.discard(self)

@@ -14,6 +14,10 @@ What it guarantees:
   host-key and authentication failures never are;
 - `become: true` runs the process through `sudo -n` (never prompts) unless we log in as root.
 
+What it shares with the OpenSSH transport lives in ssh_common.py: the SSHTarget it is given,
+the `become` wrapper, and the failure kinds: `asyncssh_failure` only says which kind an
+asyncssh exception is, so both raise one class with one message for the same failure.
+
 Jump hosts (ProxyJump) are opened by asyncssh itself and verified against the default
 known_hosts (~/.ssh/known_hosts or the config's UserKnownHostsFile), as OpenSSH would.
 """
@@ -29,23 +33,24 @@ from typing import Any
 
 from patchkit.transport.asyncssh_import import asyncssh  # isort: skip - first: see its docstring
 from asyncssh.public_key import get_default_public_key_algs
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
+from tenacity import retry_if_exception
 
 from patchkit.errors import HostError
-from patchkit.inventory import HostSpec
-from patchkit.transport.coalesce import coalesce_writes
 from patchkit.logs import get_logger
-
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
-CONNECT_TIMEOUT_S = 10.0  # TCP + handshake + authentication, per attempt
-CONNECT_ATTEMPTS = 3
-CLOSE_TIMEOUT_S = 10.0
-KEEPALIVE_S = 30.0  # long steps (a server launch) keep the connection through NATs and firewalls
+from patchkit.transport.base import NoFileSplice
+from patchkit.transport.coalesce import coalesce_writes
+from patchkit.transport.ssh_common import (
+    CLOSE_TIMEOUT_S,
+    KEEPALIVE_S,
+    Endpoint,
+    SSHFailure,
+    SSHTarget,
+    connect_error,
+    connect_retrying,
+    error_tail,
+    known_hosts_pattern,
+    with_become,
+)
 
 log = get_logger("patchkit")
 
@@ -55,21 +60,32 @@ _TRANSIENT = (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedErr
               asyncssh.ConnectionLost)
 
 
-class HostKeyRefused(HostError):
-    """The host's key is unknown or changed (never retried)."""
-
-
 def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT)
 
 
-def _known_hosts_pattern(host: str, port: int | None) -> str:
-    return host if port in (None, 22) else f"[{host}]:{port}"
-
-
-def _keyscan(host: str, port: int | None, known_hosts: str) -> str:
-    port_opt = "" if port in (None, 22) else f"-p {port} "
-    return f"ssh-keyscan {port_opt}{shlex.quote(host)} >> {shlex.quote(known_hosts)}"
+def asyncssh_failure(exc: BaseException, where: Endpoint, *, known_entries: int, presented: asyncssh.SSHKey | None,
+                     timeout: float, attempts: int) -> SSHFailure:
+    """What asyncssh raised while connecting, as a failure kind both transports share.
+    `known_entries`: how many keys known_hosts holds for the host; `presented`: the key it showed."""
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        shown = f"{presented.get_algorithm()} {presented.get_fingerprint()}" if presented is not None else "a key"
+        return connect_error("changed_key" if known_entries else "unknown_key", where, presented=shown)
+    if isinstance(exc, asyncssh.PermissionDenied):
+        return connect_error("auth", where, reason=exc.reason)
+    if isinstance(exc, ConnectionRefusedError):
+        return connect_error("refused", where)
+    if isinstance(exc, ConnectionResetError):
+        return connect_error("reset", where)
+    if isinstance(exc, TimeoutError):
+        return connect_error("timeout", where, timeout=timeout, attempts=attempts)
+    if isinstance(exc, socket.gaierror):
+        return connect_error("resolve", where, reason=exc.strerror)
+    if isinstance(exc, asyncssh.DisconnectError):
+        return connect_error("failed", where, detail=exc.reason)
+    if isinstance(exc, OSError):
+        return connect_error("network", where, detail=exc.strerror or exc)
+    return connect_error("failed", where, detail=f"{type(exc).__name__}: {exc}")
 
 
 def _lost(exc: asyncssh.Error) -> ConnectionError:
@@ -123,7 +139,7 @@ class _Reader:
             raise _lost(exc) from None
 
 
-class _SSHStreams:
+class _SSHStreams(NoFileSplice):
     """The pipes of one remote process (binary)."""
 
     def __init__(self, proc: asyncssh.SSHClientProcess, sudo_user: str | None) -> None:
@@ -143,11 +159,7 @@ class _SSHStreams:
         return self._stderr
 
     async def error_tail(self) -> str:
-        tail = "\n".join((await self.stderr_text()).strip().splitlines()[-5:])
-        if self._sudo_user is not None and "sudo" in tail:
-            tail += (f" (become: true runs `sudo -n` as {self._sudo_user}, which needs passwordless sudo"
-                     " for the target interpreter on this host)")
-        return tail
+        return error_tail((await self.stderr_text()).splitlines(), self._sudo_user)
 
     async def close(self) -> None:
         try:
@@ -161,27 +173,22 @@ class _SSHStreams:
 class SSHTransport:
     name = "ssh"
 
-    def __init__(self, host: HostSpec, accept_new_host_keys: bool = False,
-                 connect_timeout: float = CONNECT_TIMEOUT_S, attempts: int = CONNECT_ATTEMPTS) -> None:
-        self.host = host
-        self.accept_new_host_keys = accept_new_host_keys
-        self.connect_timeout = connect_timeout
-        self.attempts = max(1, attempts)
+    def __init__(self, target: SSHTarget) -> None:
+        self.target = target
+        self.attempts = max(1, target.attempts)
         self.exec_requests = 0
-        self.known_hosts = os.path.expanduser(host.known_hosts or DEFAULT_KNOWN_HOSTS)
+        self.known_hosts = target.known_hosts_path
         self._conn: asyncssh.SSHClientConnection | None = None
         self._connecting = asyncio.Lock()
-        self._username: str | None = host.user
-        # Filled while connecting, for messages.
-        self._target = (host.address or "", host.port)
+        # Filled while connecting (~/.ssh/config applied), for messages and `become`.
+        self._where = Endpoint.of(target)
         self._known_entries = 0
         self._presented: asyncssh.SSHKey | None = None
         self._host_key_algs: list[str] | None = None
 
     @property
     def label(self) -> str:
-        host, port = self._target
-        return f"{self.host.name} ({host}:{port or 22})"
+        return self._where.label
 
     # ------------------------------------------------------------------ connection
 
@@ -194,43 +201,39 @@ class SSHTransport:
     async def _connect_with_retries(self) -> asyncssh.SSHClientConnection:
         try:
             options = await self._options()
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception(_is_transient),
-                stop=stop_after_attempt(self.attempts),
-                wait=wait_exponential(multiplier=0.25, max=2.0),
-                reraise=True,
-            ):
+            async for attempt in connect_retrying(retry_if_exception(_is_transient), self.attempts):
                 with attempt:
                     # the inventory's address and port again: connect() re-reads them over `options`
-                    conn = await asyncssh.connect(self.host.address or "", self.host.port or (), options=options,
+                    conn = await asyncssh.connect(self.target.address, self.target.port or (), options=options,
                                                   server_host_key_algs=self._host_key_algs or ())
                     coalesce_writes(conn)
                     return conn
         except HostError:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a readable HostError
-            raise self._connect_error(exc) from None
+            raise asyncssh_failure(exc, self._where, known_entries=self._known_entries, presented=self._presented,
+                                   timeout=self.target.connect_timeout, attempts=self.attempts) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _options(self) -> asyncssh.SSHClientConnectionOptions:
-        host = self.host
+        target = self.target
         kwargs: dict[str, Any] = {
             "known_hosts": self._match_known_hosts,
             "client_factory": lambda: _Client(self),
-            "connect_timeout": self.connect_timeout,
+            "connect_timeout": target.connect_timeout,
             "keepalive_interval": KEEPALIVE_S,
             "request_pty": False,
         }
         # Set in the inventory: wins over ~/.ssh/config. Unset: asyncssh takes the config's.
-        if host.port:
-            kwargs["port"] = host.port
-        if host.user:
-            kwargs["username"] = host.user
-        if host.identity_file:
-            kwargs["client_keys"] = [os.path.expanduser(host.identity_file)]
+        if target.port:
+            kwargs["port"] = target.port
+        if target.user:
+            kwargs["username"] = target.user
+        if target.identity_file:
+            kwargs["client_keys"] = [os.path.expanduser(target.identity_file)]
         try:
             options = await asyncssh.SSHClientConnectionOptions.construct(
-                None, config=(), host=host.address or "", **kwargs)  # config=(): ~/.ssh/config, as connect() does
+                None, config=(), host=target.address, **kwargs)  # config=(): ~/.ssh/config, as connect() does
             if not options.config.get("Ciphers"):
                 # asyncssh's default puts chacha20-poly1305 first, which costs it about twice the
                 # CPU of AES-GCM (AES-NI): a 2 GB deploy took 14.5 s instead of 10.1 s.
@@ -242,9 +245,8 @@ class SSHTransport:
                 options = await asyncssh.SSHClientConnectionOptions.construct(
                     options, encryption_algs=gcm + [alg for alg in default if alg not in gcm])
         except (OSError, asyncssh.KeyImportError, ValueError) as exc:
-            raise HostError(f"{self.host.name}: bad SSH settings: {exc}") from None
-        self._target = (options.host, options.port)
-        self._username = options.username
+            raise HostError(f"{target.name}: bad SSH settings: {exc}") from None
+        self._where = Endpoint(target.name, options.host, options.port, options.username, self.known_hosts)
         self._host_key_algs = self._preferred_host_key_algs(options)
         return options
 
@@ -252,7 +254,7 @@ class SSHTransport:
         try:
             parsed = _parsed_known_hosts(self.known_hosts)
         except OSError as exc:
-            raise HostKeyRefused(f"{self.label}: cannot read known_hosts {self.known_hosts}: {exc}") from None
+            raise connect_error("known_hosts_unreadable", self._where, detail=exc) from None
         keys, ca_keys, revoked = asyncssh.match_known_hosts(parsed, host, addr, port)[:3]
         return list(keys), list(ca_keys), list(revoked)
 
@@ -283,10 +285,10 @@ class SSHTransport:
     def _validate_unknown_key(self, host: str, port: int, key: asyncssh.SSHKey) -> bool:
         """Called by asyncssh for a key that no known_hosts entry trusts."""
         self._presented = key
-        if self._known_entries or not self.accept_new_host_keys:
+        if self._known_entries or not self.target.accept_new_host_keys:
             return False
         kind, blob = key.export_public_key("openssh").decode().split()[:2]
-        line = f"{_known_hosts_pattern(host, port)} {kind} {blob}\n"
+        line = f"{known_hosts_pattern(host, port)} {kind} {blob}\n"
         folder = os.path.dirname(self.known_hosts) or "."
         os.makedirs(folder, mode=0o700, exist_ok=True)
         fd = os.open(self.known_hosts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -294,56 +296,15 @@ class SSHTransport:
             os.write(fd, line.encode())  # one write with O_APPEND: parallel hosts never interleave
         finally:
             os.close(fd)
-        log.warning("ssh.host_key_recorded", host=self.host.name, entry=f"{_known_hosts_pattern(host, port)} {kind}",
+        log.warning("ssh.host_key_recorded", host=self.target.name, entry=f"{known_hosts_pattern(host, port)} {kind}",
                     fingerprint=key.get_fingerprint(), known_hosts=self.known_hosts)
         return True
-
-    def _connect_error(self, exc: BaseException) -> HostError:
-        label = self.label
-        host, port = self._target
-        if isinstance(exc, asyncssh.HostKeyNotVerifiable):
-            pattern = _known_hosts_pattern(host, port)
-            presented = "a key"
-            if self._presented is not None:
-                presented = f"{self._presented.get_algorithm()} {self._presented.get_fingerprint()}"
-            keyscan = _keyscan(host, port, self.known_hosts)
-            if self._known_entries:
-                return HostKeyRefused(
-                    f"{label}: HOST KEY CHANGED: the host presented {presented}, which is not the key recorded "
-                    f"for {pattern} in {self.known_hosts}; refusing to connect (the host may have been "
-                    f"reinstalled, or someone is in the middle). If the change is expected, remove the old entry "
-                    f"with `ssh-keygen -R {shlex.quote(pattern)} -f {shlex.quote(self.known_hosts)}` and add the "
-                    f"new one with `{keyscan}` (--accept-new-host-keys never replaces a changed key)")
-            return HostKeyRefused(
-                f"{label}: host key unknown: no entry for {pattern} in {self.known_hosts} (the host presented "
-                f"{presented}); refusing to connect. Check the fingerprint, then add it with `{keyscan}`, or rerun "
-                f"with --accept-new-host-keys to record the keys of hosts seen for the first time")
-        if isinstance(exc, asyncssh.PermissionDenied):
-            return HostError(f"{label}: authentication failed as {self._username or '?'}: {exc.reason} "
-                             f"(keys tried: ssh-agent, identity_file / ~/.ssh/config IdentityFile, ~/.ssh/id_*)")
-        if isinstance(exc, ConnectionRefusedError):
-            return HostError(f"{label}: connection refused")
-        if isinstance(exc, ConnectionResetError):
-            return HostError(f"{label}: connection reset")
-        if isinstance(exc, TimeoutError):
-            return HostError(f"{label}: no SSH connection within {self.connect_timeout:g}s "
-                             f"({self.attempts} attempts)")
-        if isinstance(exc, socket.gaierror):
-            return HostError(f"{label}: cannot resolve {host}: {exc.strerror}")
-        if isinstance(exc, asyncssh.DisconnectError):
-            return HostError(f"{label}: SSH connection failed: {exc.reason}")
-        if isinstance(exc, OSError):
-            return HostError(f"{label}: {exc.strerror or exc}")
-        return HostError(f"{label}: SSH connection failed: {type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ Transport
 
     async def spawn(self, argv: list[str]) -> _SSHStreams:
         conn = await self._connection()
-        sudo_user = None
-        if self.host.become and self._username != "root":
-            argv = ["sudo", "-n", "-H", "--", *argv]
-            sudo_user = self._username or "?"
+        argv, sudo_user = with_become(argv, self.target.become, self._where.user)
         command = shlex.join(argv)
         self.exec_requests += 1
         try:
