@@ -7,14 +7,12 @@ host keeps its own cache in the journal.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.agent.transfer import (
-    sha256_path as sha256_of,  # one hashing routine, both sides
-)
 from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.errors import UsageError
 
@@ -25,6 +23,22 @@ class FileEntry:
     size: int
     sha256: str
     mode: int
+
+
+def sha256_of(path: Path, limit: int | None = None) -> str:
+    """sha256 of the file (of its first `limit` bytes, if given): what the host's
+    sha256_file computes for the same bytes (the resume check compares the two)."""
+    h = hashlib.sha256()
+    remaining = limit
+    with open(path, "rb") as f:
+        while remaining is None or remaining > 0:
+            chunk = f.read(1 << 20 if remaining is None else min(1 << 20, remaining))
+            if not chunk:
+                break
+            h.update(chunk)
+            if remaining is not None:
+                remaining -= len(chunk)
+    return h.hexdigest()
 
 
 def cache_file() -> Path:

@@ -207,3 +207,19 @@ def step(result: Result, name: str, host_name: str = "local") -> dict[str, Any]:
     steps = {s["name"]: s for s in host(result, host_name)["steps"]}
     assert name in steps, result
     return steps[name]
+
+
+def host_agent(*extensions: str) -> Any:
+    """The host agent as it runs on a host, as a module: the bytes the control side sends at
+    start (the shared constants, then the core) and those of the named extensions (see
+    client.AGENT_EXTENSIONS), executed into one namespace as op_load does (without serving)."""
+    import types
+
+    from patchkit.agent.client import AGENT_EXTENSIONS, agent_file, agent_source
+
+    agent = types.ModuleType("patchkit_host_under_test")
+    exec(compile(agent_source(), "core.py", "exec"), agent.__dict__)
+    for extension in extensions:
+        for pkg, name in AGENT_EXTENSIONS[extension]:
+            exec(compile(agent_file(pkg, name), name, "exec"), agent.__dict__)
+    return agent

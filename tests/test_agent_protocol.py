@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 from patchkit.agent import AgentClient
-from patchkit.agent.client import AGENT_EXTENSIONS, SKIP_LIMIT, START_MARK, agent_source
+from patchkit.agent.client import SKIP_LIMIT, START_MARK, agent_source
 from patchkit.errors import HostError
 from patchkit.journal import Journal
 from patchkit.results import RunRecord
@@ -55,19 +55,19 @@ def test_pipelined_requests_get_their_own_answers_in_any_await_order(tmp_path: P
 
 
 def test_a_patch_run_sends_only_the_agent_core_and_a_deploy_op_brings_its_files(tmp_path: Path) -> None:
-    async def work(agent: AgentClient) -> tuple[int, int, dict, int]:
+    async def work(agent: AgentClient) -> tuple[set[str], set[str], dict, set[str]]:
         await agent.call("read", path=str(tmp_path / "missing.py"))
-        before = len(agent._extensions)
+        before = set(agent._extensions)
         manifest = await agent.call("manifest", dest=str(tmp_path / "dest"), cache_file=str(tmp_path / "c.json"))
-        after_deploy = len(agent._extensions)
+        after_deploy = set(agent._extensions)
         await agent.call("log_tail", path=str(tmp_path / "no.log"))
-        return before, after_deploy, manifest, len(agent._extensions)
+        await agent.call("manifest", dest=str(tmp_path / "dest"), cache_file=str(tmp_path / "c.json"))
+        return before, after_deploy, manifest, set(agent._extensions)
 
     before, after_deploy, manifest, after_launch = with_agent(work)
-    names = [name for _, name in AGENT_EXTENSIONS]
-    assert before == 0
-    assert after_deploy == names.index("transfer.py") + 1  # the checkpoint reader goes along: transfer uses it
-    assert after_launch == len(names)
+    assert before == set()
+    assert after_deploy == {"transfer"}  # only the file that declares the op: extensions stand alone
+    assert after_launch == {"transfer", "processes"}  # each sent once
     assert isinstance(manifest, dict)
     assert b"def op_manifest" not in agent_source() and b"def op_read" in agent_source()
 
@@ -187,12 +187,6 @@ def with_fake(script: bytes, work: Callable[[AgentClient], Awaitable[Any]], stde
         return outcome, client.warnings
 
     return asyncio.run(main())
-
-
-def test_client_and_agent_agree_on_the_start_mark() -> None:
-    from patchkit.agent import hostagent
-
-    assert hostagent.START_MARK == START_MARK
 
 
 def test_output_before_the_start_mark_is_skipped_and_reported_even_if_it_looks_like_a_reply() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import PATCHKIT, Result, make_venv
+from tests.helpers import PATCHKIT, Result, host_agent, make_venv
 
 ORIGINAL = 'SUPPORTED = ["llama", "qwen"]\n'
 SLOW_CONFIG = ORIGINAL + '''
@@ -418,14 +418,8 @@ def test_a_utf8_bom_survives_a_patch(tmp_path: Path) -> None:
 
 
 def load_host_agent():
-    """The host agent's file as a module (stdlib only: it runs here as on a host)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "patchkit" / "agent" / "hostagent.py"
-    spec = importlib.util.spec_from_file_location("hostagent_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The host agent's core as a module (stdlib only: it runs here as on a host)."""
+    return host_agent()
 
 
 def test_a_module_owned_by_someone_else_is_not_taken_over(tmp_path: Path, monkeypatch) -> None:

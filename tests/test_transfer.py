@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 
-from patchkit.agent import transfer
 from patchkit.agent.client import AgentClient
 from patchkit.errors import HostError
 from patchkit.transport import LocalTransport
 from patchkit.transport.openssh import _OpenSSHStreams
+from tests.helpers import host_agent
+
+transfer = host_agent("transfer")  # the deploy extension in the agent's namespace, as on a host
 
 
 def receive(tmp_path: Path, data: bytes, expected: str) -> dict:
@@ -30,7 +32,7 @@ def receive(tmp_path: Path, data: bytes, expected: str) -> dict:
 
 def test_bytes_that_arrive_damaged_are_discarded(tmp_path: Path) -> None:
     good = b"weights" * 1000
-    with pytest.raises(transfer.TransferRefused, match="arrived with sha256"):
+    with pytest.raises(transfer.Refused, match="arrived with sha256"):
         receive(tmp_path, good[:-1] + b"X", hashlib.sha256(good).hexdigest())
     assert not (tmp_path / "dest" / "w.bin").exists()
     assert not (tmp_path / "dest" / ".w.bin.patchkit-part").exists()
@@ -43,7 +45,7 @@ def test_intact_bytes_land_under_the_final_name(tmp_path: Path) -> None:
 
 
 def test_a_path_that_leaves_dest_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(transfer.TransferRefused, match="leaves the destination"):
+    with pytest.raises(transfer.Refused, match="leaves the destination"):
         transfer.op_receive_file(io.BytesIO(b""), str(tmp_path / "dest"), "../escape", 0, 0, "x", 0o644,
                                  str(tmp_path / "b"), str(tmp_path / "c.json"))
 
@@ -126,7 +128,7 @@ def test_a_write_back_in_flight_when_the_stream_breaks_finishes_on_its_own_file(
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
-    with pytest.raises(transfer.TransferRefused, match="stream ended after"):
+    with pytest.raises(transfer.Refused, match="stream ended after"):
         transfer.op_receive_file(io.BytesIO(data), str(tmp_path / "dest"), "w.bin", 0, len(data) + 1,
                                  "0" * 64, 0o644, str(tmp_path / "b"), str(tmp_path / "c.json"))
     part = tmp_path / "dest" / ".w.bin.patchkit-part"
@@ -155,7 +157,7 @@ def test_the_hash_covers_every_chunk_in_order_also_on_resume(tmp_path: Path, mon
     assert (tmp_path / "dest" / "w.bin").read_bytes() == data and not part.exists()
     # two chunks swapped: every byte arrives, in the wrong order, and is refused
     swapped = data[4096:8192] + data[:4096] + data[8192:]
-    with pytest.raises(transfer.TransferRefused, match="arrived with sha256"):
+    with pytest.raises(transfer.Refused, match="arrived with sha256"):
         receive(tmp_path, swapped, hashlib.sha256(data).hexdigest())
     assert not hasher_threads()
 
@@ -163,7 +165,7 @@ def test_the_hash_covers_every_chunk_in_order_also_on_resume(tmp_path: Path, mon
 def test_the_hasher_thread_ends_when_the_stream_breaks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transfer, "CHUNK", 4096)
     data = os.urandom(50 * 4096)
-    with pytest.raises(transfer.TransferRefused, match="stream ended after"):
+    with pytest.raises(transfer.Refused, match="stream ended after"):
         transfer.op_receive_file(io.BytesIO(data), str(tmp_path / "dest"), "w.bin", 0, len(data) + 1,
                                  "0" * 64, 0o644, str(tmp_path / "b"), str(tmp_path / "c.json"))
     assert not hasher_threads()
@@ -318,7 +320,7 @@ def test_from_a_pipe_the_bytes_are_spliced_and_the_next_request_is_read_intact(
 def test_spliced_bytes_that_do_not_hash_right_are_discarded(tmp_path: Path, spliced: list[int]) -> None:
     data = os.urandom(3 << 20)
     damaged = data[:-1] + bytes([data[-1] ^ 1])
-    with pytest.raises(transfer.TransferRefused, match="arrived with sha256"):
+    with pytest.raises(transfer.Refused, match="arrived with sha256"):
         transfer.op_receive_file(piped_stdin(damaged), str(tmp_path / "dest"), "w.bin", 0, len(data),
                                  hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
                                  str(tmp_path / "c.json"))
@@ -331,7 +333,7 @@ def test_a_spliced_transfer_cut_off_keeps_its_part_and_resumes(tmp_path: Path, m
     monkeypatch.setattr(transfer, "SPLICE_HASH_STEP", 3 << 20)  # on resume: one hasher request mid-way, one tail
     data = os.urandom((6 << 20) + 99)
     cut = (2 << 20) + 7
-    with pytest.raises(transfer.TransferRefused, match=f"stream ended after {cut} of {len(data)}"):
+    with pytest.raises(transfer.Refused, match=f"stream ended after {cut} of {len(data)}"):
         transfer.op_receive_file(piped_stdin(data[:cut]), str(tmp_path / "dest"), "w.bin", 0, len(data),
                                  hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
                                  str(tmp_path / "c.json"))
@@ -372,7 +374,7 @@ def test_where_files_cannot_be_mapped_the_spliced_bytes_are_read_back_for_the_ha
                                     str(tmp_path / "c.json"))
     assert done["sha256"] == hashlib.sha256(data).hexdigest() and spliced
     damaged = data[:-1] + bytes([data[-1] ^ 1])
-    with pytest.raises(transfer.TransferRefused, match="arrived with sha256"):
+    with pytest.raises(transfer.Refused, match="arrived with sha256"):
         transfer.op_receive_file(piped_stdin(damaged), str(tmp_path / "dest"), "x.bin", 0, len(data),
                                  hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
                                  str(tmp_path / "c.json"))

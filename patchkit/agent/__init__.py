@@ -1,4 +1,4 @@
-"""The host agent (hostagent.py, runs on the target) and its control-side client."""
+"""The host agent: its control-side client (client.py) and the files it runs on hosts (host/)."""
 
 from patchkit.agent.client import AgentClient, AgentRefused, agent_argv
 

@@ -1,7 +1,13 @@
-"""Control side of the host agent: start it through a transport, send requests."""
+"""Control side of the host agent: start it through a transport, send requests.
+
+The host side is the folder host/ beside this file, read here as text and never imported:
+its core is sent at every start, each extension with the first op it declares (see
+AGENT_EXTENSIONS and host_ops).
+"""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import functools
 import itertools
@@ -37,18 +43,30 @@ BOOTSTRAP = (
 # as is whatever stdout still holds when the agent is gone (a shell's EXIT trap,
 # ~/.bash_logout) and everything on stderr. After the mark, a line that is not a reply is an
 # error naming the host. The mark costs no round trip: it goes out with the first reply.
-START_MARK = b"patchkit-agent-start "  # hostagent.START_MARK (not imported: ~1.5 ms of start-up; a test compares)
+START_MARK = b"patchkit-agent-start "  # sent to the host with the core (SENT_CONSTANTS): one definition
 SKIP_LIMIT = 1 << 20  # bytes of other output before the mark beyond which the start fails
 SHOWN_LINES = 3  # of skipped output, in the warning
 SHOWN_CHARS = 160
 LEFTOVER_WAIT_S = 2.0
 
 
-# The agent's core, sent at start, and its optional files, sent (in this order: later ones
-# use what earlier ones define) the first time a run asks for an op one of them defines.
-AGENT_CORE = ("patchkit.agent", "hostagent.py")
-AGENT_EXTENSIONS = (("patchkit.checkpoint", "reader.py"), ("patchkit.agent", "transfer.py"),
-                    ("patchkit.agent", "processes.py"))
+# What the control side and the host must agree on. The host files never define these:
+# they are sent as assignments ahead of the core's source (see agent_source).
+START_MARK = b"patchkit-agent-start "  # + the nonce: the agent's first line (see FRAMING)
+PART_SUFFIX = ".patchkit-part"  # a deploy's file arrives in .NAME + this, then is renamed
+SENT_CONSTANTS = {"START_MARK": START_MARK, "PART_SUFFIX": PART_SUFFIX}
+
+# The agent's core, sent at start, and its extensions: each one's files are sent (in this
+# order, one op_load each) the first time a run asks for an op one of them declares. The
+# checkpoint reader is a library the control side runs too (local validation): its one copy
+# lives in patchkit/checkpoint/ and goes ahead of the host file that calls it.
+HOST = "patchkit.agent.host"
+AGENT_CORE = (HOST, "core.py")
+AGENT_EXTENSIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "checkpoint": (("patchkit.checkpoint", "reader.py"), (HOST, "checkpoint.py")),
+    "transfer": ((HOST, "transfer.py"),),
+    "processes": ((HOST, "processes.py"),),
+}
 
 
 @functools.cache
@@ -59,17 +77,34 @@ def agent_file(pkg: str, name: str) -> bytes:
     return data
 
 
+@functools.cache
 def agent_source() -> bytes:
-    return agent_file(*AGENT_CORE)
+    """What the agent runs at start: the shared constants, then the core."""
+    constants = "".join(f"{name} = {value!r}\n" for name, value in SENT_CONSTANTS.items())
+    return constants.encode() + agent_file(*AGENT_CORE)
+
+
+def declared_ops(source: bytes) -> list[str]:
+    """The ops a host file declares: its top-level functions op_<name> decorated @op or @op(...)."""
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and any(
+                isinstance(d, ast.Name) and d.id == "op" or isinstance(d, ast.Call) and
+                isinstance(d.func, ast.Name) and d.func.id == "op" for d in node.decorator_list):
+            found.append(node.name.removeprefix("op_"))
+    return found
 
 
 @functools.cache
-def extension_of_op() -> dict[str, int]:
-    """op name -> index in AGENT_EXTENSIONS of the file that defines op_<name>."""
-    found: dict[str, int] = {}
-    for index, (pkg, name) in enumerate(AGENT_EXTENSIONS):
-        for op in re.findall(rb"(?m)^def op_(\w+)\(", agent_file(pkg, name)):
-            found[op.decode()] = index
+def host_ops() -> dict[str, str | None]:
+    """op name -> the extension that declares it (None: the core's), read from the host files."""
+    found: dict[str, str | None] = {op: None for op in declared_ops(agent_file(*AGENT_CORE))}
+    for extension, files in AGENT_EXTENSIONS.items():
+        for pkg, name in files:
+            for op in declared_ops(agent_file(pkg, name)):
+                if op in found:
+                    raise RuntimeError(f"op {op!r} is declared twice in the host files ({name})")
+                found[op] = extension
     return found
 
 
@@ -131,7 +166,7 @@ class AgentClient:
         self._read_lock = asyncio.Lock()
         self._replies: dict[Any, dict[str, Any]] = {}
         self._hello: Pending | None = None
-        self._extensions: list[Pending] = []  # op_load requests sent so far, in AGENT_EXTENSIONS order
+        self._extensions: dict[str, list[Pending]] = {}  # extension -> the op_load requests of its files
         self.info: dict[str, Any] = {}
         self.bytes_sent = 0
         self.on_bytes: Callable[[int], None] | None = None  # progress: total bytes streamed so far
@@ -187,14 +222,15 @@ class AgentClient:
     async def _send(self, op: str, args: dict[str, Any], payload: tuple[Path, int, int] | None,
                     preamble: bytes = b"") -> "Pending":
         async with self._write_lock:
-            needed = extension_of_op().get(op, -1)
-            while len(self._extensions) <= needed:  # the files this op needs go first, same write
-                pkg, name = AGENT_EXTENSIONS[len(self._extensions)]
-                load_id = next(self._ids)
-                load = {"id": load_id, "op": "load", "args": {"name": name, "source": agent_file(pkg, name).decode()}}
-                preamble += json.dumps(load).encode() + b"\n"
-                self._extensions.append(Pending(self, load_id, f"load {name}"))
-                self._unread.add(load_id)
+            extension = host_ops().get(op)
+            if extension is not None and extension not in self._extensions:  # its files go first, same write
+                loads = self._extensions[extension] = []
+                for pkg, name in AGENT_EXTENSIONS[extension]:
+                    load_id = next(self._ids)
+                    load = {"id": load_id, "op": "load", "args": {"name": name, "source": agent_file(pkg, name).decode()}}
+                    preamble += json.dumps(load).encode() + b"\n"
+                    loads.append(Pending(self, load_id, f"load {name}"))
+                    self._unread.add(load_id)
             request_id = next(self._ids)
             self._unread.add(request_id)
             request = {"id": request_id, "op": op, "args": args}
@@ -205,7 +241,7 @@ class AgentClient:
                     await self._stream(*payload)
             except (ConnectionError, BrokenPipeError, OSError) as exc:
                 raise HostError(f"{self._host}: connection lost during {op}: {exc}") from None
-        return Pending(self, request_id, op, self._extensions[:needed + 1])
+        return Pending(self, request_id, op, self._extensions.get(extension or "", []))
 
     async def _reply(self, request_id: int, op: str, timeout: float | None) -> Any:
         async with self._read_lock:  # replies arrive in request order; keep the ones read early

@@ -3,7 +3,8 @@
     view = read_checkpoint(path)                 # runs anywhere, Python >= 3.8, stdlib only
     problems = validate("eagle3-drafter", view, target={"hidden_size": 4096, ...})
 
-``reader_source()`` is the text of ``reader.py``, for sending to a host agent.
+``reader_source()`` is the text of ``reader.py``. The host agent ships this same file
+(ahead of agent/host/checkpoint.py, see agent/client.py): one copy, both sides.
 """
 
 from __future__ import annotations

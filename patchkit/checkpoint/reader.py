@@ -1,7 +1,7 @@
 """Read a checkpoint folder's config and safetensors headers, without torch or numpy.
 
-This file is shipped as source to remote hosts and run there by the host agent, so it
-must stay: stdlib only, compatible with Python 3.8, free of imports from patchkit, and
+This file is shipped as source to remote hosts and run there by the host agent (ahead of
+agent/host/checkpoint.py, in the agent's namespace), so it must stay: stdlib only, compatible with Python 3.8, free of imports from patchkit, and
 free of ``from __future__`` imports (the source may be embedded in another module).
 
 One public function, :func:`read_checkpoint`. It never raises for bad input: every

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from patchkit.agent import AgentClient
-from patchkit.agent.client import Pending
-from patchkit.agent.transfer import PART_SUFFIX
+from patchkit.agent.client import PART_SUFFIX, Pending
 from patchkit.checkpoint import VALIDATORS
 from patchkit.errors import HostError, UsageError
 from patchkit.manifest import FileEntry, sha256_of, source_manifest

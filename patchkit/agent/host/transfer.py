@@ -1,9 +1,10 @@
-"""Host-side file sync for the deploy step (stdlib only, Python >= 3.8).
+"""Host-side file sync for the deploy step: an extension of the host agent (core.py).
 
-Shipped inside the agent bundle (see client.agent_source): functions here become ops
-of the host agent. Data arrives on the agent's own stdin, right after the request
-line, so a deploy needs no second connection, no SFTP subsystem, and honours
-`become` exactly like every other op.
+Sent with the first transfer op of a run and run in the core's namespace: `op`, `Refused`,
+`expand`, `sha256_file`, `atomic_write` and CHUNK are the core's; PART_SUFFIX is sent by the
+control side (client.SENT_CONSTANTS). Data arrives on the agent's own stdin, right after the
+request line, so a deploy needs no second connection, no SFTP subsystem, and honours
+`become` exactly like every other op. Stdlib only, Python >= 3.8.
 """
 
 import errno
@@ -12,43 +13,21 @@ import json
 import mmap
 import os
 import queue
-import shutil
 import stat
-import tempfile
 import threading
 
-PART_SUFFIX = ".patchkit-part"
-CHUNK = 1 << 20
 FLUSH_EVERY = 64 << 20
 HASH_QUEUE = 4  # chunks waiting for the hasher thread
 PIPE_SIZE = 1 << 20
 SPLICE_HASH_STEP = 8 << 20  # spliced bytes hashed per hasher request
 
 
-class TransferRefused(Exception):
-    """Reported to the control side as a refusal with this message."""
-
-
-def sha256_path(path, limit=None):
-    h = hashlib.sha256()
-    remaining = limit
-    with open(path, "rb") as f:
-        while remaining is None or remaining > 0:
-            chunk = f.read(CHUNK if remaining is None else min(CHUNK, remaining))
-            if not chunk:
-                break
-            h.update(chunk)
-            if remaining is not None:
-                remaining -= len(chunk)
-    return h.hexdigest()
-
-
 def _inside(root, rel):
     """dest/rel, refusing anything that would leave dest (.., absolute paths)."""
-    root = os.path.abspath(os.path.expanduser(root))
+    root = expand(root)
     path = os.path.abspath(os.path.join(root, rel))
     if path != root and not path.startswith(root + os.sep):
-        raise TransferRefused("%s leaves the destination %s" % (rel, root))
+        raise Refused("%s leaves the destination %s" % (rel, root))
     return path
 
 
@@ -66,29 +45,26 @@ def _load_cache(cache_file):
 
 
 def _save_cache(cache_file, cache):
-    folder = os.path.dirname(cache_file)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".hashcache.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(cache, f)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, cache_file)
+    """A cache lost in a crash is recomputed: atomic, but not worth two fsyncs per file sent."""
+    os.makedirs(os.path.dirname(cache_file), mode=0o700, exist_ok=True)
+    atomic_write(cache_file, json.dumps(cache).encode(), mode=0o600, durable=False)
 
 
 def _cached_sha(cache, path, st, verify_all):
     entry = cache.get(path)
     if entry and not verify_all and entry[0] == st.st_size and entry[1] == st.st_mtime_ns:
         return entry[2]
-    digest = sha256_path(path)
+    digest = sha256_file(path)
     cache[path] = [st.st_size, st.st_mtime_ns, digest]
     return digest
 
 
+@op
 def op_manifest(dest, cache_file, verify_all=False):
     """What is at dest: per relative path size, sha256 and mode; unfinished parts too (by the
     relative path of the file they will become)."""
-    dest = os.path.abspath(os.path.expanduser(dest))
-    cache_file = os.path.abspath(os.path.expanduser(cache_file))
+    dest = expand(dest)
+    cache_file = expand(cache_file)
     # A single-file deploy's part file sits next to dest, not inside it.
     single_part = _part_path(dest)
     parts = {}
@@ -122,6 +98,7 @@ def op_manifest(dest, cache_file, verify_all=False):
     return {"exists": True, "is_dir": os.path.isdir(dest), "files": files, "parts": parts, "dest": dest}
 
 
+@op
 def op_part_info(dest, rel, prefix_len=None):
     """Size of an interrupted transfer's part file, and the sha256 of its first prefix_len bytes."""
     part = _part_path(_inside(dest, rel))
@@ -129,7 +106,7 @@ def op_part_info(dest, rel, prefix_len=None):
         return {"size": 0, "sha256": None}
     size = os.path.getsize(part)
     n = size if prefix_len is None else min(size, prefix_len)
-    return {"size": n, "sha256": sha256_path(part, n)}
+    return {"size": n, "sha256": sha256_file(part, n)}
 
 
 class _Hasher:
@@ -192,7 +169,7 @@ def _hash_region(digest, fd, offset, length):
         while length > 0:
             block = os.pread(fd, min(CHUNK, length), offset)
             if not block:
-                raise TransferRefused("the part file shrank while it was hashed")
+                raise Refused("the part file shrank while it was hashed")
             digest.update(block)
             offset += len(block)
             length -= len(block)
@@ -340,6 +317,7 @@ class _Flusher:
             raise self._error
 
 
+@op(mutating=True, streaming=True)
 def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, backup_path, cache_file):
     """Read `length` bytes from stdin into dest/rel's part file from `offset`, verify the
     whole file's hash, back up what it replaces, then rename it into place. Whatever fails,
@@ -375,7 +353,7 @@ def _open_folder(root, parts, created_dirs):
                 inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise TransferRefused("%s is a symlink or not a folder; refusing to write through it" % path)
+                    raise Refused("%s is a symlink or not a folder; refusing to write through it" % path)
                 raise
             os.close(fd)
             fd = inner
@@ -393,14 +371,14 @@ def _regular_or_absent(folder_fd, name, path):
         return None
     if not stat.S_ISREG(st.st_mode):
         kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-        raise TransferRefused("%s is %s; refusing to replace it (a deploy writes regular files only)" % (path, kind))
+        raise Refused("%s is %s; refusing to replace it (a deploy writes regular files only)" % (path, kind))
     return st
 
 
 def _receive_file(payload, dest, rel, offset, expected_sha256, mode, backup_path, cache_file):
     length = payload.left
     final = _inside(dest, rel)
-    root = os.path.abspath(os.path.expanduser(dest))
+    root = expand(dest)
     parts = os.path.relpath(final, root).split(os.sep)
     name = parts.pop()
     created_dirs = []  # deepest first: what undoing this file removes again, if empty
@@ -418,13 +396,13 @@ def _receive_file(payload, dest, rel, offset, expected_sha256, mode, backup_path
             raise
         if got != expected_sha256:
             _unlink_quietly(part_name, folder_fd)
-            raise TransferRefused("%s arrived with sha256 %s, expected %s; discarded" % (rel, got[:12], expected_sha256[:12]))
+            raise Refused("%s arrived with sha256 %s, expected %s; discarded" % (rel, got[:12], expected_sha256[:12]))
         before, mode_before, backup_path = _put_in_place(folder_fd, part_name, name, final, mode, backup_path)
         os.fsync(folder_fd)
         st = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
     finally:
         os.close(folder_fd)
-    cache_file = os.path.abspath(os.path.expanduser(cache_file))
+    cache_file = expand(cache_file)
     cache = _load_cache(cache_file)
     cache[final] = [st.st_size, st.st_mtime_ns, got]
     _save_cache(cache_file, cache)
@@ -459,7 +437,7 @@ def _fill_part(payload, folder_fd, part_name, resuming, offset, length, rel):
             arrived = _receive(payload, f, offset, flusher, hasher)
             f.flush()
             if arrived < length:
-                raise TransferRefused("%s: stream ended after %d of %d bytes" % (rel, arrived, length))
+                raise Refused("%s: stream ended after %d of %d bytes" % (rel, arrived, length))
         finally:
             hasher.stop()
             flusher.wait()
@@ -518,25 +496,23 @@ def _chmod_no_follow():
     return os.chmod in os.supports_follow_symlinks
 
 
+@op(mutating=True)
 def op_remove_file(path, expected_sha256, force=False, remove_dirs=()):
     """Remove a file a deploy created, only if it is still what the deploy wrote; then the
     folders the deploy created for it (`remove_dirs`, deepest first), those left empty."""
-    path = os.path.abspath(os.path.expanduser(path))
+    path = expand(path)
     removed = False
     if os.path.isfile(path):
-        current = sha256_path(path)
+        current = sha256_file(path)
         if current != expected_sha256 and not force:
-            raise TransferRefused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to remove "
+            raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to remove "
                                   "(--force removes anyway)" % (path, current[:12], expected_sha256[:12]))
         os.unlink(path)
         removed = True
     for folder in remove_dirs or ():
         try:
-            os.rmdir(os.path.abspath(os.path.expanduser(folder)))
+            os.rmdir(expand(folder))
         except OSError:
             pass  # not empty (someone else's files, or a file we could not remove) or gone already
     return {"removed": removed, "already": not removed}
 
-
-def op_read_checkpoint(path):
-    return read_checkpoint(os.path.abspath(os.path.expanduser(path)))  # noqa: F821 - from the bundled reader

@@ -1,15 +1,15 @@
-"""The host side of patchkit: a stdlib-only program run by the *target* interpreter.
+"""The host agent's core: stdlib only, Python >= 3.8, run by the *target* interpreter.
 
-Sent alone at start; checkpoint/reader.py, agent/transfer.py and agent/processes.py
-follow through `op_load` when a run first needs one of their ops (see client.py).
+Sent at every start (client.BOOTSTRAP); the extensions beside it follow through op_load
+with a run's first op they declare, and run in this namespace: they use its helpers and
+raise its one refusal, Refused. An op is a function op_<name> declared with @op; the control
+side reads the same declarations with ast (client.host_ops). START_MARK and PART_SUFFIX
+are sent by the control side ahead of this source (client.SENT_CONSTANTS).
 
-It is sent over the transport's one process (local subprocess or one SSH exec) and
-then answers JSON requests, one per line, until stdin closes. Its first line on stdout is
-the start mark `patchkit-agent-start NONCE` (the nonce is its one argument, fresh for each
-start): whatever a login shell, a wrapper or a .pth printed before it is not the agent's,
-and the control side skips it. Everything that reads
-or changes the host happens here; everything that decides what to change happens on
-the control machine. Keep it stdlib-only and compatible with Python >= 3.8.
+It answers JSON requests, one per line, until stdin closes; its first line on stdout is
+START_MARK + the nonce it was given (what a login shell printed before it is skipped).
+Everything that reads or changes the host happens here; everything that decides what to
+change happens on the control machine.
 """
 
 # Only what every run needs is imported here: the agent's start is paid once per host per
@@ -29,18 +29,46 @@ TAIL_LINES = 25
 
 
 class Refused(Exception):
-    """A request that cannot be done, with a reason for the user."""
+    """A request that cannot be done, with a reason for the user (the only refusal: the
+    extensions raise it too; the control side sees it as AgentRefused)."""
+
+
+HANDLERS = {}  # op name -> function: the @op functions of the core and of the extensions loaded
+MUTATING_OPS = set()  # refused once a journal write failed (refuse_if_journal_broken)
+STREAMING_OPS = set()  # called with stdin first: their payload follows the request line
+
+
+def op(fn=None, mutating=False, streaming=False):
+    """@op or @op(mutating=True, streaming=True) on op_<name>: declares the op <name>."""
+    def register(fn):
+        name = fn.__name__[3:]
+        HANDLERS[name] = fn
+        if mutating:
+            MUTATING_OPS.add(name)
+        if streaming:
+            STREAMING_OPS.add(name)
+        return fn
+    return register if fn is None else register(fn)
+
+
+CHUNK = 1 << 20
 
 
 def sha256_bytes(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path):
+def sha256_file(path, limit=None):  # of its first `limit` bytes, if given
     h = hashlib.sha256()
+    remaining = limit
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
+        while remaining is None or remaining > 0:
+            chunk = f.read(CHUNK if remaining is None else min(CHUNK, remaining))
+            if not chunk:
+                break
             h.update(chunk)
+            if remaining is not None:
+                remaining -= len(chunk)
     return h.hexdigest()
 
 
@@ -104,12 +132,14 @@ def create_temp(folder, prefix, suffix):
     raise FileExistsError("no free temporary name in %s" % folder)
 
 
-def atomic_write(path, data, mode=None, uid=None, gid=None):
-    """Temp file in the same folder, mode/owner kept, fsync, rename, fsync folder."""
-    atomic_fill(path, lambda f: f.write(data), mode, uid, gid)
+def atomic_write(path, data, mode=None, uid=None, gid=None, durable=True):
+    """Temp file in the same folder, mode/owner kept, fsync, rename, fsync folder: the one
+    way the agent replaces a file. durable=False skips both fsyncs, for what may be lost in
+    a crash without harm (a hash cache: lost, it is recomputed)."""
+    atomic_fill(path, lambda f: f.write(data), mode, uid, gid, durable)
 
 
-def atomic_fill(path, fill, mode=None, uid=None, gid=None):
+def atomic_fill(path, fill, mode=None, uid=None, gid=None, durable=True):
     """atomic_write with the content written by fill(file); if fill raises, nothing changes."""
     folder = os.path.dirname(path)
     fd, tmp = create_temp(folder, "." + os.path.basename(path) + ".", ".patchkit-tmp")
@@ -124,13 +154,15 @@ def atomic_fill(path, fill, mode=None, uid=None, gid=None):
                     os.fchown(f.fileno(), uid, gid)
                 except PermissionError:
                     pass  # not root: the file stays ours, as it was before when we could write it
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    fsync_dir(folder)
+    if durable:
+        fsync_dir(folder)
 
 
 def drop_bytecode(path):
@@ -264,6 +296,7 @@ def module_file(root, package, module):
     return None
 
 
+@op
 def op_locate(package, modules, read_first=False):
     """Where the package and its modules are; with read_first, also the content of the first
     module file that exists (what a patch reads next: one round trip less)."""
@@ -283,6 +316,7 @@ def op_locate(package, modules, read_first=False):
 
 # ---------------------------------------------------------------- files
 
+@op
 def op_read(path):
     path = expand(path)
     if not os.path.isfile(path):
@@ -297,6 +331,7 @@ def op_read(path):
     return out
 
 
+@op
 def op_hash(paths):
     out = {}
     for path in paths:
@@ -305,6 +340,7 @@ def op_hash(paths):
     return out
 
 
+@op(mutating=True)
 def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, import_timeout_s):
     """Backup, atomic write, read-back, syntax check, import check; restore on any failure.
 
@@ -374,6 +410,7 @@ def verify_file(path, data, verify_imports, import_timeout_s, checks):
     return "import check failed: %s" % last
 
 
+@op
 def op_verify(path, expected_sha256, verify_imports, import_timeout_s):
     """Re-run the checks of a change whose verification was cut off (the file must still be
     what that run wrote); nothing is written."""
@@ -489,6 +526,7 @@ def settle_bytecode(path, st_before):
         os.utime(path, ns=(st.st_atime_ns, later))
 
 
+@op(mutating=True)
 def op_restore(path, backup_path, expected_current, original_sha256, force, mode=None):
     """Put a backup back, only if the file is still what we wrote (unless forced).
 
@@ -515,7 +553,7 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, mode
     def copy_checked(f):
         digest = hashlib.sha256()
         with open(backup_path, "rb") as src:
-            for chunk in iter(lambda: src.read(1 << 20), b""):
+            for chunk in iter(lambda: src.read(CHUNK), b""):
                 digest.update(chunk)
                 f.write(chunk)
         if digest.hexdigest() != original_sha256:
@@ -534,6 +572,7 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, mode
 
 # ---------------------------------------------------------------- checks
 
+@op
 def op_check(code, timeout_s):
     return run_python(["-c", code], timeout_s)
 
@@ -543,6 +582,7 @@ def op_check(code, timeout_s):
 LOCK = {}
 
 
+@op
 def op_lock(state_dir, timeout_s, owner):
     state_dir = expand(state_dir)
     ensure_private_dir(state_dir)
@@ -589,7 +629,6 @@ def open_private_file(path):
 # Set when a journal write of this run fails: from then on the agent refuses every request
 # that would change the host, so no change ever happens without the record that names it.
 JOURNAL_BROKEN = {}
-MUTATING_OPS = {"apply", "restore", "receive_file", "remove_file", "launch_start", "launch_stop", "journal_prune"}
 
 
 def refuse_if_journal_broken(op):
@@ -602,6 +641,7 @@ def runs_dir(state_dir, recipe):
     return os.path.join(expand(state_dir), "runs", recipe)
 
 
+@op
 def op_journal_write(state_dir, recipe, run_id, record):
     folder = runs_dir(state_dir, recipe)
     path = os.path.join(folder, run_id + ".json")
@@ -616,6 +656,7 @@ def op_journal_write(state_dir, recipe, run_id, record):
     return {"path": path}
 
 
+@op
 def op_journal_list(state_dir, recipe=None):
     base = os.path.join(expand(state_dir), "runs")
     recipes = [recipe] if recipe else (sorted(os.listdir(base)) if os.path.isdir(base) else [])
@@ -634,6 +675,7 @@ def op_journal_list(state_dir, recipe=None):
     return out
 
 
+@op(mutating=True)
 def op_journal_prune(state_dir, recipe, drop_run_ids):
     """Delete the named runs' records and backups (the control side picks which)."""
     for run_id in drop_run_ids:
@@ -648,6 +690,7 @@ def op_journal_prune(state_dir, recipe, drop_run_ids):
     return {"dropped": len(drop_run_ids)}
 
 
+@op
 def op_hello():
     return {
         "python": sys.executable,
@@ -659,19 +702,13 @@ def op_hello():
     }
 
 
+@op
 def op_load(name, source):
-    """Add one of the agent's optional files (transfer, processes, ...): sent only to runs
-    that use its ops, so a patch run does not pay for compiling them."""
+    """Add one of the agent's extensions (transfer, processes, ...) to this namespace, its
+    @op functions to the registry: sent only to runs that use its ops, so a patch run does
+    not pay for compiling them."""
     exec(compile(source, name, "exec"), globals())
     return {"loaded": name}
-
-
-# Every function named op_<name> is the op <name>, including those of files added by op_load.
-STREAMING_OPS = {"receive_file"}  # these read their data from stdin, after the request line
-
-
-def refusals():
-    return tuple(c for c in (Refused, globals().get("TransferRefused")) if c is not None)
 
 
 def skip_payload(stdin, op, args):
@@ -684,9 +721,6 @@ def skip_payload(stdin, op, args):
         left -= len(chunk)
 
 
-START_MARK = b"patchkit-agent-start "
-
-
 def serve(stdin, stdout, nonce=None):
     # Ctrl-C on the control side must not cut a request in half: finish it, then
     # leave when stdin closes.
@@ -697,7 +731,7 @@ def serve(stdin, stdout, nonce=None):
         request = json.loads(line)
         try:
             op = request["op"]
-            handler = globals().get("op_" + op)
+            handler = HANDLERS.get(op)
             if handler is None:
                 raise KeyError("no op %r in this agent" % op)
             if op in MUTATING_OPS and "reason" in JOURNAL_BROKEN:
@@ -708,7 +742,7 @@ def serve(stdin, stdout, nonce=None):
             else:
                 result = handler(**request.get("args", {}))
             reply = {"id": request.get("id"), "ok": True, "result": result}
-        except refusals() as exc:
+        except Refused as exc:
             reply = {"id": request.get("id"), "ok": False, "error": str(exc), "kind": "refused"}
         except Exception as exc:  # reported to the control side, which decides
             reply = {"id": request.get("id"), "ok": False, "error": "%s: %s" % (type(exc).__name__, exc),

@@ -1,7 +1,9 @@
-"""Host-side server supervision for the launch step (stdlib only, Python >= 3.8).
+"""Host-side server supervision for the launch step: an extension of the host agent (core.py).
 
-Bundled into the host agent (see client.AGENT_BUNDLE). A server runs in its own
-session, detached from the agent and the SSH connection, its output appended to a
+Sent with the first launch or HTTP op of a run and run in the core's namespace (`op`,
+`Refused`, `expand`, `atomic_write` are the core's). Stdlib only, Python >= 3.8.
+
+A server runs in its own session, detached from the agent and the SSH connection, its output appended to a
 log file (0600). Its record (pid, start time, command hash, log) lives in the journal, and
 the start time read from /proc tells a live server from a recycled pid.
 
@@ -16,7 +18,7 @@ import time
 
 
 def _launch_dir(state_dir):
-    folder = os.path.join(os.path.abspath(os.path.expanduser(state_dir)), "launch")
+    folder = os.path.join(expand(state_dir), "launch")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     return folder
 
@@ -59,12 +61,8 @@ def _read_record(state_dir, name):
 
 
 def _write_record(state_dir, name, record):
-    path = _record_path(state_dir, name)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(record, f)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    """Durable before the op answers: rollback finds the server it started through it."""
+    atomic_write(_record_path(state_dir, name), json.dumps(record).encode(), mode=0o600)
 
 
 # Servers this agent started. Their Popen objects must outlive the request: a Popen that is
@@ -92,9 +90,10 @@ def _reap(pid, wait_s=0.0):
     return "killed by signal %d" % -proc.returncode
 
 
+@op(mutating=True)
 def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash, shown_argv, salt):
     _launch_dir(state_dir)  # 0700, before the default log's folder would be made with the umask's mode
-    log_path = os.path.abspath(os.path.expanduser(log_path))
+    log_path = expand(log_path)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     full_env = dict(os.environ)
     full_env.update(env or {})
@@ -111,7 +110,7 @@ def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash, sho
                                 start_new_session=True, close_fds=True)
     except OSError as exc:
         # exc names argv[0] unredacted (filename): its strerror does not
-        raise TransferRefused("cannot start %s: %s" % (shown_argv[0], exc.strerror or type(exc).__name__))  # noqa: F821 - bundled
+        raise Refused("cannot start %s: %s" % (shown_argv[0], exc.strerror or type(exc).__name__))
     finally:
         log.close()
     CHILDREN[proc.pid] = proc
@@ -122,6 +121,7 @@ def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash, sho
     return record
 
 
+@op
 def op_launch_inspect(state_dir, name, url=None, request_timeout=5.0):
     """Is the named server running, did it exit (and how), and does its health URL answer?"""
     record = _read_record(state_dir, name)
@@ -171,6 +171,7 @@ def _stop_orphans(pgid, timeout_s):
     return "what was left of its group survived SIGKILL"
 
 
+@op(mutating=True)
 def op_launch_stop(state_dir, name, timeout_s=30.0):
     """SIGTERM the server's process group, SIGKILL after timeout_s. Forgets the record."""
     record = _read_record(state_dir, name)
@@ -229,11 +230,13 @@ def _http(method, url, body, timeout):
         return {"status": None, "error": "%s: %s" % (type(exc).__name__, exc), "seconds": time.monotonic() - started}
 
 
+@op
 def op_http(method, url, body=None, timeout=30.0):
     """One HTTP request made from the host (so loopback-only servers work over SSH)."""
     return _http(method, url, body, timeout)
 
 
+@op
 def op_http_batch(requests, timeout=300.0):
     """Requests one after another, timed on the host: no control-side round trips in the numbers."""
     started = time.monotonic()
@@ -241,8 +244,9 @@ def op_http_batch(requests, timeout=300.0):
     return {"results": results, "seconds": time.monotonic() - started}
 
 
+@op
 def op_log_tail(path, lines=40):
-    path = os.path.abspath(os.path.expanduser(path))
+    path = expand(path)
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
