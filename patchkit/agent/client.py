@@ -43,7 +43,6 @@ BOOTSTRAP = (
 # as is whatever stdout still holds when the agent is gone (a shell's EXIT trap,
 # ~/.bash_logout) and everything on stderr. After the mark, a line that is not a reply is an
 # error naming the host. The mark costs no round trip: it goes out with the first reply.
-START_MARK = b"patchkit-agent-start "  # sent to the host with the core (SENT_CONSTANTS): one definition
 SKIP_LIMIT = 1 << 20  # bytes of other output before the mark beyond which the start fails
 SHOWN_LINES = 3  # of skipped output, in the warning
 SHOWN_CHARS = 160
