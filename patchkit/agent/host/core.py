@@ -726,6 +726,13 @@ def serve(stdin, stdout, nonce=None):
     # leave when stdin closes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if nonce:
+        # What the interpreter printed before us (a .pth, sitecustomize) may still sit in the text
+        # layer's buffer (a pipe is block-buffered): out with it first, so it lands before the mark.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
         stdout.write(START_MARK + nonce.encode() + b"\n")  # buffered: goes out with the first reply
     for line in iter(stdin.readline, b""):
         request = json.loads(line)
