@@ -171,7 +171,7 @@ class TestListInsertLayout:
                         "c",
                     ]
         ''')
-        assert insert(before, ["c"]) == after
+        assert insert(before, ["c"], names=["self.x"]) == after
 
     def test_tab_indentation(self) -> None:
         before = 'if True:\n\tx = [\n\t\t"a",\n\t]\n'
@@ -327,7 +327,7 @@ class TestListInsertShapes:
         assert insert('x: list[str] = ["a"]\n', ["c"]) == 'x: list[str] = ["a", "c"]\n'
 
     def test_attribute_assignment(self) -> None:
-        assert insert('self.x = ["a"]\n', ["c"]) == 'self.x = ["a", "c"]\n'
+        assert insert('self.x = ["a"]\n', ["c"], names=["self.x"]) == 'self.x = ["a", "c"]\n'
 
     def test_chained_assignment(self) -> None:
         assert insert('y = x = ["a"]\n', ["c"]) == 'y = x = ["a", "c"]\n'
@@ -702,9 +702,9 @@ class TestSetValue:
                 def f(self):
                     self.max_len = 8
         ''')
-        result = changed("set_value", before, names=["max_len"], value=8)
+        result = changed("set_value", before, names=["self.max_len"], value=8)
         assert result.source == after
-        assert result.message == "set max_len = 8 (was 4) in C.f"
+        assert result.message == "set self.max_len = 8 (was 4) in C.f"
 
     def test_chained_assignment(self) -> None:
         assert set_value("a = x = 'a'\n", value="b") == "a = x = 'b'\n"
@@ -900,15 +900,23 @@ class TestCallKwarg:
         after = "m = torch.compile(model, dynamic=False)\nn = compile(model)\n"
         assert kwarg(before, "dynamic", "torch.compile", value=False) == after
 
-    def test_last_dotted_part_matches_attribute_calls(self) -> None:
-        before = "m = torch.compile(model)\n"
-        after = "m = torch.compile(model, dynamic=False)\n"
-        assert kwarg(before, "dynamic", "compile", value=False) == after
+    def test_a_bare_callee_does_not_match_an_attribute_call(self) -> None:
+        result = unchanged("call_kwarg", "m = torch.compile(model)\n", "not_found", callee="compile",
+                           keyword="dynamic", value=False)
+        assert result.message == (
+            "no call to compile; found calls to torch.compile in <module> (a callee matches only as written)"
+        )
 
-    def test_every_matching_call_is_edited(self) -> None:
-        result = changed("call_kwarg", "y = f(f(a))\n", callee="f", keyword="k", value=1)
+    def test_all_edits_every_matching_call_and_says_how_many(self) -> None:
+        result = changed("call_kwarg", "y = f(f(a))\n", callee="f", keyword="k", value=1, all=True)
         assert result.source == "y = f(f(a, k=1), k=1)\n"
-        assert result.message == "added k=1 in a call to f; added k=1 in a call to f"
+        assert result.message == (
+            "added k=1 in a call to f; added k=1 in a call to f (2 of 2 places changed (all: true))"
+        )
+
+    def test_occurrence_of_a_call_inside_a_call_edits_that_call_only(self) -> None:
+        assert kwarg("y = f(f(a))\n", value=1, occurrence=1) == "y = f(f(a), k=1)\n"
+        assert kwarg("y = f(f(a))\n", value=1, occurrence=2) == "y = f(f(a, k=1))\n"
 
     def test_other_callees_are_untouched(self) -> None:
         assert kwarg("y = g(f(a))\n", value=1) == "y = g(f(a, k=1))\n"
@@ -981,8 +989,14 @@ class TestOnlyTheWithinScopeChanges:
             (16, "        build(model, strict=False)\n", "        build(model, strict=True)\n"),
         ]
 
-    def test_class_scope_takes_its_methods_too_but_not_other_classes(self) -> None:
+    def test_class_scope_is_the_class_body_only(self) -> None:
         result = changed("set_value", SCOPES, names=["timeout"], value=60, within="SpeculativeConfig")
+        assert hunks(SCOPES, result.source) == [(10, "    timeout = 10\n", "    timeout = 60\n")]
+        assert result.message == "set timeout = 60 (was 10) in SpeculativeConfig"
+
+    def test_nested_takes_its_methods_too_but_not_other_classes(self) -> None:
+        result = changed("set_value", SCOPES, names=["timeout"], value=60, within="SpeculativeConfig",
+                         nested=True, all=True)
         assert hunks(SCOPES, result.source) == [
             (10, "    timeout = 10\n", "    timeout = 60\n"),
             (15, "        timeout = 10\n", "        timeout = 60\n"),
@@ -991,12 +1005,16 @@ class TestOnlyTheWithinScopeChanges:
         assert result.message == (
             "set timeout = 60 (was 10) in SpeculativeConfig; "
             "set timeout = 60 (was 10) in SpeculativeConfig._verify_args; "
-            "set timeout = 60 (was 10) in SpeculativeConfig.other"
+            "set timeout = 60 (was 10) in SpeculativeConfig.other (3 of 3 places changed (all: true))"
         )
 
-    def test_no_within_means_everywhere(self) -> None:
-        after = changed("set_value", SCOPES, names=["timeout"], value=60).source
+    def test_no_within_means_the_whole_file(self) -> None:
+        after = changed("set_value", SCOPES, names=["timeout"], value=60, all=True).source
         assert [line for line, _, _ in hunks(SCOPES, after)] == [3, 10, 15, 21, 29]
+
+    def test_module_scope_is_the_top_level_only(self) -> None:
+        after = changed("set_value", SCOPES, names=["timeout"], value=60, within="<module>").source
+        assert hunks(SCOPES, after) == [(3, "timeout = 10\n", "timeout = 60\n")]
 
     def test_full_text_of_a_scoped_insert(self) -> None:
         before = code('''
@@ -1081,7 +1099,7 @@ class TestUntouchedCodeIsByteIdentical:
         assert hunks(MODULE, after) == [(22, '            "qwen",  # since 0.10\n', "")]
 
     def test_set_value(self) -> None:
-        after = set_value(MODULE, names=["timeout"], value=60)
+        after = set_value(MODULE, names=["self.timeout"], value=60)
         assert hunks(MODULE, after) == [(28, "        self.timeout  = 10\n", "        self.timeout  = 60\n")]
 
     def test_dict_set(self) -> None:
@@ -1091,7 +1109,7 @@ class TestUntouchedCodeIsByteIdentical:
         ]
 
     def test_call_kwarg(self) -> None:
-        after = kwarg(MODULE, "strict", "build", value=True)
+        after = kwarg(MODULE, "strict", "self.build", value=True)
         assert hunks(MODULE, after) == [
             (29, "        self.build( model , strict = False )   # trailing\n",
              "        self.build( model , strict = True )   # trailing\n"),
@@ -1194,12 +1212,18 @@ class TestNotFoundMessages:
 
     def test_value_of_the_wrong_shape_says_what_it_is(self) -> None:
         result = unchanged("list_insert", VERIFY_ARGS, "not_found", names=["max_len"], values=[1], within=WITHIN)
-        assert "cannot edit max_len within SpeculativeConfig._verify_args: max_len: the value is not a list, tuple or set literal (libcst node: Integer)" in result.message
+        assert result.message == (
+            "cannot edit the assignment to max_len within SpeculativeConfig._verify_args: "
+            "line 4 in SpeculativeConfig._verify_args: the value is not a list, tuple or set literal (libcst node: Integer)"
+        )
 
     def test_dict_set_on_a_list_says_it_is_not_a_dict(self) -> None:
         result = unchanged("dict_set", VERIFY_ARGS, "not_found", names=["aux_hidden_states_supported"], key="a",
                            value=1)
-        assert "cannot edit aux_hidden_states_supported: aux_hidden_states_supported: the value is not a dict literal (libcst node: List)" in result.message
+        assert result.message == (
+            "cannot edit the assignment to aux_hidden_states_supported: "
+            "line 3 in SpeculativeConfig._verify_args: the value is not a dict literal (libcst node: List)"
+        )
 
     def test_dict_set_misspelled_within(self) -> None:
         result = unchanged("dict_set", SCOPES, "not_found", names=["limits"], key="a", value=1,
