@@ -31,12 +31,20 @@ def label(spec: SetValue) -> str:
     return text + "".join(f"[{step!r}]" for step in spec.path)
 
 
+def strings_of(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The value and, for a display, its items and keys: whose quotes a new value follows."""
+    items = [value]
+    for element in getattr(value, "elements", []):
+        items += [getattr(element, "key", None), getattr(element, "value", None)]
+    return [i for i in items if isinstance(i, cst.BaseExpression)]
+
+
 class Setter:
     def __init__(self, spec: SetValue) -> None:
         self.spec = spec
 
     def edit(self, value: cst.BaseExpression, layout: Layout) -> Edited:
-        wanted = wanted_node(self.spec, quote_style([value]), layout)
+        wanted = wanted_node(self.spec, quote_style(strings_of(value)), layout)
         if same_expression(value, wanted):
             return None
         if value.lpar:
