@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from patchkit.edits import EDIT_KINDS, Edit, EditError, EditResult
+from patchkit.edits import EDIT_KINDS, Edit, EditBug, EditError, EditResult
 
 # --------------------------------------------------------------------------- helpers
 
@@ -1440,3 +1440,222 @@ class TestEditEnvelope:
         # Refused when the recipe is read, not reported later as a target that is "not found".
         with pytest.raises(ValidationError, match=r"expr '1 \+' is not a Python expression"):
             Edit.model_validate({kind: {**params, "expr": "1 +"}})
+
+
+# -------------------------------------------- a changed result is always Python (issue 12.1)
+
+
+class TestResultsCompile:
+    def test_a_keyword_joining_a_bare_generator_parenthesizes_it(self) -> None:
+        result = changed("call_kwarg", "t = sum(x for x in y)\n", callee="sum", keyword="pk", value=1)
+        assert result.source == "t = sum((x for x in y), pk=1)\n"
+        compile(result.source, "t.py", "exec")
+
+    def test_a_generator_with_its_own_parentheses_keeps_them(self) -> None:
+        assert kwarg("t = f((x for x in y))\n", value=1) == "t = f((x for x in y), k=1)\n"
+
+    def test_an_edit_that_would_not_compile_is_a_patchkit_bug_not_a_result(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import patchkit.edits.call_kwarg as engine
+
+        monkeypatch.setattr(engine, "run", lambda spec, source: EditResult("changed", "f(x for x in y, k=1)\n", "added"))
+        with pytest.raises(EditBug, match=r"^patchkit bug: the call_kwarg edit produced Python that does not compile "
+                                          r"\(Generator expression must be parenthesized, line 1: `f\(x for x in y, k=1\)`\)"):
+            run("call_kwarg", "f(x for x in y)\n", callee="f", keyword="k", value=1)
+
+    def test_a_bug_reaches_the_patch_step_as_a_failure_naming_it(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        import patchkit.edits.list_insert as engine
+        from patchkit.recipe import load_recipe
+        from patchkit.steps import patch
+
+        monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path))
+        monkeypatch.setattr(engine, "run", lambda spec, source: EditResult("changed", "x = [\n", "added"))
+        step = next(s for s in load_recipe(Path(__file__).parents[1] / "recipes" / "kimi_eagle3.yaml").recipe.steps
+                    if s.name == "eagle3-whitelist")
+        result = patch._compute_edit(step, "0" * 64, "x = []\n")
+        assert result.verdict == "not_found" and result.message.startswith("patchkit bug: the list_insert edit")
+        assert patch._stored_edit(step, "0" * 64, "x = []\n") is None  # never cached
+
+    def test_a_file_this_python_cannot_compile_is_held_to_parsing_only(self) -> None:
+        # `return` at module level does not compile; the edit is still checked by parsing.
+        assert insert("return 1\nx = [1]\n", [2]) == "return 1\nx = [1, 2]\n"
+
+    @pytest.mark.parametrize("kind, source, params, after", [
+        ("set_value", "f(k=1)\n", {"target": "call_arg", "callee": "f", "arg": "k", "expr": "1, 2"}, "f(k=(1, 2))\n"),
+        ("set_value", "x = 1\n", {"names": ["x"], "expr": "1, 2"}, "x = (1, 2)\n"),
+        ("set_value", "x = 1, 2\n", {"names": ["x"], "expr": "3, 4"}, "x = 3, 4\n"),
+        ("dict_set", "d = {'a': 1}\n", {"names": ["d"], "key": "b", "expr": "1, 2"}, "d = {'a': 1, 'b': (1, 2)}\n"),
+        ("set_value", "def f(a=1, b=2): pass\n", {"target": "default", "arg": "a", "expr": "1, 2"},
+         "def f(a=(1, 2), b=2): pass\n"),
+    ])
+    def test_a_tuple_or_generator_between_commas_gets_parentheses(self, kind: str, source: str,
+                                                                   params: dict[str, Any], after: str) -> None:
+        assert changed(kind, source, **params).source == after
+
+    def test_strings_inside_an_f_string_take_the_other_quote(self) -> None:
+        assert kwarg('x = f"{g(a)}"\n', callee="g", value="s") == "x = f\"{g(a, k='s')}\"\n"
+        assert kwarg("x = f'{g(a)}'\n", callee="g", value="s") == "x = f'{g(a, k=\"s\")}'\n"
+
+    def test_a_string_that_cannot_go_inside_an_f_string_is_refused(self) -> None:
+        result = unchanged("call_kwarg", "x = f'{g(a)}'\n", "not_found", callee="g", keyword="k", value="it's")
+        assert "\"it's\" cannot be written inside an f-string's braces" in result.message
+
+
+# ------------------------------------- literals compare by type and value (issue 12.2, 12.3)
+
+
+class TestLiteralsByTypeAndValue:
+    def test_one_float_and_true_are_three_elements(self) -> None:
+        assert insert("x = [1, True]\n", [1.0]) == "x = [1, True, 1.0]\n"
+        assert insert("x = [1]\n", [True]) == "x = [1, True]\n"
+        assert insert("x = [1.0]\n", [1]) == "x = [1.0, 1]\n"
+
+    def test_values_asked_for_are_distinct_by_type(self) -> None:
+        assert insert("x = []\n", [1, True, 1]) == "x = [1, True]\n"
+
+    def test_removing_one_keeps_true(self) -> None:
+        result = changed("list_remove", "x = [1, True, 'a']\n", names=["x"], values=[1])
+        assert result.source == "x = [True, 'a']\n"
+        assert result.message == "removed 1"
+
+    def test_the_anchor_compares_by_type(self) -> None:
+        assert insert("x = [True, 1, 2]\n", ["c"], after=1) == 'x = [True, 1, "c", 2]\n'
+
+    def test_nested_literals_compare_by_type_too(self) -> None:
+        assert set_value("x = [1]\n", value=[True]) == "x = [True]\n"
+        assert set_value("x = {'a': 1}\n", value={"a": 1.0}) == "x = {'a': 1.0}\n"
+        unchanged("set_value", "x = [1, 'a']\n", "already", names=["x"], value=[1, "a"])
+
+    def test_in_a_set_one_and_true_are_one_element_so_the_edit_is_refused(self) -> None:
+        result = unchanged("list_insert", "x = {1, 'a'}\n", "not_found", names=["x"], values=[True])
+        assert "True and the set's element 1 are one element of a set in Python" in result.message
+        unchanged("list_remove", "x = {True, 'a'}\n", "not_found", names=["x"], values=[1])
+
+    def test_dict_keys_compare_by_type_and_a_colliding_key_is_refused(self) -> None:
+        result = unchanged("dict_set", "d = {1: 'a'}\n", "not_found", names=["d"], key=True, value="b")
+        assert "key True and the dict's key 1 are one key in Python; write the key as the dict does (1)" in result.message
+        unchanged("dict_set", "d = {1: 'a'}\n", "not_found", names=["d"], key=1.0, value="b")
+        assert dict_set("d = {'1': 'a'}\n", 1, value="b") == "d = {'1': 'a', 1: 'b'}\n"
+
+
+class TestDuplicateKeys:
+    def test_the_last_of_duplicate_keys_is_edited_and_the_message_says_so(self) -> None:
+        import ast
+
+        result = changed("dict_set", "d = {'a': 1, 'b': 2, 'a': 3}\n", names=["d"], key="a", value=9)
+        assert result.source == "d = {'a': 1, 'b': 2, 'a': 9}\n"
+        assert result.message == "set key 'a' to 9 (the last of its 2 entries: Python keeps the last)"
+        assert ast.literal_eval(result.source.split(" = ")[1])["a"] == 9
+
+    def test_already_means_what_python_keeps(self) -> None:
+        unchanged("dict_set", "d = {'a': 9, 'a': 1}\n", "already", names=["d"], key="a", value=1)
+        assert dict_set("d = {'a': 9, 'a': 1}\n", "a", value=9) == "d = {'a': 9, 'a': 9}\n"
+
+    def test_a_path_step_takes_the_last_duplicate(self) -> None:
+        source = "M = {'k': [1], 'k': [2]}\n"
+        assert insert(source, [3], names=["M"], path=["k"]) == "M = {'k': [1], 'k': [2, 3]}\n"
+
+    def test_in_a_chain_of_dicts_the_right_one_wins(self) -> None:
+        assert dict_set("d = {'a': 1} | {'a': 2}\n", "a", value=3) == "d = {'a': 1} | {'a': 3}\n"
+
+
+# ---------------------------------------------- empty multi-line displays (issue 12.4)
+
+
+class TestEmptyMultiLineDisplays:
+    def test_an_empty_list_over_two_lines_gets_an_indented_item_with_a_trailing_comma(self) -> None:
+        assert insert("x = [\n]\n", ["c"]) == 'x = [\n    "c",\n]\n'
+
+    def test_several_values(self) -> None:
+        assert insert("x = [\n]\n", ["c", "d"]) == 'x = [\n    "c",\n    "d",\n]\n'
+
+    def test_inside_a_method_it_follows_the_block(self) -> None:
+        before = code('''
+            class A:
+                def f(self):
+                    x = [
+                    ]
+        ''')
+        after = code('''
+            class A:
+                def f(self):
+                    x = [
+                        "c",
+                    ]
+        ''')
+        assert insert(before, ["c"]) == after
+
+    def test_tabs(self) -> None:
+        assert insert("if a:\n\tx = [\n\t]\n", ["c"]) == 'if a:\n\tx = [\n\t\t"c",\n\t]\n'
+
+    def test_comment_only_lines_stay_last(self) -> None:
+        before = code('''
+            x = [
+                # more models go here
+            ]
+        ''')
+        after = code('''
+            x = [
+                "c",
+                # more models go here
+            ]
+        ''')
+        assert insert(before, ["c"]) == after
+
+    def test_a_comment_on_the_opening_bracket_stays_there(self) -> None:
+        before = code('''
+            x = [  # models we accept
+            ]
+        ''')
+        after = code('''
+            x = [  # models we accept
+                "c",
+            ]
+        ''')
+        assert insert(before, ["c"]) == after
+
+    def test_emptying_and_refilling_gives_the_original_back(self) -> None:
+        original = code('''
+            class A:
+                x = [  # models we accept
+                    "a",
+                    # more models go here
+                ]
+        ''')
+        emptied = remove(original, ["a"])
+        assert emptied == code('''
+            class A:
+                x = [  # models we accept
+                    # more models go here
+                ]
+        ''')
+        assert insert(emptied, ["a"]) == original
+
+    def test_tuple(self) -> None:
+        assert insert("x = (\n)\n", ["c"]) == 'x = (\n    "c",\n)\n'
+
+    def test_dict(self) -> None:
+        assert dict_set("d = {\n}\n", "c", value=1) == 'd = {\n    "c": 1,\n}\n'
+
+    def test_a_list_nested_in_a_dict(self) -> None:
+        before = code('''
+            M = {
+                "k": [
+                ],
+            }
+        ''')
+        after = code('''
+            M = {
+                "k": [
+                    "c",
+                ],
+            }
+        ''')
+        assert insert(before, ["c"], names=["M"], path=["k"]) == after
+
+    def test_a_call_without_arguments_over_two_lines(self) -> None:
+        assert kwarg("y = f(\n)\n", value=1) == "y = f(\n    k=1,\n)\n"
+        assert kwarg("y = f(  # why\n    # note\n)\n", value=1) == "y = f(  # why\n    k=1,\n    # note\n)\n"
+
+    def test_an_empty_one_line_display_stays_on_one_line(self) -> None:
+        assert insert("x = []\n", ["c"]) == 'x = ["c"]\n'
+        assert dict_set("d = {}\n", "c", value=1) == 'd = {"c": 1}\n'
