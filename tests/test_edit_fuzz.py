@@ -18,8 +18,10 @@ Hypothesis draws files, targets and values (derandomized: the same examples ever
 from __future__ import annotations
 
 import ast
+import io
 import random
 import sys
+import tokenize
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -51,7 +53,7 @@ REFUSALS = (
 
 @dataclass
 class Place:
-    kind: str  # assignment | call | return | default
+    kind: str  # assignment | call | return | default | function
     key: str  # what names it: target dump, callee dump, "return", function qualname + param
     scope: str
     node: ast.AST  # the expression whose span the edit may change
@@ -66,6 +68,12 @@ class FileInfo:
     path: Path
     source: str
     places: list[Place] = field(default_factory=list)
+
+    def unique_in_file(self, place: Place) -> bool:
+        """Nothing else in the file has this target: `within` may be left out."""
+        def name(p: Place) -> str:
+            return p.arg if p.kind == "default" else p.key
+        return sum(1 for p in self.places if p.kind == place.kind and name(p) == name(place)) == 1
 
     def rank(self, place: Place) -> tuple[int, int]:
         """(1-based rank, count) of `place` among the places of its kind, key and scope."""
@@ -108,6 +116,7 @@ class _Finder(ast.NodeVisitor):
         params = [*a.posonlyargs, *a.args]
         defaults = dict(zip([p.arg for p in params][len(params) - len(a.defaults):], a.defaults))
         defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+        self.info.places.append(Place("function", qualname, self.where, node, _order(node), text=qualname))
         for name, default in defaults.items():
             self.info.places.append(Place("default", f"{qualname}:{name}", qualname, default, _order(default),
                                           arg=name))
@@ -249,8 +258,10 @@ class Case:
     @property
     def shape(self) -> str:
         params = self.spec[next(iter(self.spec))]
-        kind = params.get("target", "call" if "keyword" in params else "assignment")
-        return kind + (" +path" if params.get("path") else "") + (" +occurrence" if "occurrence" in params else "")
+        kind = params.get("target", "call" if "keyword" in params else
+                          "function" if "function" in params else "assignment")
+        return (kind + (" +path" if params.get("path") else "") + (" +occurrence" if "occurrence" in params else "")
+                + ("" if "within" in params or kind == "function" else " -within"))
 
 
 def run_case(case: Case) -> EditResult | str:
@@ -268,6 +279,8 @@ def run_case(case: Case) -> EditResult | str:
     second = edit.apply(first.source)
     assert (second.verdict, second.source == first.source) == ("already", True), \
         f"{label}\nnot idempotent: {second.verdict}: {second.message}"
+    if case.check == "body":
+        return check_body(case, first)
     start, end = span(source, case.place.node)
     new = first.source
     assert new.startswith(source[:start]) and new.endswith(source[end:]), \
@@ -285,6 +298,22 @@ def run_case(case: Case) -> EditResult | str:
         _, count = case.info.rank(case.origin or case.place)
         assert (vague.verdict, vague.source) == ("not_found", source), f"{label}\nnot refused without occurrence"
         assert f"is ambiguous: it matches {count} places" in vague.message, f"{label}\n{vague.message}"
+    return first
+
+
+def check_body(case: Case, first: EditResult) -> EditResult:
+    source, new, fn = case.info.source, first.source, case.place.node
+    assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+    start, end = body_span(source, fn)  # type: ignore[arg-type]
+    label = f"{case.info.path.name}: {case.spec}"
+    assert new.startswith(source[:start]) and new.endswith(source[end:]), f"{label}\nchanged outside the body"
+    rank, _ = case.info.rank(case.place)
+    patched = functions_named(ast.parse(new), case.place.text)[rank - 1]
+    wanted = ast.parse(case.want).body
+    docstring = ast.get_docstring(fn, clean=False)
+    if docstring is not None:
+        wanted = [fn.body[0], *wanted]
+    assert [ast.dump(s) for s in patched.body] == [ast.dump(s) for s in wanted], f"{label}\nnot the wanted body"
     return first
 
 
@@ -328,6 +357,8 @@ def meaning_holds(node: ast.AST, case: Case) -> bool:
 def choose(spec: dict[str, Any], info: FileInfo, place: Place) -> dict[str, Any]:
     """`within` the place's exact scope, `occurrence` when its name repeats there."""
     rank, count = info.rank(place)
+    if info.unique_in_file(place) and place.start[0] % 2:
+        return spec  # the whole file: it is the only place
     spec["within"] = place.scope
     if count > 1:
         spec["occurrence"] = rank
@@ -368,7 +399,7 @@ def reachable(place: Place) -> list[tuple[list[Any], ast.AST]]:
 
 def draw_case(op: str, info: FileInfo, rng: random.Random) -> Case | None:
     """A random edit of kind `op` in this file, or None when the file offers no target for it."""
-    value_places = [p for p in info.places if p.kind != "call"]
+    value_places = [p for p in info.places if p.kind in ("assignment", "return", "default")]
     if op in ("list_insert", "list_remove", "dict_set", "set_value"):
         kinds = (ast.Dict,) if op == "dict_set" else DISPLAYS
         options = [(p, path, n) for p in value_places for path, n in reachable(p)
@@ -394,7 +425,70 @@ def draw_case(op: str, info: FileInfo, rng: random.Random) -> Case | None:
             value = "different"
         spec = choose({"callee": place.text, "keyword": keyword, "value": value}, info, place)
         return Case(info, place, {"call_kwarg": spec}, "passes", (keyword, value))
+    if op == "replace_function":
+        functions = [p for p in info.places if p.kind == "function"]
+        if not functions:
+            return None
+        place = rng.choice(functions)
+        body = rng.choice(BODIES)
+        spec = {"function": place.text, "body": body}
+        rank, count = info.rank(place)
+        if count > 1:
+            spec["occurrence"] = rank
+        return Case(info, place, {op: spec}, "body", body)
     raise AssertionError(op)
+
+
+BODIES = [
+    "return None",
+    "pass",
+    "# patched by the fuzz tier\nvalue = 1\nreturn value",
+    'text = """\n  kept as written\n"""\nreturn text',
+]
+
+
+def body_span(source: str, fn: ast.FunctionDef) -> tuple[int, int]:
+    """What replace_function may change: from after the def's colon (its comment stays) to
+    the next line of code after the function (a body's trailing comments go with it)."""
+    depth, colon = 0, None
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    for tok in tokens:
+        if tok.start < (fn.lineno, fn.col_offset):
+            continue
+        if tok.type == tokenize.OP and tok.string in "([{":
+            depth += 1
+        elif tok.type == tokenize.OP and tok.string in ")]}":
+            depth -= 1
+        elif tok.type == tokenize.OP and tok.string == ":" and depth == 0:
+            colon = tok.end
+            break
+    assert colon is not None
+    starts, lines = offsets(source), source.splitlines(keepends=True)
+    if fn.body[0].lineno == colon[0]:
+        start = starts[colon[0] - 1] + colon[1]
+    else:
+        start = starts[colon[0]]
+    line = fn.end_lineno  # type: ignore[assignment]
+    while line < len(lines) and (not lines[line].strip() or lines[line].lstrip().startswith("#")):
+        line += 1
+    return start, starts[line]
+
+
+def functions_named(tree: ast.AST, qualname: str) -> list[ast.FunctionDef]:
+    found: list[ast.FunctionDef] = []
+
+    def walk(node: ast.AST, scope: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = [*scope, child.name]
+                if not isinstance(child, ast.ClassDef) and ".".join(inner) == qualname:
+                    found.append(child)  # type: ignore[arg-type]
+                walk(child, inner)
+            else:
+                walk(child, scope)
+
+    walk(tree, [])
+    return sorted(found, key=lambda f: (f.lineno, f.col_offset))
 
 
 def call_arg_options(info: FileInfo, kinds: tuple[type, ...] | None) -> list[tuple[Place, list[Any], ast.AST]]:
@@ -465,7 +559,7 @@ def _value_case(op: str, info: FileInfo, place: Place, spec: dict[str, Any], nod
 
 # ------------------------------------------------------------------------ the tests
 
-OPS = ["list_insert", "list_remove", "set_value", "dict_set", "call_kwarg"]
+OPS = ["list_insert", "list_remove", "set_value", "dict_set", "call_kwarg", "replace_function"]
 EXAMPLES_PER_OP = 30
 
 pytestmark = [pytest.mark.wheels, pytest.mark.timeout(900)]
