@@ -1659,3 +1659,16 @@ class TestEmptyMultiLineDisplays:
     def test_an_empty_one_line_display_stays_on_one_line(self) -> None:
         assert insert("x = []\n", ["c"]) == 'x = ["c"]\n'
         assert dict_set("d = {}\n", "c", value=1) == 'd = {"c": 1}\n'
+
+
+def test_a_codemod_that_writes_invalid_python_is_the_codemods_error(recipe_dir: Path) -> None:
+    (recipe_dir / "bad.py").write_text(
+        "import libcst as cst\n\n"
+        "class Break(cst.CSTTransformer):\n"
+        "    def leave_Module(self, original, updated):\n"
+        "        return updated.with_changes(body=[*updated.body, cst.parse_statement('return 1\\n')])\n"
+    )
+    with pytest.raises(EditError, match=r"^codemod Break produced Python that does not compile \('return' outside "
+                                        r"function, line 2: `return 1`\); nothing was changed$") as caught:
+        codemod(recipe_dir, file="bad.py", transformer="Break").apply("x = 1\n")
+    assert not isinstance(caught.value, EditBug)

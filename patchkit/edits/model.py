@@ -61,30 +61,24 @@ def _parses(source: str) -> SyntaxError | None:
     return None
 
 
-def check_result(op: str, before: str, result: EditResult) -> EditResult:
-    """A `changed` result must be Python (compiled by this interpreter): else EditBug.
-
-    Judged against the original: a file that already fails to compile here (newer syntax,
-    `return` at module level) is held only to parsing, or not at all when this Python cannot
-    parse it either (the host's own syntax check still runs before anything is kept).
-    """
-    if result.verdict != "changed":
-        return result
-    error = _compiles(result.source)
+def compile_error(before: str, after: str) -> str | None:
+    """Why `after` (an edit of `before`) is not Python, as this interpreter compiles it; None
+    when it is. Judged against the original: a file that already fails to compile here
+    (newer syntax, `return` at module level) is held only to parsing, or not at all when
+    this Python cannot parse it either (the host's own syntax check still runs before
+    anything is kept)."""
+    error = _compiles(after)
     if error is None:
-        return result
+        return None
     if _compiles(before) is not None:
         if _parses(before) is not None:
-            return result
-        error = _parses(result.source)
+            return None
+        error = _parses(after)
         if error is None:
-            return result
+            return None
     line = ""
     if error.lineno:
-        lines = result.source.splitlines()
+        lines = after.splitlines()
         if 0 < error.lineno <= len(lines):
             line = f": `{lines[error.lineno - 1].strip()[:120]}`"
-    raise EditBug(
-        f"patchkit bug: the {op} edit produced Python that does not compile ({error.msg}, "
-        f"line {error.lineno}{line}); nothing was changed. Please report it with the recipe and the file."
-    )
+    return f"{error.msg}, line {error.lineno}{line}"

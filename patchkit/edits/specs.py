@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
-from patchkit.edits.model import MODULE_SCOPE, EditError, EditResult, EditSpec, Scalar, check_result
+from patchkit.edits.model import MODULE_SCOPE, EditBug, EditError, EditResult, EditSpec, Scalar, compile_error
 
 _QUALNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -30,13 +30,21 @@ class _Engine(EditSpec):
     """An edit whose work is done by `patchkit.edits.<engine>.run(spec, source)`.
 
     A `changed` result is compiled before it is returned: text that is not Python is a
-    bug of ours (EditBug), never a result."""
+    bug of ours (EditBug; a user's codemod gets the blame for its own), never a result."""
 
     _engine: str = ""
 
     def apply(self, source: str) -> EditResult:
         result = import_module(f"patchkit.edits.{self._engine}").run(self, source)
-        return check_result(self._engine, source, result)
+        if result.verdict == "changed":
+            error = compile_error(source, result.source)
+            if error is not None:
+                raise self.not_python(error)
+        return result
+
+    def not_python(self, error: str) -> EditError:
+        return EditBug(f"patchkit bug: the {self._engine} edit produced Python that does not compile "
+                       f"({error}); nothing was changed. Please report it with the recipe and the file.")
 
 
 def _check_plain(value: Any, where: str) -> None:
@@ -264,6 +272,10 @@ class CodemodEdit(_Engine):
     transformer: str = Field(description="class name in `file`")
     args: dict[str, Any] = Field(default_factory=dict)
     _base_dir: Path | None = PrivateAttr(None)
+
+    def not_python(self, error: str) -> EditError:
+        return EditError(f"codemod {self.transformer} produced Python that does not compile ({error}); "
+                         "nothing was changed")
 
     def bind(self, base_dir: Path) -> CodemodEdit:
         self._base_dir = base_dir
