@@ -551,6 +551,8 @@ def _value_case(op: str, info: FileInfo, place: Place, spec: dict[str, Any], nod
         value = rng.choice(present)
         return Case(info, place, {op: {**spec, "values": [value]}}, "lacks", value)
     value = rng.choice([FRESH, 12345, 1.5])
+    if literal_key(value) in {literal_key(v) for v in present}:
+        value = FRESH
     params = {**spec, "values": [value]}
     if present and rng.random() < 0.5:
         params["after"] = rng.choice(present)

@@ -1672,3 +1672,37 @@ def test_a_codemod_that_writes_invalid_python_is_the_codemods_error(recipe_dir: 
                                         r"function, line 2: `return 1`\); nothing was changed$") as caught:
         codemod(recipe_dir, file="bad.py", transformer="Break").apply("x = 1\n")
     assert not isinstance(caught.value, EditBug)
+
+
+# ------------------------------------------------ found by the property tier (issue 12.7)
+
+
+class TestFoundOnRealFiles:
+    def test_a_call_inside_an_f_string_gets_strings_in_the_other_quote(self) -> None:
+        # vllm 0.16.0 worker code: f"{format_gib(requested_memory)} GiB" + call_kwarg wrote f"{f(k="x")}".
+        source = 'msg = f"{format_gib(requested_memory)} GiB"\n'
+        assert kwarg(source, "unit", "format_gib", value="x y") == "msg = f\"{format_gib(requested_memory, unit='x y')} GiB\"\n"
+
+    def test_a_string_concatenated_over_lines_is_one_element(self) -> None:
+        # vllm 0.32.0 deep_gemm.py: return (False, "Supports only ... " "quantization ...").
+        source = code('''
+            x = [
+                "foo "
+                "bar",
+                "baz",
+            ]
+        ''')
+        unchanged("list_insert", source, "already", names=["x"], values=["foo bar"])
+        assert remove(source, ["foo bar"]) == 'x = [\n    "baz",\n]\n'
+
+    def test_a_parenthesized_sum_is_looked_through(self) -> None:
+        # vllm 0.32.0 embedding_gemma2.py: token_ids = (\n [a]\n + [b] * n\n + [c]\n).
+        source = code('''
+            token_ids = (
+                [config.boa_token_id]
+                + [processor.audio_token_id] * num_tokens
+                + [config.eoa_token_index]
+            )
+        ''')
+        after = insert(source, [7], names=["token_ids"])
+        assert after == source.replace("[config.eoa_token_index]", "[config.eoa_token_index, 7]")

@@ -43,8 +43,8 @@ def snippet(node: cst.CSTNode, width: int = 70) -> str:
 
 def literal_of(node: cst.BaseExpression) -> tuple[bool, object]:
     """(True, value) when `node` is a plain literal we can compare by meaning."""
-    try:
-        return True, ast.literal_eval(code_of(node).strip())
+    try:  # in parentheses: an implicit concatenation may span lines ("a "\n "b")
+        return True, ast.literal_eval("(\n" + code_of(node).strip() + "\n)")
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False, None
 

@@ -140,8 +140,9 @@ def dict_key_index(node: cst.Dict, key: Scalar) -> int | None:
 
 
 def chain(node: cst.BaseExpression, operators: tuple[type, ...]) -> list[cst.BaseExpression]:
-    """The operands of `a + b + c` (unparenthesized, left to right); [node] for anything else."""
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, operators) and not node.lpar:
+    """The operands of `a + b + c`, left to right, parentheses aside (`(a\n + [b])` is
+    common, and concatenation does not care how it is grouped); [node] for anything else."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, operators):
         return [*chain(node.left, operators), *chain(node.right, operators)]
     return [node]
 
@@ -158,7 +159,7 @@ def replace_parts(node: cst.BaseExpression, new: dict[int, cst.BaseExpression]) 
     """`node` (a display or a chain as `chain` reads it) with the parts keyed by id replaced."""
     if id(node) in new:
         return new[id(node)]
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.BitOr)) and not node.lpar:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.BitOr)):
         return node.with_changes(left=replace_parts(node.left, new), right=replace_parts(node.right, new))
     return node
 
