@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from patchkit.edits import EDIT_KINDS, Edit, EditError, EditResult
+from patchkit.edits import EDIT_KINDS, Edit, EditBug, EditError, EditResult
 
 # --------------------------------------------------------------------------- helpers
 
@@ -171,7 +171,7 @@ class TestListInsertLayout:
                         "c",
                     ]
         ''')
-        assert insert(before, ["c"]) == after
+        assert insert(before, ["c"], names=["self.x"]) == after
 
     def test_tab_indentation(self) -> None:
         before = 'if True:\n\tx = [\n\t\t"a",\n\t]\n'
@@ -327,7 +327,7 @@ class TestListInsertShapes:
         assert insert('x: list[str] = ["a"]\n', ["c"]) == 'x: list[str] = ["a", "c"]\n'
 
     def test_attribute_assignment(self) -> None:
-        assert insert('self.x = ["a"]\n', ["c"]) == 'self.x = ["a", "c"]\n'
+        assert insert('self.x = ["a"]\n', ["c"], names=["self.x"]) == 'self.x = ["a", "c"]\n'
 
     def test_chained_assignment(self) -> None:
         assert insert('y = x = ["a"]\n', ["c"]) == 'y = x = ["a", "c"]\n'
@@ -702,9 +702,9 @@ class TestSetValue:
                 def f(self):
                     self.max_len = 8
         ''')
-        result = changed("set_value", before, names=["max_len"], value=8)
+        result = changed("set_value", before, names=["self.max_len"], value=8)
         assert result.source == after
-        assert result.message == "set max_len = 8 (was 4) in C.f"
+        assert result.message == "set self.max_len = 8 (was 4) in C.f"
 
     def test_chained_assignment(self) -> None:
         assert set_value("a = x = 'a'\n", value="b") == "a = x = 'b'\n"
@@ -900,15 +900,23 @@ class TestCallKwarg:
         after = "m = torch.compile(model, dynamic=False)\nn = compile(model)\n"
         assert kwarg(before, "dynamic", "torch.compile", value=False) == after
 
-    def test_last_dotted_part_matches_attribute_calls(self) -> None:
-        before = "m = torch.compile(model)\n"
-        after = "m = torch.compile(model, dynamic=False)\n"
-        assert kwarg(before, "dynamic", "compile", value=False) == after
+    def test_a_bare_callee_does_not_match_an_attribute_call(self) -> None:
+        result = unchanged("call_kwarg", "m = torch.compile(model)\n", "not_found", callee="compile",
+                           keyword="dynamic", value=False)
+        assert result.message == (
+            "no call to compile; found calls to torch.compile in <module> (a callee matches only as written)"
+        )
 
-    def test_every_matching_call_is_edited(self) -> None:
-        result = changed("call_kwarg", "y = f(f(a))\n", callee="f", keyword="k", value=1)
+    def test_all_edits_every_matching_call_and_says_how_many(self) -> None:
+        result = changed("call_kwarg", "y = f(f(a))\n", callee="f", keyword="k", value=1, all=True)
         assert result.source == "y = f(f(a, k=1), k=1)\n"
-        assert result.message == "added k=1 in a call to f; added k=1 in a call to f"
+        assert result.message == (
+            "added k=1 in a call to f; added k=1 in a call to f (2 of 2 places changed (all: true))"
+        )
+
+    def test_occurrence_of_a_call_inside_a_call_edits_that_call_only(self) -> None:
+        assert kwarg("y = f(f(a))\n", value=1, occurrence=1) == "y = f(f(a), k=1)\n"
+        assert kwarg("y = f(f(a))\n", value=1, occurrence=2) == "y = f(f(a, k=1))\n"
 
     def test_other_callees_are_untouched(self) -> None:
         assert kwarg("y = g(f(a))\n", value=1) == "y = g(f(a, k=1))\n"
@@ -981,8 +989,14 @@ class TestOnlyTheWithinScopeChanges:
             (16, "        build(model, strict=False)\n", "        build(model, strict=True)\n"),
         ]
 
-    def test_class_scope_takes_its_methods_too_but_not_other_classes(self) -> None:
+    def test_class_scope_is_the_class_body_only(self) -> None:
         result = changed("set_value", SCOPES, names=["timeout"], value=60, within="SpeculativeConfig")
+        assert hunks(SCOPES, result.source) == [(10, "    timeout = 10\n", "    timeout = 60\n")]
+        assert result.message == "set timeout = 60 (was 10) in SpeculativeConfig"
+
+    def test_nested_takes_its_methods_too_but_not_other_classes(self) -> None:
+        result = changed("set_value", SCOPES, names=["timeout"], value=60, within="SpeculativeConfig",
+                         nested=True, all=True)
         assert hunks(SCOPES, result.source) == [
             (10, "    timeout = 10\n", "    timeout = 60\n"),
             (15, "        timeout = 10\n", "        timeout = 60\n"),
@@ -991,12 +1005,16 @@ class TestOnlyTheWithinScopeChanges:
         assert result.message == (
             "set timeout = 60 (was 10) in SpeculativeConfig; "
             "set timeout = 60 (was 10) in SpeculativeConfig._verify_args; "
-            "set timeout = 60 (was 10) in SpeculativeConfig.other"
+            "set timeout = 60 (was 10) in SpeculativeConfig.other (3 of 3 places changed (all: true))"
         )
 
-    def test_no_within_means_everywhere(self) -> None:
-        after = changed("set_value", SCOPES, names=["timeout"], value=60).source
+    def test_no_within_means_the_whole_file(self) -> None:
+        after = changed("set_value", SCOPES, names=["timeout"], value=60, all=True).source
         assert [line for line, _, _ in hunks(SCOPES, after)] == [3, 10, 15, 21, 29]
+
+    def test_module_scope_is_the_top_level_only(self) -> None:
+        after = changed("set_value", SCOPES, names=["timeout"], value=60, within="<module>").source
+        assert hunks(SCOPES, after) == [(3, "timeout = 10\n", "timeout = 60\n")]
 
     def test_full_text_of_a_scoped_insert(self) -> None:
         before = code('''
@@ -1081,7 +1099,7 @@ class TestUntouchedCodeIsByteIdentical:
         assert hunks(MODULE, after) == [(22, '            "qwen",  # since 0.10\n', "")]
 
     def test_set_value(self) -> None:
-        after = set_value(MODULE, names=["timeout"], value=60)
+        after = set_value(MODULE, names=["self.timeout"], value=60)
         assert hunks(MODULE, after) == [(28, "        self.timeout  = 10\n", "        self.timeout  = 60\n")]
 
     def test_dict_set(self) -> None:
@@ -1091,7 +1109,7 @@ class TestUntouchedCodeIsByteIdentical:
         ]
 
     def test_call_kwarg(self) -> None:
-        after = kwarg(MODULE, "strict", "build", value=True)
+        after = kwarg(MODULE, "strict", "self.build", value=True)
         assert hunks(MODULE, after) == [
             (29, "        self.build( model , strict = False )   # trailing\n",
              "        self.build( model , strict = True )   # trailing\n"),
@@ -1194,12 +1212,18 @@ class TestNotFoundMessages:
 
     def test_value_of_the_wrong_shape_says_what_it_is(self) -> None:
         result = unchanged("list_insert", VERIFY_ARGS, "not_found", names=["max_len"], values=[1], within=WITHIN)
-        assert "cannot edit max_len within SpeculativeConfig._verify_args: max_len: the value is not a list, tuple or set literal (libcst node: Integer)" in result.message
+        assert result.message == (
+            "cannot edit the assignment to max_len within SpeculativeConfig._verify_args: "
+            "line 4 in SpeculativeConfig._verify_args: the value is not a list, tuple or set literal (libcst node: Integer)"
+        )
 
     def test_dict_set_on_a_list_says_it_is_not_a_dict(self) -> None:
         result = unchanged("dict_set", VERIFY_ARGS, "not_found", names=["aux_hidden_states_supported"], key="a",
                            value=1)
-        assert "cannot edit aux_hidden_states_supported: aux_hidden_states_supported: the value is not a dict literal (libcst node: List)" in result.message
+        assert result.message == (
+            "cannot edit the assignment to aux_hidden_states_supported: "
+            "line 3 in SpeculativeConfig._verify_args: the value is not a dict literal (libcst node: List)"
+        )
 
     def test_dict_set_misspelled_within(self) -> None:
         result = unchanged("dict_set", SCOPES, "not_found", names=["limits"], key="a", value=1,
@@ -1416,3 +1440,269 @@ class TestEditEnvelope:
         # Refused when the recipe is read, not reported later as a target that is "not found".
         with pytest.raises(ValidationError, match=r"expr '1 \+' is not a Python expression"):
             Edit.model_validate({kind: {**params, "expr": "1 +"}})
+
+
+# -------------------------------------------- a changed result is always Python (issue 12.1)
+
+
+class TestResultsCompile:
+    def test_a_keyword_joining_a_bare_generator_parenthesizes_it(self) -> None:
+        result = changed("call_kwarg", "t = sum(x for x in y)\n", callee="sum", keyword="pk", value=1)
+        assert result.source == "t = sum((x for x in y), pk=1)\n"
+        compile(result.source, "t.py", "exec")
+
+    def test_a_generator_with_its_own_parentheses_keeps_them(self) -> None:
+        assert kwarg("t = f((x for x in y))\n", value=1) == "t = f((x for x in y), k=1)\n"
+
+    def test_an_edit_that_would_not_compile_is_a_patchkit_bug_not_a_result(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import patchkit.edits.call_kwarg as engine
+
+        monkeypatch.setattr(engine, "run", lambda spec, source: EditResult("changed", "f(x for x in y, k=1)\n", "added"))
+        with pytest.raises(EditBug, match=r"^patchkit bug: the call_kwarg edit produced Python that does not compile "
+                                          r"\(Generator expression must be parenthesized, line 1: `f\(x for x in y, k=1\)`\)"):
+            run("call_kwarg", "f(x for x in y)\n", callee="f", keyword="k", value=1)
+
+    def test_a_bug_reaches_the_patch_step_as_a_failure_naming_it(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        import patchkit.edits.list_insert as engine
+        from patchkit.recipe import load_recipe
+        from patchkit.steps import patch
+
+        monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path))
+        monkeypatch.setattr(engine, "run", lambda spec, source: EditResult("changed", "x = [\n", "added"))
+        step = next(s for s in load_recipe(Path(__file__).parents[1] / "recipes" / "kimi_eagle3.yaml").recipe.steps
+                    if s.name == "eagle3-whitelist")
+        result = patch._compute_edit(step, "0" * 64, "x = []\n")
+        assert result.verdict == "not_found" and result.message.startswith("patchkit bug: the list_insert edit")
+        assert patch._stored_edit(step, "0" * 64, "x = []\n") is None  # never cached
+
+    def test_a_file_this_python_cannot_compile_is_held_to_parsing_only(self) -> None:
+        # `return` at module level does not compile; the edit is still checked by parsing.
+        assert insert("return 1\nx = [1]\n", [2]) == "return 1\nx = [1, 2]\n"
+
+    @pytest.mark.parametrize("kind, source, params, after", [
+        ("set_value", "f(k=1)\n", {"target": "call_arg", "callee": "f", "arg": "k", "expr": "1, 2"}, "f(k=(1, 2))\n"),
+        ("set_value", "x = 1\n", {"names": ["x"], "expr": "1, 2"}, "x = (1, 2)\n"),
+        ("set_value", "x = 1, 2\n", {"names": ["x"], "expr": "3, 4"}, "x = 3, 4\n"),
+        ("dict_set", "d = {'a': 1}\n", {"names": ["d"], "key": "b", "expr": "1, 2"}, "d = {'a': 1, 'b': (1, 2)}\n"),
+        ("set_value", "def f(a=1, b=2): pass\n", {"target": "default", "arg": "a", "expr": "1, 2"},
+         "def f(a=(1, 2), b=2): pass\n"),
+    ])
+    def test_a_tuple_or_generator_between_commas_gets_parentheses(self, kind: str, source: str,
+                                                                   params: dict[str, Any], after: str) -> None:
+        assert changed(kind, source, **params).source == after
+
+    def test_strings_inside_an_f_string_take_the_other_quote(self) -> None:
+        assert kwarg('x = f"{g(a)}"\n', callee="g", value="s") == "x = f\"{g(a, k='s')}\"\n"
+        assert kwarg("x = f'{g(a)}'\n", callee="g", value="s") == "x = f'{g(a, k=\"s\")}'\n"
+
+    def test_a_string_that_cannot_go_inside_an_f_string_is_refused(self) -> None:
+        result = unchanged("call_kwarg", "x = f'{g(a)}'\n", "not_found", callee="g", keyword="k", value="it's")
+        assert "\"it's\" cannot be written inside an f-string's braces" in result.message
+
+
+# ------------------------------------- literals compare by type and value (issue 12.2, 12.3)
+
+
+class TestLiteralsByTypeAndValue:
+    def test_one_float_and_true_are_three_elements(self) -> None:
+        assert insert("x = [1, True]\n", [1.0]) == "x = [1, True, 1.0]\n"
+        assert insert("x = [1]\n", [True]) == "x = [1, True]\n"
+        assert insert("x = [1.0]\n", [1]) == "x = [1.0, 1]\n"
+
+    def test_values_asked_for_are_distinct_by_type(self) -> None:
+        assert insert("x = []\n", [1, True, 1]) == "x = [1, True]\n"
+
+    def test_removing_one_keeps_true(self) -> None:
+        result = changed("list_remove", "x = [1, True, 'a']\n", names=["x"], values=[1])
+        assert result.source == "x = [True, 'a']\n"
+        assert result.message == "removed 1"
+
+    def test_the_anchor_compares_by_type(self) -> None:
+        assert insert("x = [True, 1, 2]\n", ["c"], after=1) == 'x = [True, 1, "c", 2]\n'
+
+    def test_nested_literals_compare_by_type_too(self) -> None:
+        assert set_value("x = [1]\n", value=[True]) == "x = [True]\n"
+        assert set_value("x = {'a': 1}\n", value={"a": 1.0}) == "x = {'a': 1.0}\n"
+        unchanged("set_value", "x = [1, 'a']\n", "already", names=["x"], value=[1, "a"])
+
+    def test_in_a_set_one_and_true_are_one_element_so_the_edit_is_refused(self) -> None:
+        result = unchanged("list_insert", "x = {1, 'a'}\n", "not_found", names=["x"], values=[True])
+        assert "True and the set's element 1 are one element of a set in Python" in result.message
+        unchanged("list_remove", "x = {True, 'a'}\n", "not_found", names=["x"], values=[1])
+
+    def test_dict_keys_compare_by_type_and_a_colliding_key_is_refused(self) -> None:
+        result = unchanged("dict_set", "d = {1: 'a'}\n", "not_found", names=["d"], key=True, value="b")
+        assert "key True and the dict's key 1 are one key in Python; write the key as the dict does (1)" in result.message
+        unchanged("dict_set", "d = {1: 'a'}\n", "not_found", names=["d"], key=1.0, value="b")
+        assert dict_set("d = {'1': 'a'}\n", 1, value="b") == "d = {'1': 'a', 1: 'b'}\n"
+
+
+class TestDuplicateKeys:
+    def test_the_last_of_duplicate_keys_is_edited_and_the_message_says_so(self) -> None:
+        import ast
+
+        result = changed("dict_set", "d = {'a': 1, 'b': 2, 'a': 3}\n", names=["d"], key="a", value=9)
+        assert result.source == "d = {'a': 1, 'b': 2, 'a': 9}\n"
+        assert result.message == "set key 'a' to 9 (the last of its 2 entries: Python keeps the last)"
+        assert ast.literal_eval(result.source.split(" = ")[1])["a"] == 9
+
+    def test_already_means_what_python_keeps(self) -> None:
+        unchanged("dict_set", "d = {'a': 9, 'a': 1}\n", "already", names=["d"], key="a", value=1)
+        assert dict_set("d = {'a': 9, 'a': 1}\n", "a", value=9) == "d = {'a': 9, 'a': 9}\n"
+
+    def test_a_path_step_takes_the_last_duplicate(self) -> None:
+        source = "M = {'k': [1], 'k': [2]}\n"
+        assert insert(source, [3], names=["M"], path=["k"]) == "M = {'k': [1], 'k': [2, 3]}\n"
+
+    def test_in_a_chain_of_dicts_the_right_one_wins(self) -> None:
+        assert dict_set("d = {'a': 1} | {'a': 2}\n", "a", value=3) == "d = {'a': 1} | {'a': 3}\n"
+
+
+# ---------------------------------------------- empty multi-line displays (issue 12.4)
+
+
+class TestEmptyMultiLineDisplays:
+    def test_an_empty_list_over_two_lines_gets_an_indented_item_with_a_trailing_comma(self) -> None:
+        assert insert("x = [\n]\n", ["c"]) == 'x = [\n    "c",\n]\n'
+
+    def test_several_values(self) -> None:
+        assert insert("x = [\n]\n", ["c", "d"]) == 'x = [\n    "c",\n    "d",\n]\n'
+
+    def test_inside_a_method_it_follows_the_block(self) -> None:
+        before = code('''
+            class A:
+                def f(self):
+                    x = [
+                    ]
+        ''')
+        after = code('''
+            class A:
+                def f(self):
+                    x = [
+                        "c",
+                    ]
+        ''')
+        assert insert(before, ["c"]) == after
+
+    def test_tabs(self) -> None:
+        assert insert("if a:\n\tx = [\n\t]\n", ["c"]) == 'if a:\n\tx = [\n\t\t"c",\n\t]\n'
+
+    def test_comment_only_lines_stay_last(self) -> None:
+        before = code('''
+            x = [
+                # more models go here
+            ]
+        ''')
+        after = code('''
+            x = [
+                "c",
+                # more models go here
+            ]
+        ''')
+        assert insert(before, ["c"]) == after
+
+    def test_a_comment_on_the_opening_bracket_stays_there(self) -> None:
+        before = code('''
+            x = [  # models we accept
+            ]
+        ''')
+        after = code('''
+            x = [  # models we accept
+                "c",
+            ]
+        ''')
+        assert insert(before, ["c"]) == after
+
+    def test_emptying_and_refilling_gives_the_original_back(self) -> None:
+        original = code('''
+            class A:
+                x = [  # models we accept
+                    "a",
+                    # more models go here
+                ]
+        ''')
+        emptied = remove(original, ["a"])
+        assert emptied == code('''
+            class A:
+                x = [  # models we accept
+                    # more models go here
+                ]
+        ''')
+        assert insert(emptied, ["a"]) == original
+
+    def test_tuple(self) -> None:
+        assert insert("x = (\n)\n", ["c"]) == 'x = (\n    "c",\n)\n'
+
+    def test_dict(self) -> None:
+        assert dict_set("d = {\n}\n", "c", value=1) == 'd = {\n    "c": 1,\n}\n'
+
+    def test_a_list_nested_in_a_dict(self) -> None:
+        before = code('''
+            M = {
+                "k": [
+                ],
+            }
+        ''')
+        after = code('''
+            M = {
+                "k": [
+                    "c",
+                ],
+            }
+        ''')
+        assert insert(before, ["c"], names=["M"], path=["k"]) == after
+
+    def test_a_call_without_arguments_over_two_lines(self) -> None:
+        assert kwarg("y = f(\n)\n", value=1) == "y = f(\n    k=1,\n)\n"
+        assert kwarg("y = f(  # why\n    # note\n)\n", value=1) == "y = f(  # why\n    k=1,\n    # note\n)\n"
+
+    def test_an_empty_one_line_display_stays_on_one_line(self) -> None:
+        assert insert("x = []\n", ["c"]) == 'x = ["c"]\n'
+        assert dict_set("d = {}\n", "c", value=1) == 'd = {"c": 1}\n'
+
+
+def test_a_codemod_that_writes_invalid_python_is_the_codemods_error(recipe_dir: Path) -> None:
+    (recipe_dir / "bad.py").write_text(
+        "import libcst as cst\n\n"
+        "class Break(cst.CSTTransformer):\n"
+        "    def leave_Module(self, original, updated):\n"
+        "        return updated.with_changes(body=[*updated.body, cst.parse_statement('return 1\\n')])\n"
+    )
+    with pytest.raises(EditError, match=r"^codemod Break produced Python that does not compile \('return' outside "
+                                        r"function, line 2: `return 1`\); nothing was changed$") as caught:
+        codemod(recipe_dir, file="bad.py", transformer="Break").apply("x = 1\n")
+    assert not isinstance(caught.value, EditBug)
+
+
+# ------------------------------------------------ found by the property tier (issue 12.7)
+
+
+class TestFoundOnRealFiles:
+    def test_a_call_inside_an_f_string_gets_strings_in_the_other_quote(self) -> None:
+        # vllm 0.16.0 worker code: f"{format_gib(requested_memory)} GiB" + call_kwarg wrote f"{f(k="x")}".
+        source = 'msg = f"{format_gib(requested_memory)} GiB"\n'
+        assert kwarg(source, "unit", "format_gib", value="x y") == "msg = f\"{format_gib(requested_memory, unit='x y')} GiB\"\n"
+
+    def test_a_string_concatenated_over_lines_is_one_element(self) -> None:
+        # vllm 0.32.0 deep_gemm.py: return (False, "Supports only ... " "quantization ...").
+        source = code('''
+            x = [
+                "foo "
+                "bar",
+                "baz",
+            ]
+        ''')
+        unchanged("list_insert", source, "already", names=["x"], values=["foo bar"])
+        assert remove(source, ["foo bar"]) == 'x = [\n    "baz",\n]\n'
+
+    def test_a_parenthesized_sum_is_looked_through(self) -> None:
+        # vllm 0.32.0 embedding_gemma2.py: token_ids = (\n [a]\n + [b] * n\n + [c]\n).
+        source = code('''
+            token_ids = (
+                [config.boa_token_id]
+                + [processor.audio_token_id] * num_tokens
+                + [config.eoa_token_index]
+            )
+        ''')
+        after = insert(source, [7], names=["token_ids"])
+        assert after == source.replace("[config.eoa_token_index]", "[config.eoa_token_index, 7]")

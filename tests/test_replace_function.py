@@ -422,8 +422,42 @@ class TestNotFound:
         ''')
         result = unchanged(source, "not_found", "f", "return 3")
         assert result.message == (
-            "cannot edit f: it is defined 2 times (lines 3, 6); "
-            "replace_function edits exactly one definition (use a codemod to pick one)"
+            "function f is ambiguous: it is defined 2 times: "
+            "1) line 3 in <module>: `def f(): …`; 2) line 6 in <module>: `def f(): …`; "
+            "say which with `occurrence: N` (1-based, in the order listed), or `all: true` to edit every one"
+        )
+
+    def test_occurrence_picks_one_definition(self) -> None:
+        source = code('''
+            import sys
+            if sys.platform == "win32":
+                def f():
+                    return 1
+            else:
+                def f():
+                    return 2
+        ''')
+        result = changed(source, "f", "return 3", occurrence=2)
+        assert hunks(source, result.source) == [(7, "        return 2\n", "        return 3\n")]
+        assert result.message == "replaced the body of function f (1 -> 1 lines) (occurrence 2)"
+        assert unchanged(source, "not_found", "f", "return 3", occurrence=3).message.startswith(
+            "occurrence 3 asked, but f is defined 2 times: 1) line 3")
+
+    def test_all_replaces_every_definition_and_says_how_many(self) -> None:
+        source = code('''
+            import sys
+            if sys.platform == "win32":
+                def f():
+                    return 1
+            else:
+                def f():
+                    return 3
+        ''')
+        result = changed(source, "f", "return 3", all=True)
+        assert hunks(source, result.source) == [(4, "        return 1\n", "        return 3\n")]
+        assert result.message == (
+            "replaced the body of function f (1 -> 1 lines) (1 of 2 definitions changed (all: true), "
+            "1 already in place)"
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from patchkit.edits.model import EditError, EditResult, EditSpec, Verdict
+from patchkit.edits.model import EditBug, EditError, EditResult, EditSpec, Verdict
 from patchkit.edits.specs import (
     CallKwarg,
     CodemodEdit,
@@ -19,7 +19,7 @@ from patchkit.edits.specs import (
     SetValue,
 )
 
-__all__ = ["Edit", "EditError", "EditResult", "EditSpec", "Verdict", "EDIT_KINDS"]
+__all__ = ["Edit", "EditBug", "EditError", "EditResult", "EditSpec", "Verdict", "EDIT_KINDS"]
 
 EDIT_KINDS: dict[str, type[EditSpec]] = {
     "list_insert": ListInsert,

@@ -1,4 +1,4 @@
-"""What every edit operation shares: the verdict, the result, scope-aware matching.
+"""What every edit operation shares: parsing, literals compared the way Python does, scopes.
 
 An edit is pure: source text in, new source text plus a verdict out. It never
 touches a host; that is what lets us run it against every vLLM release in tests.
@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import ast
 import difflib
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import libcst as cst
 
-from patchkit.edits.model import EditError, EditResult, EditSpec, Scalar, Verdict  # noqa: F401 (re-exported)
+from patchkit.edits.model import (  # noqa: F401 (re-exported)
+    MODULE_SCOPE, EditBug, EditError, EditResult, EditSpec, Scalar, Verdict,
+)
+
+_EMPTY = cst.Module(body=[])
 
 
 def parse_module(source: str) -> cst.Module:
@@ -23,12 +28,49 @@ def parse_module(source: str) -> cst.Module:
         raise EditError(f"the file does not parse: {exc.message} (line {exc.raw_line})") from exc
 
 
+def code_of(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+def snippet(node: cst.CSTNode, width: int = 70) -> str:
+    """The first line of a node's code, shortened: for messages that name a place."""
+    lines = code_of(node).strip().splitlines() or [""]
+    text = lines[0].strip()
+    if len(lines) > 1 or len(text) > width:
+        text = text[:width].rstrip() + " …"
+    return text
+
+
 def literal_of(node: cst.BaseExpression) -> tuple[bool, object]:
     """(True, value) when `node` is a plain literal we can compare by meaning."""
-    try:
-        return True, ast.literal_eval(cst.Module(body=[]).code_for_node(node).strip())
+    try:  # in parentheses: an implicit concatenation may span lines ("a "\n "b")
+        return True, ast.literal_eval("(\n" + code_of(node).strip() + "\n)")
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False, None
+
+
+def literal_key(value: object) -> object:
+    """A value's identity as a literal: type and value, so `1`, `1.0` and `True` differ
+    (and so do `[1]` and `[True]`), while `'a'` and `"a"` are one string."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(literal_key(v) for v in value))
+    if isinstance(value, (set, frozenset)):
+        return ("set", frozenset(literal_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", frozenset((literal_key(k), literal_key(v)) for k, v in value.items()))
+    return (type(value).__name__, value)
+
+
+def same_literal(a: object, b: object) -> bool:
+    return literal_key(a) == literal_key(b)
+
+
+def python_equal(a: object, b: object) -> bool:
+    """Equal as a set element or dict key is (`1`, `1.0` and `True` are one key)."""
+    try:
+        return bool(a == b) and hash(a) == hash(b)
+    except TypeError:  # unhashable: not a key at all
+        return False
 
 
 def quote_style(elements: Sequence[cst.BaseExpression]) -> str:
@@ -38,41 +80,115 @@ def quote_style(elements: Sequence[cst.BaseExpression]) -> str:
     return '"'
 
 
-def literal_node(value: object, quote: str = '"') -> cst.BaseExpression:
-    """A CST node for a Python value, strings in the given quote style."""
+@dataclass(frozen=True)
+class Layout:
+    """What new code must fit where it goes: the file's indentation step, and the quotes of
+    enclosing f-strings (before Python 3.12 an f-string's braces may not reuse its quote)."""
+
+    unit: str = "    "
+    avoid: str = ""
+
+    def quote(self, preferred: str) -> str:
+        if preferred not in self.avoid:
+            return preferred
+        other = "'" if preferred == '"' else '"'
+        if other in self.avoid:
+            raise EditError("cannot write a string inside these nested f-strings (both quotes are taken)")
+        return other
+
+
+def literal_code(value: object, quote: str = '"', avoid: str = "") -> str:
+    """Python source for a literal value, strings in the given quote style."""
     if isinstance(value, str):
-        if quote not in value and "\\" not in value and "\n" not in value:
-            return cst.SimpleString(f"{quote}{value}{quote}")
-        return cst.SimpleString(repr(value))
-    return cst.parse_expression(repr(value))
+        if any(q in value for q in avoid):
+            raise EditError(f"{value!r} cannot be written inside an f-string's braces (its quotes)")
+        for q in (quote, "'" if quote == '"' else '"'):
+            if q not in avoid and q not in value and "\\" not in value and value.isprintable():
+                return f"{q}{value}{q}"
+        text = repr(value)
+        if avoid and ("\\" in text or text[0] in avoid):
+            raise EditError(f"{value!r} cannot be written inside an f-string's braces (its quotes or backslashes)")
+        return text
+    if isinstance(value, float) and not math.isfinite(value):
+        raise EditError(f"{value!r} has no literal in Python; write it as expr: float('{value!r}')")
+    if isinstance(value, list):
+        return "[" + ", ".join(literal_code(v, quote, avoid) for v in value) + "]"
+    if isinstance(value, tuple):
+        items = [literal_code(v, quote, avoid) for v in value]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{literal_code(k, quote, avoid)}: {literal_code(v, quote, avoid)}"
+                               for k, v in value.items()) + "}"
+    text = repr(value)
+    if avoid and any(q in text for q in avoid):
+        raise EditError(f"{value!r} cannot be written inside an f-string's braces (its quotes)")
+    return text
+
+
+def literal_node(value: object, quote: str = '"', avoid: str = "") -> cst.BaseExpression:
+    """A CST node for a Python value, strings in the given quote style."""
+    code = literal_code(value, quote, avoid)
+    if isinstance(value, str):
+        return cst.SimpleString(code)
+    return cst.parse_expression(code)
 
 
 def expression_node(expr: str) -> cst.BaseExpression:
     try:
-        return cst.parse_expression(expr)
+        return cst.parse_expression(expr.strip())
     except cst.ParserSyntaxError as exc:
         raise EditError(f"expr {expr!r} is not a Python expression: {exc.message}") from exc
 
 
+def needs_parens(node: cst.BaseExpression) -> bool:
+    """Expressions that change meaning or stop parsing between commas, e.g. `f(k=1, 2)`."""
+    if node.lpar:
+        return False
+    return isinstance(node, (cst.Tuple, cst.GeneratorExp, cst.NamedExpr, cst.Yield))
+
+
+def parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
+    if needs_parens(node):
+        return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return node
+
+
 def same_expression(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
-    """Equal by meaning: literals by value, anything else by code ignoring layout."""
+    """Equal by meaning: literals by type and value, anything else by code ignoring layout."""
     ok_a, val_a = literal_of(a)
     ok_b, val_b = literal_of(b)
     if ok_a and ok_b:
-        return type(val_a) is type(val_b) and val_a == val_b
-    return ast.dump(_ast_of(a)) == ast.dump(_ast_of(b))
+        return same_literal(val_a, val_b)
+    return ast_dump(a) == ast_dump(b)
 
 
-def _ast_of(node: cst.BaseExpression) -> ast.AST:
-    return ast.parse(cst.Module(body=[]).code_for_node(node).strip(), mode="eval")
+def ast_dump(node: cst.BaseExpression) -> str:
+    """The expression's AST, dumped: equal for code that differs only in layout and quotes."""
+    return ast.dump(ast.parse("(\n" + code_of(node).strip() + "\n)", mode="eval").body)
+
+
+def scope_matches(qualname: str, within: str | None, nested: bool) -> bool:
+    """`within` names one scope exactly (`<module>` for the top level); the scopes nested
+    inside it count only with `nested`. No `within`: the whole file."""
+    if within is None:
+        return True
+    wanted = "" if within == MODULE_SCOPE else within
+    if qualname == wanted:
+        return True
+    return nested and (wanted == "" or qualname.startswith(wanted + "."))
 
 
 class ScopedTransformer(cst.CSTTransformer):
-    """Tracks the qualified name (Class.method) of the scope being visited."""
+    """Tracks the qualified name (Class.method) of the scope being visited.
 
-    def __init__(self, within: str | None) -> None:
+    A def's or class's decorators, arguments, defaults and bases belong to the enclosing
+    scope (that is where Python evaluates them); only its body is inside it.
+    """
+
+    def __init__(self, within: str | None, nested: bool = False) -> None:
         super().__init__()
         self.within = within
+        self.nested = nested
         self.scope: list[str] = []
         self.scopes_seen: set[str] = set()
 
@@ -80,146 +196,42 @@ class ScopedTransformer(cst.CSTTransformer):
     def qualname(self) -> str:
         return ".".join(self.scope)
 
-    def in_scope(self) -> bool:
-        if not self.within:
-            return True
-        q = self.qualname
-        return q == self.within or q.startswith(self.within + ".")
+    @property
+    def scope_name(self) -> str:
+        return self.qualname or MODULE_SCOPE
 
-    def _enter(self, name: str) -> None:
-        self.scope.append(name)
-        self.scopes_seen.add(self.qualname)
+    def in_scope(self) -> bool:
+        return scope_matches(self.qualname, self.within, self.nested)
+
+    def is_nested_in_within(self) -> bool:
+        """Inside a scope nested in `within` (what `nested: true` would add)."""
+        return self.within is not None and not self.nested and scope_matches(self.qualname, self.within, True)
+
+    def _seen(self, name: str) -> None:
+        self.scopes_seen.add(".".join([*self.scope, name]))
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._enter(node.name.value)
+        self._seen(node.name.value)
 
-    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+    def visit_ClassDef_body(self, node: cst.ClassDef) -> None:
+        self.scope.append(node.name.value)
+
+    def leave_ClassDef_body(self, node: cst.ClassDef) -> None:
         self.scope.pop()
-        return updated
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._enter(node.name.value)
+        self._seen(node.name.value)
 
-    def leave_FunctionDef(
-        self, original: cst.FunctionDef, updated: cst.FunctionDef
-    ) -> cst.FunctionDef:
+    def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self.scope.append(node.name.value)
+
+    def leave_FunctionDef_body(self, node: cst.FunctionDef) -> None:
         self.scope.pop()
-        return updated
 
     def scope_hint(self) -> str:
         """Why `within` may not have matched: it does not exist, or close names do."""
-        if not self.within or self.within in self.scopes_seen:
+        if not self.within or self.within == MODULE_SCOPE or self.within in self.scopes_seen:
             return ""
         close = difflib.get_close_matches(self.within, sorted(self.scopes_seen), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         return f"there is no scope {self.within}{hint}"
-
-
-def assigned_names(target: cst.BaseAssignTargetExpression | cst.BaseExpression) -> list[str]:
-    """`x = ...` -> [x]; `self.x = ...` -> [x]; `a = b = ...` handled by caller."""
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, cst.Attribute):
-        return [target.attr.value]
-    return []
-
-
-@dataclass
-class AssignmentMatches:
-    """What an assignment-targeting transformer saw, for verdicts and near misses."""
-
-    edited: int = 0
-    unchanged: int = 0
-    problems: list[str] = field(default_factory=list)
-    names_in_scope: dict[str, str] = field(default_factory=dict)  # name -> value kind
-    names_elsewhere: dict[str, str] = field(default_factory=dict)  # name -> scope
-    notes: list[str] = field(default_factory=list)  # what each edit did, for the message
-
-
-class AssignmentEditor(ScopedTransformer):
-    """Finds assignments to `names` (within a scope) and rewrites their value.
-
-    Subclasses implement `edit_value(value) -> new value`, returning the same
-    object when nothing needs to change, or raising EditError when the value is
-    not of a shape they can edit.
-    """
-
-    def __init__(self, names: Sequence[str], within: str | None) -> None:
-        super().__init__(within)
-        self.names = list(names)
-        self.matches = AssignmentMatches()
-
-    def edit_value(self, value: cst.BaseExpression) -> cst.BaseExpression:  # pragma: no cover
-        raise NotImplementedError
-
-    def _handle(self, targets: list[str], value: cst.BaseExpression | None) -> cst.BaseExpression | None:
-        if value is None:
-            return None
-        if not self.in_scope():
-            for name in targets:
-                if name in self.names:
-                    self.matches.names_elsewhere.setdefault(name, self.qualname or "<module>")
-            return None
-        if not any(name in self.names for name in targets):
-            for name in targets:
-                self.matches.names_in_scope.setdefault(name, type(value).__name__)
-            return None
-        try:
-            new_value = self.edit_value(value)
-        except EditError as exc:
-            self.matches.problems.append(f"{'/'.join(targets)}: {exc}")
-            return None
-        if new_value is value:
-            self.matches.unchanged += 1
-            return None
-        self.matches.edited += 1
-        return new_value
-
-    def note(self, text: str) -> None:
-        where = f" in {self.qualname}" if self.qualname else ""
-        self.matches.notes.append(text + where)
-
-    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
-        names = [n for t in updated.targets for n in assigned_names(t.target)]
-        new_value = self._handle(names, updated.value)
-        return updated if new_value is None else updated.with_changes(value=new_value)
-
-    def leave_AnnAssign(self, original: cst.AnnAssign, updated: cst.AnnAssign) -> cst.AnnAssign:
-        new_value = self._handle(assigned_names(updated.target), updated.value)
-        return updated if new_value is None else updated.with_changes(value=new_value)
-
-    def not_found_message(self) -> str:
-        looked_for = " or ".join(self.names)
-        where = f" within {self.within}" if self.within else ""
-        if self.matches.problems:
-            parts = [f"cannot edit {looked_for}{where}: " + "; ".join(self.matches.problems)]
-        else:
-            parts = [f"no assignment to {looked_for}{where}"]
-        hint = self.scope_hint()
-        if hint:
-            parts.append(hint)
-        if self.matches.names_elsewhere:
-            parts.append(
-                "found "
-                + ", ".join(f"{n} in {s}" for n, s in sorted(self.matches.names_elsewhere.items()))
-            )
-        collection_kinds = {"List", "Tuple", "Set", "Dict"}
-        similar = [
-            name
-            for name, kind in self.matches.names_in_scope.items()
-            if kind in collection_kinds or difflib.get_close_matches(name, self.names, n=1, cutoff=0.6)
-        ]
-        if similar:
-            parts.append("found " + ", ".join(sorted(similar)))
-        return "; ".join(parts)
-
-
-def run_assignment_editor(source: str, editor: AssignmentEditor) -> EditResult:
-    module = parse_module(source)
-    new_module = module.visit(editor)
-    m = editor.matches
-    if m.edited:
-        return EditResult("changed", new_module.code, "; ".join(m.notes))
-    if m.unchanged:
-        return EditResult("already", source, "already in place")
-    return EditResult("not_found", source, editor.not_found_message())

@@ -1,4 +1,9 @@
-"""call_kwarg: make calls to a named callee pass a keyword argument with a value."""
+"""call_kwarg: make a call to a callee pass a keyword argument with a value.
+
+The callee is matched as written, by meaning (`super().__init__`, `", ".join`); one call
+must match (see places.py for `occurrence`/`all`). A bare generator argument gets its own
+parentheses when a keyword joins it: `sum(x for x in y)` -> `sum((x for x in y), k=1)`.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,9 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from patchkit.edits.base import (
-    EditResult,
-    ScopedTransformer,
-    parse_module,
-    quote_style,
-    same_expression,
-)
+from patchkit.edits.base import EditResult, parenthesized, parse_module, quote_style, same_expression
+from patchkit.edits.paths import Edited
+from patchkit.edits.places import CallLocator, run_locator
 from patchkit.edits.values import wanted_node
 
 if TYPE_CHECKING:
@@ -21,81 +22,60 @@ if TYPE_CHECKING:
 _CLEAN_LINE = cst.TrailingWhitespace()
 
 
-def callee_name(func: cst.BaseExpression) -> str:
-    """`pkg.mod.f` -> "pkg.mod.f"; anything else (a call result, a subscript) -> ""."""
-    if isinstance(func, cst.Name):
-        return func.value
-    if isinstance(func, cst.Attribute):
-        inner = callee_name(func.value)
-        return f"{inner}.{func.attr.value}" if inner else ""
-    return ""
-
-
 def run(spec: CallKwarg, source: str) -> EditResult:
-    module = parse_module(source)
-    editor = _KwargEditor(spec)
-    new = module.visit(editor)
-    if editor.edited:
-        return EditResult("changed", new.code, "; ".join(editor.notes))
-    if editor.unchanged:
-        return EditResult("already", source, "already in place")
-    where = f" within {spec.within}" if spec.within else ""
-    parts = [f"no call to {spec.callee}{where}"]
-    if editor.scope_hint():
-        parts.append(editor.scope_hint())
-    if editor.elsewhere:
-        parts.append("found calls in " + ", ".join(sorted(editor.elsewhere)))
-    return EditResult("not_found", source, "; ".join(parts))
+    return run_locator(source, parse_module(source), _KwargLocator(spec))
 
 
-class _KwargEditor(ScopedTransformer):
+class _KwargLocator(CallLocator):
     def __init__(self, spec: CallKwarg) -> None:
-        super().__init__(spec.within)
+        super().__init__(spec, spec.callees)
         self.spec = spec
-        self.edited = 0
-        self.unchanged = 0
-        self.notes: list[str] = []
-        self.elsewhere: set[str] = set()
 
-    def _matches(self, call: cst.Call) -> bool:
-        name = callee_name(call.func)
-        return bool(name) and (name == self.spec.callee or name.rsplit(".", 1)[-1] == self.spec.callee)
+    def describe(self) -> str:
+        return self.spec.describe_target()
 
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-        if not self._matches(updated):
-            return updated
-        if not self.in_scope():
-            self.elsewhere.add(self.qualname or "<module>")
-            return updated
-        wanted = wanted_node(self.spec, quote_style([a.value for a in updated.args]))
-        for i, arg in enumerate(updated.args):
+    def rebuild(self, node: cst.CSTNode) -> Edited:
+        assert isinstance(node, cst.Call)
+        wanted = parenthesized(wanted_node(self.spec, quote_style([a.value for a in node.args]), self.layout))
+        what = f"{self.spec.keyword}={self.spec.describe()} in a call to {self.spec.callees[0]}"
+        for i, arg in enumerate(node.args):
             if arg.keyword is not None and arg.keyword.value == self.spec.keyword:
                 if same_expression(arg.value, wanted):
-                    self.unchanged += 1
-                    return updated
-                args = list(updated.args)
+                    return None
+                args = list(node.args)
                 args[i] = arg.with_changes(value=wanted)
-                return self._done(updated.with_changes(args=args), "set")
+                return node.with_changes(args=args), f"set {what}"
         new_arg = cst.Arg(
             value=wanted,
             keyword=cst.Name(self.spec.keyword),
             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
         )
-        return self._done(updated.with_changes(args=_append_arg(updated, new_arg)), "added")
-
-    def _done(self, call: cst.Call, verb: str) -> cst.Call:
-        self.edited += 1
-        where = f" in {self.qualname}" if self.qualname else ""
-        self.notes.append(f"{verb} {self.spec.keyword}={self.spec.describe()} in a call to {self.spec.callee}{where}")
-        return call
+        return node.with_changes(**_append_arg(node, new_arg, self.layout.unit)), f"added {what}"
 
 
-def _append_arg(call: cst.Call, new: cst.Arg) -> list[cst.Arg]:
-    args = list(call.args)
-    if not args:
-        return [new]
-    last = args[-1]
+def _append_arg(call: cst.Call, new: cst.Arg, unit: str) -> dict[str, object]:
+    """The call's changed fields with `new` as its last argument, laid out like the others."""
+    args = [_own_parens(a) for a in call.args]
     opening = call.whitespace_before_args
+    if not args:
+        if isinstance(opening, cst.ParenthesizedWhitespace):
+            # `f(\n)`: the argument on a line of its own, one indent deeper than the paren.
+            inner = opening.with_changes(empty_lines=[], last_line=cst.SimpleWhitespace(opening.last_line.value + unit))
+            closing = opening.with_changes(first_line=_CLEAN_LINE)
+            return {"args": [new.with_changes(comma=cst.Comma(whitespace_after=closing))], "whitespace_before_args": inner}
+        return {"args": [new]}
+    return {"args": _append_to(args, opening, new)}
+
+
+def _own_parens(arg: cst.Arg) -> cst.Arg:
+    """A generator that was a call's only argument needs parentheses once it is not."""
+    if isinstance(arg.value, cst.GeneratorExp) and not arg.value.lpar:
+        return arg.with_changes(value=arg.value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
+    return arg
+
+
+def _append_to(args: list[cst.Arg], opening: cst.BaseParenthesizableWhitespace, new: cst.Arg) -> list[cst.Arg]:
+    last = args[-1]
     indent = opening.last_line if isinstance(opening, cst.ParenthesizedWhitespace) else None
     for a in args:
         ws = a.comma.whitespace_after if isinstance(a.comma, cst.Comma) else None

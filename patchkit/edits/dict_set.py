@@ -1,4 +1,9 @@
-"""dict_set: make a key of a dict literal (assigned to a name) map to a value."""
+"""dict_set: make a dict display map a key to a value.
+
+Keys compare by type and value; of duplicate keys the last is edited (Python keeps the
+last), and the message says so. In a `|` chain (`BASE | {...}`) the last dict holding the
+key is edited, and a new key goes into the last dict.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,17 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from patchkit.edits.base import (
-    AssignmentEditor,
-    EditError,
     EditResult,
+    Layout,
+    literal_key,
     literal_node,
     literal_of,
+    parenthesized,
     quote_style,
-    run_assignment_editor,
     same_expression,
 )
+from patchkit.edits.paths import Edited, dict_key_index, displays, replace_part, through
+from patchkit.edits.places import run_value_edit
 from patchkit.edits.sequence import insert_item
 from patchkit.edits.values import wanted_node
 
@@ -24,32 +31,39 @@ if TYPE_CHECKING:
 
 
 def run(spec: DictSet, source: str) -> EditResult:
-    return run_assignment_editor(source, _DictSetter(spec))
+    return run_value_edit(spec, DictSetter(spec), source)
 
 
-class _DictSetter(AssignmentEditor):
+class DictSetter:
     def __init__(self, spec: DictSet) -> None:
-        super().__init__(spec.names, spec.within)
         self.spec = spec
 
-    def edit_value(self, value: cst.BaseExpression) -> cst.BaseExpression:
-        if not isinstance(value, cst.Dict):
-            raise EditError(f"the value is not a dict literal (libcst node: {type(value).__name__})")
-        pairs = [e for e in value.elements if isinstance(e, cst.DictElement)]
+    def edit(self, value: cst.BaseExpression, layout: Layout) -> Edited:
+        return through(value, lambda node: self._edit(node, layout))
+
+    def _edit(self, value: cst.BaseExpression, layout: Layout) -> Edited:
+        parts: list[cst.Dict] = displays(value, (cst.Dict,), "a dict literal")  # type: ignore[assignment]
+        pairs = [e for p in parts for e in p.elements if isinstance(e, cst.DictElement)]
         strings = [e.key for e in pairs] + [e.value for e in pairs]  # whose quotes to follow
-        for i, element in enumerate(value.elements):
-            if not isinstance(element, cst.DictElement):
-                continue
-            ok, key = literal_of(element.key)
-            if ok and key == self.spec.key:
-                wanted = wanted_node(self.spec, quote_style([element.value, *strings]))
-                if same_expression(element.value, wanted):
-                    return value
-                self.note(f"set key {self.spec.key!r} to {self.spec.describe()}")
-                elements = list(value.elements)
-                elements[i] = element.with_changes(value=wanted)
-                return value.with_changes(elements=elements)
-        self.note(f"added key {self.spec.key!r}: {self.spec.describe()}")
-        quote = quote_style(strings)
-        new = cst.DictElement(literal_node(self.spec.key, quote), wanted_node(self.spec, quote))
-        return insert_item(value, new, len(value.elements))
+        key = literal_key(self.spec.key)
+        holders = [(p, i) for p in parts if (i := dict_key_index(p, self.spec.key)) is not None]
+        if holders:
+            part, index = holders[-1]
+            element = part.elements[index]
+            assert isinstance(element, cst.DictElement)
+            wanted = wanted_node(self.spec, quote_style([element.value, *strings]), layout)
+            if same_expression(element.value, wanted):
+                return None
+            count = sum(1 for e in pairs if literal_of(e.key)[0] and literal_key(literal_of(e.key)[1]) == key)
+            note = f"set key {self.spec.key!r} to {self.spec.describe()}"
+            if count > 1:
+                note += f" (the last of its {count} entries: Python keeps the last)"
+            elements = list(part.elements)
+            elements[index] = element.with_changes(value=parenthesized(wanted))
+            return replace_part(value, part, part.with_changes(elements=elements)), note
+        quote = layout.quote(quote_style(strings))
+        new = cst.DictElement(literal_node(self.spec.key, quote, layout.avoid),
+                              parenthesized(wanted_node(self.spec, quote, layout)))
+        part = parts[-1]
+        node = insert_item(part, new, len(part.elements), layout.unit)
+        return replace_part(value, part, node), f"added key {self.spec.key!r}: {self.spec.describe()}"

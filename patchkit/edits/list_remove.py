@@ -1,4 +1,5 @@
-"""list_remove: make sure values are not elements of a list/tuple/set assigned to a name."""
+"""list_remove: make sure values are not elements of a list/tuple/set display (every display
+of a `+`/`|` chain), compared by type and value."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from patchkit.edits.base import AssignmentEditor, EditResult, run_assignment_editor
-from patchkit.edits.list_insert import collection_of, element_values
+from patchkit.edits.base import EditResult, Layout, literal_key
+from patchkit.edits.list_insert import COLLECTIONS, WHAT, check_set_collisions, element_values, unique
+from patchkit.edits.paths import Edited, displays, replace_parts, through
+from patchkit.edits.places import run_value_edit
 from patchkit.edits.sequence import remove_item
 
 if TYPE_CHECKING:
@@ -15,21 +18,33 @@ if TYPE_CHECKING:
 
 
 def run(spec: ListRemove, source: str) -> EditResult:
-    return run_assignment_editor(source, _Remover(spec))
+    return run_value_edit(spec, Remover(spec), source)
 
 
-class _Remover(AssignmentEditor):
+class Remover:
     def __init__(self, spec: ListRemove) -> None:
-        super().__init__(spec.names, spec.within)
         self.spec = spec
 
-    def edit_value(self, value: cst.BaseExpression) -> cst.BaseExpression:
-        node = collection_of(value)
-        doomed = [i for i, (ok, v) in enumerate(element_values(node)) if ok and v in self.spec.values]
-        if not doomed:
-            return value
-        removed = [element_values(node)[i][1] for i in doomed]
-        for i in reversed(doomed):
-            node = remove_item(node, i)
-        self.note("removed " + ", ".join(repr(v) for v in removed))
-        return node
+    def edit(self, value: cst.BaseExpression, layout: Layout) -> Edited:
+        return through(value, self._edit)
+
+    def _edit(self, value: cst.BaseExpression) -> Edited:
+        parts = displays(value, COLLECTIONS, WHAT)
+        unwanted = unique(self.spec.values)
+        check_set_collisions(parts, unwanted)
+        keys = {literal_key(v) for v in unwanted}
+        removed: list[object] = []
+        new: dict[int, cst.BaseExpression] = {}
+        for part in parts:
+            values = element_values(part)  # type: ignore[arg-type]
+            doomed = [i for i, (ok, v) in enumerate(values) if ok and literal_key(v) in keys]
+            if not doomed:
+                continue
+            node = part
+            for i in reversed(doomed):
+                node = remove_item(node, i)
+            removed.extend(values[i][1] for i in doomed)
+            new[id(part)] = node
+        if not removed:
+            return None
+        return replace_parts(value, new), "removed " + ", ".join(repr(v) for v in removed)

@@ -6,6 +6,7 @@ libcst engines are imported only when an edit is computed.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Literal
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 Verdict = Literal["changed", "already", "not_found"]
 Scalar = str | int | float | bool | None
+MODULE_SCOPE = "<module>"  # how messages and `within` name the top level of a file
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,10 @@ class EditError(Exception):
     """The source cannot be edited as asked (not a parse error of ours: theirs)."""
 
 
+class EditBug(EditError):
+    """An edit produced text that is not Python: a bug of patchkit's, never written anywhere."""
+
+
 class EditSpec(BaseModel):
     """Base of every edit's parameters; subclasses implement `apply`."""
 
@@ -33,3 +39,46 @@ class EditSpec(BaseModel):
 
     def apply(self, source: str) -> EditResult:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _compiles(source: str) -> SyntaxError | None:
+    try:
+        compile(source, "<patched>", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return exc
+    except ValueError as exc:  # a NUL byte
+        return SyntaxError(str(exc))
+    return None
+
+
+def _parses(source: str) -> SyntaxError | None:
+    try:
+        ast.parse(source)
+    except SyntaxError as exc:
+        return exc
+    except ValueError as exc:
+        return SyntaxError(str(exc))
+    return None
+
+
+def compile_error(before: str, after: str) -> str | None:
+    """Why `after` (an edit of `before`) is not Python, as this interpreter compiles it; None
+    when it is. Judged against the original: a file that already fails to compile here
+    (newer syntax, `return` at module level) is held only to parsing, or not at all when
+    this Python cannot parse it either (the host's own syntax check still runs before
+    anything is kept)."""
+    error = _compiles(after)
+    if error is None:
+        return None
+    if _compiles(before) is not None:
+        if _parses(before) is not None:
+            return None
+        error = _parses(after)
+        if error is None:
+            return None
+    line = ""
+    if error.lineno:
+        lines = after.splitlines()
+        if 0 < error.lineno <= len(lines):
+            line = f": `{lines[error.lineno - 1].strip()[:120]}`"
+    return f"{error.msg}, line {error.lineno}{line}"

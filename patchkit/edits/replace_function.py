@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from patchkit.edits.base import EditError, EditResult, parse_module
+from patchkit.edits.base import EditError, EditResult, parse_module, snippet
+from patchkit.edits.places import how_to_choose
 
 if TYPE_CHECKING:
     from patchkit.edits.specs import ReplaceFunction
@@ -32,33 +33,63 @@ def run(spec: ReplaceFunction, source: str) -> EditResult:
     module = parse_module(source)
     defs = _Definitions()
     module.visit(defs)
-    matches = [node for name, node in defs.functions if name == spec.function]
+    matches = [(scope, node) for name, scope, node in defs.functions if name == spec.function]
     if not matches:
         return EditResult("not_found", source, _not_found_message(spec.function, defs))
-    if len(matches) > 1:
-        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-        lines = ", ".join(str(positions[node].start.line) for node in matches)
-        return EditResult(
-            "not_found", source,
-            f"cannot edit {spec.function}: it is defined {len(matches)} times (lines {lines}); "
-            "replace_function edits exactly one definition (use a codemod to pick one)",
-        )
-    function = matches[0]
-    block, kept_docstring = _new_block(spec, function)
-    new_function = function.with_changes(body=block)
-    if _body_meaning(module, function) == _body_meaning(module, new_function):
+    if spec.occurrence is not None:
+        if spec.occurrence > len(matches):
+            return EditResult("not_found", source, (
+                f"occurrence {spec.occurrence} asked, but {spec.function} is defined {len(matches)} "
+                f"time{'s' if len(matches) > 1 else ''}: {_listing(module, matches)}"))
+        matches = [matches[spec.occurrence - 1]]
+    elif len(matches) > 1 and not spec.all:
+        return EditResult("not_found", source, (
+            f"function {spec.function} is ambiguous: it is defined {len(matches)} times: "
+            f"{_listing(module, matches)}; {how_to_choose([])}"))
+    replaced: dict[int, cst.FunctionDef] = {}
+    notes = []
+    for _scope, function in matches:
+        block, kept_docstring = _new_block(spec, function)
+        new_function = function.with_changes(body=block)
+        if _body_meaning(module, function) == _body_meaning(module, new_function):
+            continue
+        replaced[id(function)] = new_function
+        kind = "async function" if function.asynchronous else "function"
+        old_n, new_n = _line_count(module, function.body), _line_count(module, block)
+        note = f"replaced the body of {kind} {spec.function} ({old_n} -> {new_n} lines)"
+        if kept_docstring:
+            note += "; kept its docstring"
+        notes.append(note)
+    if not notes:
         return EditResult("already", source, "already in place")
-    new_source = module.deep_replace(function, new_function).code  # type: ignore[union-attr]
-    try:
-        ast.parse(new_source)
-    except SyntaxError as exc:  # pragma: no cover - a bug of ours, never written to a host
-        raise EditError(f"replacing the body of {spec.function} gave invalid Python: {exc.msg}") from exc
-    kind = "async function" if function.asynchronous else "function"
-    old_n, new_n = _line_count(module, function.body), _line_count(module, block)
-    note = f"replaced the body of {kind} {spec.function} ({old_n} -> {new_n} lines)"
-    if kept_docstring:
-        note += "; kept its docstring"
-    return EditResult("changed", new_source, note)
+    new_module = module.visit(_Swap(replaced))
+    message = "; ".join(notes)
+    if spec.occurrence is not None:
+        message += f" (occurrence {spec.occurrence})"
+    elif len(matches) > 1:
+        rest = len(matches) - len(notes)
+        message += f" ({len(notes)} of {len(matches)} definitions changed (all: true)" + (
+            f", {rest} already in place)" if rest else ")")
+    return EditResult("changed", new_module.code, message)
+
+
+class _Swap(cst.CSTTransformer):
+    """Replaces nodes of the original tree, found by identity, in one pass."""
+
+    def __init__(self, new: dict[int, cst.FunctionDef]) -> None:
+        super().__init__()
+        self.new = new
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
+        return self.new.get(id(original_node), updated_node)
+
+
+def _listing(module: cst.Module, matches: list[tuple[str, cst.FunctionDef]]) -> str:
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    return "; ".join(
+        f"{i}) line {positions[node].start.line} in {scope}: `{snippet(node)}`"
+        for i, (scope, node) in enumerate(matches, 1)
+    )
 
 
 class _Definitions(cst.CSTVisitor):
@@ -67,7 +98,7 @@ class _Definitions(cst.CSTVisitor):
     def __init__(self) -> None:
         super().__init__()
         self.scope: list[str] = []
-        self.functions: list[tuple[str, cst.FunctionDef]] = []
+        self.functions: list[tuple[str, str, cst.FunctionDef]] = []  # qualname, enclosing scope, node
         self.classes: set[str] = set()
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
@@ -78,15 +109,15 @@ class _Definitions(cst.CSTVisitor):
         self.scope.pop()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.append((".".join([*self.scope, node.name.value]), ".".join(self.scope) or "<module>", node))
         self.scope.append(node.name.value)
-        self.functions.append((".".join(self.scope), node))
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.scope.pop()
 
 
 def _not_found_message(wanted: str, defs: _Definitions) -> str:
-    names = list(dict.fromkeys(name for name, _ in defs.functions))
+    names = list(dict.fromkeys(name for name, _, _ in defs.functions))
     message = f"no function {wanted}"
     if wanted in defs.classes:
         message += f" ({wanted} is a class: name one of its methods, e.g. {wanted}.__init__)"

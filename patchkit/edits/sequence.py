@@ -84,8 +84,10 @@ def _has_comma(item: cst.CSTNode) -> bool:
     return isinstance(getattr(item, "comma", None), cst.Comma)
 
 
-def insert_item(node: Seq, item: Item, index: int) -> Seq:
-    """Return `node` with `item` inserted at `index`, laid out like its neighbours."""
+def insert_item(node: Seq, item: Item, index: int, unit: str = "    ") -> Seq:
+    """Return `node` with `item` inserted at `index`, laid out like its neighbours.
+
+    `unit` is the file's indentation step, for an empty display written over several lines."""
     if not isinstance(node, SEQUENCE_TYPES):
         raise EditError(f"the value is not a list, tuple, set or dict literal (libcst node: {type(node).__name__})")
     elements = list(node.elements)
@@ -94,6 +96,9 @@ def insert_item(node: Seq, item: Item, index: int) -> Seq:
     close = _close_ws(node)
 
     if not elements:
+        open_ws = _open_ws(node)
+        if isinstance(open_ws, cst.ParenthesizedWhitespace):
+            return _into_empty_block(node, item, open_ws, unit)
         return node.with_changes(elements=[item])
 
     if index < len(elements):
@@ -138,6 +143,18 @@ def insert_item(node: Seq, item: Item, index: int) -> Seq:
     keep_trailing = trailing and not (isinstance(node, cst.Tuple) and len(elements) == 1)
     elements.append(item.with_changes(comma=cst.Comma() if keep_trailing else cst.MaybeSentinel.DEFAULT))
     return node.with_changes(elements=elements)
+
+
+def _into_empty_block(node: Seq, item: Item, open_ws: cst.ParenthesizedWhitespace, unit: str) -> Seq:
+    """`[\n]` -> `[\n    item,\n]`: the item one indent deeper than the closing bracket, with
+    a trailing comma; a comment after the opening bracket stays there, comment-only lines
+    stay last (as they do below the last item of a list that has items)."""
+    close_indent = open_ws.last_line
+    item_ws = open_ws.with_changes(empty_lines=[], last_line=cst.SimpleWhitespace(close_indent.value + unit))
+    close_ws = open_ws.with_changes(first_line=_CLEAN_LINE)
+    node = _with_open_ws(node, item_ws)
+    node = node.with_changes(elements=[item.with_changes(comma=cst.Comma())])
+    return _with_close_ws(node, close_ws)
 
 
 def _separator_for_front(elements: Sequence[cst.CSTNode], indent: cst.SimpleWhitespace | None) -> cst.Comma:

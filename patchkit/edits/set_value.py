@@ -1,4 +1,4 @@
-"""set_value: make the right-hand side of an assignment equal a value."""
+"""set_value: make the target's value (or the part of it at `path`) equal a value."""
 
 from __future__ import annotations
 
@@ -6,13 +6,9 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from patchkit.edits.base import (
-    AssignmentEditor,
-    EditResult,
-    quote_style,
-    run_assignment_editor,
-    same_expression,
-)
+from patchkit.edits.base import EditResult, Layout, code_of, parenthesized, quote_style, same_expression
+from patchkit.edits.paths import Edited
+from patchkit.edits.places import run_value_edit
 from patchkit.edits.values import wanted_node
 
 if TYPE_CHECKING:
@@ -20,18 +16,39 @@ if TYPE_CHECKING:
 
 
 def run(spec: SetValue, source: str) -> EditResult:
-    return run_assignment_editor(source, _Setter(spec))
+    return run_value_edit(spec, Setter(spec), source)
 
 
-class _Setter(AssignmentEditor):
+def label(spec: SetValue) -> str:
+    if spec.target == "assignment":
+        text = "/".join(spec.names or [])
+    elif spec.target == "call_arg":
+        text = f"{spec.callees[0]}({spec.arg}=)" if isinstance(spec.arg, str) else f"{spec.callees[0]}(#{spec.arg})"
+    elif spec.target == "return":
+        text = "return"
+    else:
+        text = f"the default of {spec.arg}"
+    return text + "".join(f"[{step!r}]" for step in spec.path)
+
+
+def strings_of(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The value and, for a display, its items and keys: whose quotes a new value follows."""
+    items = [value]
+    for element in getattr(value, "elements", []):
+        items += [getattr(element, "key", None), getattr(element, "value", None)]
+    return [i for i in items if isinstance(i, cst.BaseExpression)]
+
+
+class Setter:
     def __init__(self, spec: SetValue) -> None:
-        super().__init__(spec.names, spec.within)
         self.spec = spec
 
-    def edit_value(self, value: cst.BaseExpression) -> cst.BaseExpression:
-        wanted = wanted_node(self.spec, quote_style([value]))
+    def edit(self, value: cst.BaseExpression, layout: Layout) -> Edited:
+        wanted = wanted_node(self.spec, quote_style(strings_of(value)), layout)
         if same_expression(value, wanted):
-            return value
-        old = cst.Module(body=[]).code_for_node(value)
-        self.note(f"set {'/'.join(self.names)} = {self.spec.describe()} (was {old})")
-        return wanted.with_changes(lpar=value.lpar, rpar=value.rpar)
+            return None
+        if value.lpar:
+            wanted = wanted.with_changes(lpar=value.lpar, rpar=value.rpar)
+        elif not isinstance(value, cst.Tuple):  # a bare tuple sits where a bare tuple may
+            wanted = parenthesized(wanted)
+        return wanted, f"set {label(self.spec)} = {self.spec.describe()} (was {code_of(value)})"

@@ -2,20 +2,28 @@
 
 `apply` imports the operation's libcst engine on first use, so loading and
 validating recipes stays fast.
+
+Every op that finds its target in the file shares one vocabulary (`Choose`, `Where`):
+what the target is (`target`, `names`, `callee`, `arg`), where inside its value the edit
+goes (`path`), and which of several matching places are edited (`within`, `nested`,
+`occurrence`, `all`). By default a target must match exactly one place.
 """
 
 from __future__ import annotations
 
 import ast
+import datetime
 import re
 import textwrap
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from patchkit.edits.model import EditError, EditResult, EditSpec, Scalar
+from patchkit.edits.model import MODULE_SCOPE, EditBug, EditError, EditResult, EditSpec, Scalar, compile_error
+
+_QUALNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def _parse(source: str, mode: str = "exec") -> ast.AST:
@@ -28,12 +36,39 @@ def _parse(source: str, mode: str = "exec") -> ast.AST:
 
 
 class _Engine(EditSpec):
-    """An edit whose work is done by `patchkit.edits.<engine>.run(spec, source)`."""
+    """An edit whose work is done by `patchkit.edits.<engine>.run(spec, source)`.
+
+    A `changed` result is compiled before it is returned: text that is not Python is a
+    bug of ours (EditBug; a user's codemod gets the blame for its own), never a result."""
 
     _engine: str = ""
 
     def apply(self, source: str) -> EditResult:
-        return import_module(f"patchkit.edits.{self._engine}").run(self, source)
+        result = import_module(f"patchkit.edits.{self._engine}").run(self, source)
+        if result.verdict == "changed":
+            error = compile_error(source, result.source)
+            if error is not None:
+                raise self.not_python(error)
+        return result
+
+    def not_python(self, error: str) -> EditError:
+        return EditBug(f"patchkit bug: the {self._engine} edit produced Python that does not compile "
+                       f"({error}); nothing was changed. Please report it with the recipe and the file.")
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """A YAML value we can write as a Python literal: no dates, no custom tags."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _check_plain(item, where)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_plain(key, where)
+            _check_plain(item, where)
+    elif isinstance(value, (datetime.date, datetime.time)):
+        raise ValueError(f"{where} {value!r} is a date (YAML reads it so): quote it, or write expr: ...")
+    elif not isinstance(value, (str, int, float, bool, bytes, type(None))):
+        raise ValueError(f"{where} {value!r} is not a literal (string, number, bool, null, list, dict)")
 
 
 class WantsValue(BaseModel):
@@ -52,55 +87,190 @@ class WantsValue(BaseModel):
                 _parse(self.expr.strip(), mode="eval")
             except SyntaxError as exc:  # a recipe error, not a target that is missing
                 raise ValueError(f"expr {self.expr!r} is not a Python expression: {exc.msg}") from None
+        else:
+            _check_plain(self.value, "value")
         return self
 
     def describe(self) -> str:
         return self.expr if self.expr is not None else repr(self.value)
 
 
-class ListInsert(_Engine):
-    """Ensure `values` are elements of the collection assigned to one of `names`."""
+class Pick(BaseModel):
+    """When a target matches several places: by default that is an error naming them all."""
+
+    occurrence: int | None = Field(
+        None, ge=1, description="the target matches several places: edit the Nth (1-based, in source order)")
+    all: bool = Field(False, description="the target matches several places: edit every one of them")
+
+    @model_validator(mode="after")
+    def _one_way_to_pick(self) -> Pick:
+        if self.occurrence is not None and self.all:
+            raise ValueError("give `occurrence` or `all`, not both")
+        return self
+
+
+class Choose(Pick):
+    """Which of the places a target matches are edited: exactly one, unless told."""
+
+    within: str | None = Field(
+        None, description="only this scope, named exactly: `Class`, `Class.method`, `func`, or `<module>` "
+                          "for the top level; scopes nested inside it count only with `nested: true`")
+    nested: bool = Field(False, description="with `within`: the scopes nested inside it count too")
+
+    @model_validator(mode="after")
+    def _scope_is_a_scope(self) -> Choose:
+        if self.nested and self.within is None:
+            raise ValueError("`nested` applies to a `within` scope: give `within` too")
+        if self.within is not None and self.within != MODULE_SCOPE and not _QUALNAME.match(self.within):
+            raise ValueError(f"within {self.within!r} is not a scope like Class.method, func or <module>")
+        return self
+
+
+def _target_expression(text: str) -> ast.expr:
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"{text!r} is not an assignment target like x, self.x or d['k']") from None
+    if not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+        raise ValueError(f"{text!r} is not an assignment target like x, self.x or d['k']")
+    return node
+
+
+def _check_callee(value: Any) -> Any:
+    texts = [value] if isinstance(value, str) else value or []
+    if not texts and value is not None:
+        raise ValueError("callee: give at least one")
+    for text in texts:
+        try:
+            ast.parse(text.strip(), mode="eval")
+        except SyntaxError:
+            raise ValueError(f"callee {text!r} is not a Python expression like f, mod.f or super().__init__") from None
+    return value
+
+
+Target = Literal["assignment", "call_arg", "return", "default"]
+
+
+class Where(Choose):
+    """What the target is, and where inside its value the edit goes."""
+
+    target: Target = Field(
+        "assignment", description="assignment: a value assigned to one of `names` (=, :, +=, |=); "
+                                  "call_arg: argument `arg` of calls to `callee`; return: the value of a "
+                                  "return statement (in `within`); default: the default of parameter `arg`")
+    names: list[str] | None = Field(
+        None, min_length=1,
+        description="target: assignment. Targets as written in the code, alternatives: `x`, `self.x`, "
+                    "`Config.x`, `d['k']`; a bare `x` matches only a bare `x`")
+    callee: str | list[str] | None = Field(
+        None, description="target: call_arg. The called expression as written: `setup`, `torch.compile`, "
+                          "`super().__init__`, `', '.join`; a list gives alternatives")
+    arg: str | int | None = Field(
+        None, description="call_arg: a keyword name or a position (0-based, positional arguments); "
+                          "default: the parameter's name")
+    path: list[Scalar] = Field(
+        default_factory=list,
+        description="steps into the value, like subscripts: a dict key, a list/tuple index, a call's keyword "
+                    "or position; a `lambda:` on the way is looked through, e.g. [default_factory]")
+
+    @field_validator("names")
+    @classmethod
+    def _names_are_targets(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            _target_expression(name)
+        return value
+
+    @field_validator("callee")
+    @classmethod
+    def _callee_is_an_expression(cls, value: str | list[str] | None) -> str | list[str] | None:
+        return _check_callee(value)
+
+    @field_validator("arg")
+    @classmethod
+    def _arg_is_a_name_or_position(cls, value: str | int | None) -> str | int | None:
+        if isinstance(value, bool) or (isinstance(value, int) and value < 0):
+            raise ValueError("`arg` is a keyword name or a position 0, 1, ...")
+        if isinstance(value, str) and not value.isidentifier():
+            raise ValueError(f"`arg` {value!r} is not a keyword name (or write a position: 0, 1, ...)")
+        return value
+
+    @model_validator(mode="after")
+    def _fields_fit_the_target(self) -> Where:
+        needs = {"assignment": {"names"}, "call_arg": {"callee", "arg"}, "return": set(), "default": {"arg"}}
+        own = needs[self.target]
+        for field in ("names", "callee", "arg"):
+            given = getattr(self, field) is not None
+            if field in own and not given:
+                raise ValueError(f"target: {self.target} needs `{field}`")
+            if field not in own and given:
+                raise ValueError(f"`{field}` does not apply to target: {self.target}")
+        if self.target == "default" and not isinstance(self.arg, str):
+            raise ValueError("target: default names the parameter: `arg` is its name")
+        return self
+
+    @property
+    def callees(self) -> list[str]:
+        return [self.callee] if isinstance(self.callee, str) else list(self.callee or [])
+
+    def describe_target(self) -> str:
+        if self.target == "assignment":
+            return "assignment to " + " or ".join(self.names or [])
+        if self.target == "call_arg":
+            kind = f"keyword {self.arg}" if isinstance(self.arg, str) else f"positional argument {self.arg}"
+            return f"{kind} of a call to {' or '.join(self.callees)}"
+        if self.target == "return":
+            return "return statement with a value"
+        return f"parameter {self.arg} with a default"
+
+
+class ListInsert(_Engine, Where):
+    """Ensure `values` are elements of a list/tuple/set display (the right one of `A + [..]`)."""
 
     _engine = "list_insert"
-    names: list[str] = Field(min_length=1, description="assignment targets to look for; every one assigned in scope is edited")
     values: list[Scalar] = Field(min_length=1, description="literals that must be elements")
-    within: str | None = Field(None, description="only inside this scope, e.g. Class.method")
     after: Scalar = Field(None, description="insert after this element; missing: append, and say so")
 
 
-class ListRemove(_Engine):
-    """Ensure `values` are not elements of the collection assigned to one of `names`."""
+class ListRemove(_Engine, Where):
+    """Ensure `values` are not elements of a list/tuple/set display."""
 
     _engine = "list_remove"
-    names: list[str] = Field(min_length=1)
     values: list[Scalar] = Field(min_length=1)
-    within: str | None = None
 
 
-class SetValue(_Engine, WantsValue):
-    """Ensure `names = <value>` (within a scope), compared by meaning."""
+class SetValue(_Engine, Where, WantsValue):
+    """Ensure the target's value (or the part of it at `path`) equals `value`/`expr`, by meaning."""
 
     _engine = "set_value"
-    names: list[str] = Field(min_length=1)
-    within: str | None = None
 
 
-class DictSet(_Engine, WantsValue):
-    """Ensure `names[key] == value` in the dict literal assigned to one of `names`."""
+class DictSet(_Engine, Where, WantsValue):
+    """Ensure a dict display maps `key` to `value`/`expr` (the last of duplicate keys: Python keeps it)."""
 
     _engine = "dict_set"
-    names: list[str] = Field(min_length=1)
     key: Scalar
-    within: str | None = None
 
 
-class CallKwarg(_Engine, WantsValue):
-    """Ensure every call to `callee` (last dotted part or full name) passes `keyword=value`."""
+class CallKwarg(_Engine, Choose, WantsValue):
+    """Ensure a call to `callee` passes `keyword=value` (added when missing)."""
 
     _engine = "call_kwarg"
-    callee: str = Field(description="function name, e.g. SamplingParams or torch.compile")
+    callee: str | list[str] = Field(
+        description="the called expression as written: `SamplingParams`, `torch.compile`, "
+                    "`super().__init__`, `', '.join`; a list gives alternatives")
     keyword: str
-    within: str | None = None
+
+    @field_validator("callee")
+    @classmethod
+    def _callee_is_an_expression(cls, value: str | list[str]) -> str | list[str]:
+        return _check_callee(value)
+
+    @property
+    def callees(self) -> list[str]:
+        return [self.callee] if isinstance(self.callee, str) else list(self.callee)
+
+    def describe_target(self) -> str:
+        return f"call to {' or '.join(self.callees)}"
 
 
 class CodemodEdit(_Engine):
@@ -113,6 +283,10 @@ class CodemodEdit(_Engine):
     transformer: str = Field(description="class name in `file`")
     args: dict[str, Any] = Field(default_factory=dict)
     _base_dir: Path | None = PrivateAttr(None)
+
+    def not_python(self, error: str) -> EditError:
+        return EditError(f"codemod {self.transformer} produced Python that does not compile ({error}); "
+                         "nothing was changed")
 
     def bind(self, base_dir: Path) -> CodemodEdit:
         self._base_dir = base_dir
@@ -128,10 +302,8 @@ class CodemodEdit(_Engine):
         return path
 
 
-_QUALNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
-
-class ReplaceFunction(_Engine):
+class ReplaceFunction(_Engine, Pick):
     """Ensure the body of function `function` (a qualname: `func`, `Class.method`,
     `outer.inner`) is `body`, compared by meaning (AST). Decorators, signature and
     everything outside the body stay byte-identical; `body` is re-indented to fit."""

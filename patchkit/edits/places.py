@@ -1,0 +1,485 @@
+"""Where an edit applies: the places its target matches, and which of them are edited.
+
+The rule, for every op: a target must match exactly one place. When it matches several,
+the edit changes nothing and fails (verdict `not_found`) naming every place (line, scope,
+code) and the ways to choose:
+- `within: Class.method` names one scope exactly; scopes nested in it count only with
+  `nested: true` (without `within`: the whole file);
+- a target is matched as written: `x` is not `self.x`, `self.x` is not `other.x`;
+- `occurrence: N` edits the Nth place (1-based, in source order);
+- `all: true` edits every place, and the message says how many changed.
+
+One pass finds the places and edits each of them as it goes (what a single match or
+`all` needs); `occurrence` redoes its one place from the original, so that no edit of
+another place can ride along (a call inside a call).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass
+from typing import Sequence
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from patchkit.edits.base import (
+    EditError,
+    EditResult,
+    Layout,
+    ScopedTransformer,
+    ast_dump,
+    parse_module,
+    scope_matches,
+    snippet,
+)
+from patchkit.edits.paths import Edited, ValueOp, call_arg_index, edit_at
+from patchkit.edits.specs import Choose, Where
+
+
+@dataclass
+class Place:
+    order: int  # in source order
+    node: cst.CSTNode  # the original node the edit rebuilds (statement, call, parameter)
+    scope: str
+    new: cst.CSTNode | None = None  # the rebuilt node; None: nothing to change there
+    note: str = ""
+    error: str | None = None
+    avoid: str = ""  # quotes of the f-strings it sits in
+
+
+def dotted_name(node: cst.BaseExpression) -> str | None:
+    """`a.b.c` for a chain of plain names, else None (a call, a subscript, a string)."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        inner = dotted_name(node.value)
+        return f"{inner}.{node.attr.value}" if inner else None
+    return None
+
+
+def last_name(node: cst.BaseExpression) -> str:
+    """`b` of `a.b` and of `f().b`; "" when the expression does not end in a name (`d["k"]`)."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return ""
+
+
+class Expressions:
+    """Expressions as a recipe writes them (`self.x`, `super().__init__`), matched by meaning."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.dotted: set[str] = set()
+        self.dumps: set[str] = set()
+        self.last_names: set[str] = set()
+        for text in texts:
+            tree = ast.parse(text.strip(), mode="eval").body
+            name = _ast_dotted(tree)
+            if name is not None:
+                self.dotted.add(name)
+            else:
+                self.dumps.add(ast.dump(tree))
+            self.last_names.add(_ast_last(tree))
+
+    def match(self, node: cst.BaseExpression) -> tuple[str | None, bool]:
+        """(how the node reads, whether it is one of ours); (None, False) when it cannot be."""
+        name = dotted_name(node)
+        if name is not None:
+            return name, name in self.dotted
+        if not self.dumps or last_name(node) not in self.last_names:
+            return None, False
+        try:
+            dump = ast_dump(node)
+        except SyntaxError:
+            return None, False
+        return snippet(node, 40), dump in self.dumps
+
+
+def _ast_dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _ast_dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else None
+    return None
+
+
+def _ast_last(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
+class Locator(ScopedTransformer):
+    """Finds the places of one kind of target (a subclass each) and edits them as it leaves."""
+
+    def __init__(self, choice: Choose) -> None:
+        super().__init__(choice.within, choice.nested)
+        self.choice = choice
+        self.places: list[Place] = []
+        self._open: dict[int, Place] = {}
+        self.elsewhere: dict[str, str] = {}  # what matched outside the scope -> where
+        self.nested_in: dict[str, str] = {}  # what matched in a scope nested in `within` -> where
+        self.unit = "    "
+        self.layout = Layout()
+        self._fstring_quotes: list[str] = []
+
+    # --- what a subclass says
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def rebuild(self, node: cst.CSTNode) -> Edited:
+        """The node with the edit made (EditError: it cannot be), None when already in place."""
+        raise NotImplementedError
+
+    def near_misses(self) -> list[str]:
+        return []
+
+    # --- bookkeeping
+    def visit_Module(self, node: cst.Module) -> None:
+        self.unit = node.default_indent
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        self._fstring_quotes.append(node.start[-1])
+
+    def leave_FormattedString(self, original: cst.FormattedString, updated: cst.FormattedString) -> cst.FormattedString:
+        self._fstring_quotes.pop()
+        return updated
+
+    def candidate(self, node: cst.CSTNode, target: str, qualname: str | None = None) -> None:
+        """`node` matches the target; it is a place if it is in scope."""
+        q = self.qualname if qualname is None else qualname
+        where = q or "<module>"
+        if not scope_matches(q, self.within, self.nested):
+            if self.within is not None and scope_matches(q, self.within, True):
+                self.nested_in.setdefault(target, where)
+            else:
+                self.elsewhere.setdefault(target, where)
+            return
+        place = Place(len(self.places), node, where, avoid="".join(sorted(set(self._fstring_quotes))))
+        self.places.append(place)
+        self._open[id(node)] = place
+
+    def finish(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+        place = self._open.pop(id(original), None)
+        if place is None:
+            return updated
+        self._edit(place, updated)
+        return updated if place.new is None else place.new
+
+    def _edit(self, place: Place, node: cst.CSTNode) -> None:
+        place.new, place.note, place.error = None, "", None
+        self.layout = Layout(self.unit, place.avoid)
+        try:
+            edited = self.rebuild(node)
+        except EditError as exc:
+            place.error = str(exc)
+            return
+        if edited is not None:
+            where = f" in {place.scope}" if place.scope != "<module>" else ""
+            place.new, place.note = edited[0], edited[1] + where
+
+    def scope_words(self) -> str:
+        return f" within {self.within}" if self.within else ""
+
+    def not_found_message(self) -> str:
+        parts = [f"no {self.describe()}{self.scope_words()}"]
+        hint = self.scope_hint()
+        if hint:
+            parts.append(hint)
+        if self.nested_in:
+            found = ", ".join(f"{t} in {s}" for t, s in sorted(self.nested_in.items()))
+            parts.append(f"found {found} (a scope nested in {self.within}: add `nested: true`)")
+        parts.extend(self.near_misses())
+        return "; ".join(parts)
+
+
+def _lines(module: cst.Module, places: Sequence[Place]) -> dict[int, int]:
+    """Line numbers, computed only for a message (resolving positions costs a full pass)."""
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    return {p.order: positions[p.node].start.line for p in places}
+
+
+def list_places(module: cst.Module, places: Sequence[Place]) -> str:
+    lines = _lines(module, places)
+    return "; ".join(
+        f"{i}) line {lines[p.order]} in {p.scope}: `{snippet(p.node)}`"
+        + (f" (cannot be edited: {p.error})" if p.error else "")
+        for i, p in enumerate(places, 1)
+    )
+
+
+def how_to_choose(scopes: Sequence[str]) -> str:
+    text = "say which with `occurrence: N` (1-based, in the order listed), or `all: true` to edit every one"
+    distinct = list(dict.fromkeys(scopes))
+    if len(distinct) > 1:
+        text += f", or name one scope with `within:` ({', '.join(distinct)})"
+    return text
+
+
+def ambiguity(what: str, module: cst.Module, places: Sequence[Place]) -> str:
+    return (f"{what} is ambiguous: it matches {len(places)} places: {list_places(module, places)}; "
+            + how_to_choose([p.scope for p in places]))
+
+
+def run_locator(source: str, module: cst.Module, locator: Locator) -> EditResult:
+    edited_all = module.visit(locator)
+    places, choice = locator.places, locator.choice
+    what = locator.describe() + locator.scope_words()
+    if not places:
+        return EditResult("not_found", source, locator.not_found_message())
+    if choice.occurrence is not None:
+        if choice.occurrence > len(places):
+            return EditResult("not_found", source, (
+                f"occurrence {choice.occurrence} asked, but the {what} matches {len(places)} "
+                f"place{'s' if len(places) > 1 else ''}: {list_places(module, places)}"))
+        chosen = [places[choice.occurrence - 1]]
+        if len(places) > 1:
+            locator._edit(chosen[0], chosen[0].node)  # from the original: only this place's edit
+    elif choice.all or len(places) == 1:
+        chosen = places
+    else:
+        return EditResult("not_found", source, ambiguity(what, module, places))
+
+    failed = [p for p in chosen if p.error]
+    if failed:
+        lines = _lines(module, failed)
+        problems = "; ".join(f"line {lines[p.order]} in {p.scope}: {p.error}" for p in failed)
+        return EditResult("not_found", source, f"cannot edit the {what}: {problems}")
+    changed = [p for p in chosen if p.new is not None]
+    if not changed:
+        return EditResult("already", source, "already in place")
+    if len(chosen) == len(places):  # the pass made exactly these edits
+        new_module = edited_all
+    else:
+        new_module = module.deep_replace(changed[0].node, changed[0].new)  # type: ignore[arg-type]
+    message = "; ".join(p.note for p in changed)
+    if choice.occurrence is not None:
+        message += f" (occurrence {choice.occurrence} of {len(places)})"
+    elif choice.all and len(places) > 1:
+        rest = len(places) - len(changed)
+        message += (f" ({len(changed)} of {len(places)} places changed (all: true)"
+                    + (f", {rest} already in place)" if rest else ")"))
+    return EditResult("changed", new_module.code, message)  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------ the target kinds
+
+
+class AssignmentLocator(Locator):
+    """`x = v`, `x: T = v`, `a = x = v`, `x += v`, `x |= v`; `self.x`, `d["k"]` as written."""
+
+    def __init__(self, spec: Where, op: ValueOp) -> None:
+        super().__init__(spec)
+        self.spec, self.op = spec, op
+        self.targets = Expressions(spec.names or [])
+        self.names_in_scope: dict[str, str] = {}  # other targets assigned in scope -> value kind
+
+    def describe(self) -> str:
+        return "assignment to " + " or ".join(self.spec.names or [])
+
+    def _consider(self, node: cst.CSTNode, targets: Sequence[cst.BaseExpression], value: cst.BaseExpression) -> None:
+        found = None
+        for target in targets:
+            text, ours = self.targets.match(target)
+            if ours:
+                found = text
+            elif text is not None and self.in_scope():
+                self.names_in_scope.setdefault(text, type(value).__name__)
+        if found is not None:
+            self.candidate(node, found)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._consider(node, [t.target for t in node.targets], node.value)
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        return self.finish(original, updated)  # type: ignore[return-value]
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._consider(node, [node.target], node.value)
+
+    def leave_AnnAssign(self, original: cst.AnnAssign, updated: cst.AnnAssign) -> cst.AnnAssign:
+        return self.finish(original, updated)  # type: ignore[return-value]
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.operator, (cst.AddAssign, cst.BitOrAssign)):
+            self._consider(node, [node.target], node.value)
+
+    def leave_AugAssign(self, original: cst.AugAssign, updated: cst.AugAssign) -> cst.AugAssign:
+        return self.finish(original, updated)  # type: ignore[return-value]
+
+    def rebuild(self, node: cst.CSTNode) -> Edited:
+        assert isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and node.value is not None
+        edited = edit_at(node.value, self.spec.path, self.op, self.layout)
+        return None if edited is None else (node.with_changes(value=edited[0]), edited[1])
+
+    def not_found_message(self) -> str:
+        parts = [f"no {self.describe()}{self.scope_words()}"]
+        hint = self.scope_hint()
+        if hint:
+            parts.append(hint)
+        if self.elsewhere:
+            parts.append("found " + ", ".join(f"{n} in {s}" for n, s in sorted(self.elsewhere.items())))
+        if self.nested_in:
+            found = ", ".join(f"{t} in {s}" for t, s in sorted(self.nested_in.items()))
+            parts.append(f"found {found} (a scope nested in {self.within}: add `nested: true`)")
+        wanted = self.spec.names or []
+        last = {n.rsplit(".", 1)[-1] for n in wanted}
+        collection_kinds = {"List", "Tuple", "Set", "Dict"}
+        similar = [
+            name for name, kind in self.names_in_scope.items()
+            if kind in collection_kinds or name.rsplit(".", 1)[-1] in last
+            or difflib.get_close_matches(name, wanted, n=1, cutoff=0.6)
+        ]
+        if similar:
+            parts.append("found " + ", ".join(sorted(similar)))
+        qualified = sorted(n for n in similar if n not in wanted and n.rsplit(".", 1)[-1] in last)
+        if qualified:
+            parts.append(f"a target matches only as written: names: [{qualified[0]}]")
+        return "; ".join(parts)
+
+
+class CallLocator(Locator):
+    """Calls whose callee reads as one of `callees` (by meaning: quotes and spaces aside)."""
+
+    def __init__(self, choice: Choose, callees: Sequence[str]) -> None:
+        super().__init__(choice)
+        self.callees = list(callees)
+        self.wanted = Expressions(callees)
+        self.others: dict[str, str] = {}  # calls of the same last name, e.g. torch.compile -> scope
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if last_name(node.func) not in self.wanted.last_names:
+            return
+        text, ours = self.wanted.match(node.func)
+        if ours:
+            self.candidate(node, text or "")
+        elif text is not None:
+            self.others.setdefault(text, self.scope_name)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        return self.finish(original, updated)  # type: ignore[return-value]
+
+    def near_misses(self) -> list[str]:
+        parts = []
+        if self.elsewhere:
+            parts.append("found calls in " + ", ".join(sorted(set(self.elsewhere.values()))))
+        if self.others:
+            found = ", ".join(f"{t} in {s}" for t, s in sorted(self.others.items()))
+            parts.append(f"found calls to {found} (a callee matches only as written)")
+        return parts
+
+
+class CallArgLocator(CallLocator):
+    def __init__(self, spec: Where, op: ValueOp) -> None:
+        super().__init__(spec, spec.callees)
+        self.spec, self.op = spec, op
+
+    def describe(self) -> str:
+        return self.spec.describe_target()
+
+    def rebuild(self, node: cst.CSTNode) -> Edited:
+        assert isinstance(node, cst.Call)
+        index = call_arg_index(node, self.spec.arg)
+        if index is None:
+            words = f"keyword {self.spec.arg}" if isinstance(self.spec.arg, str) else f"positional argument {self.spec.arg}"
+            raise EditError(f"the call passes no {words}")
+        arg = node.args[index]
+        edited = edit_at(arg.value, self.spec.path, self.op, self.layout)
+        if edited is None:
+            return None
+        args = list(node.args)
+        args[index] = arg.with_changes(value=edited[0])
+        return node.with_changes(args=args), edited[1]
+
+
+class ReturnLocator(Locator):
+    def __init__(self, spec: Where, op: ValueOp) -> None:
+        super().__init__(spec)
+        self.spec, self.op = spec, op
+
+    def describe(self) -> str:
+        return "return statement with a value"
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self.candidate(node, "return")
+
+    def leave_Return(self, original: cst.Return, updated: cst.Return) -> cst.Return:
+        return self.finish(original, updated)  # type: ignore[return-value]
+
+    def rebuild(self, node: cst.CSTNode) -> Edited:
+        assert isinstance(node, cst.Return) and node.value is not None
+        edited = edit_at(node.value, self.spec.path, self.op, self.layout)
+        return None if edited is None else (node.with_changes(value=edited[0]), edited[1])
+
+
+class DefaultLocator(Locator):
+    """The default of parameter `arg` of a def; its scope is the def itself (`within: C.f`)."""
+
+    def __init__(self, spec: Where, op: ValueOp) -> None:
+        super().__init__(spec)
+        self.spec, self.op = spec, op
+        self._owners: list[str | None] = []  # the def (qualname) or lambda (None) whose parameters these are
+        self.params_in_scope: set[str] = set()
+
+    def describe(self) -> str:
+        return f"parameter {self.spec.arg} with a default"
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        super().visit_FunctionDef(node)
+        self._owners.append(".".join([*self.scope, node.name.value]))
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._owners.pop()
+        return updated
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self._owners.append(None)
+
+    def leave_Lambda(self, original: cst.Lambda, updated: cst.Lambda) -> cst.Lambda:
+        self._owners.pop()
+        return updated
+
+    def visit_Param(self, node: cst.Param) -> None:
+        owner = self._owners[-1] if self._owners else None
+        if owner is None or node.default is None:
+            return
+        if node.name.value == self.spec.arg:
+            self.candidate(node, f"{node.name.value}=", qualname=owner)
+        elif scope_matches(owner, self.within, self.nested):
+            self.params_in_scope.add(node.name.value)
+
+    def leave_Param(self, original: cst.Param, updated: cst.Param) -> cst.Param:
+        return self.finish(original, updated)  # type: ignore[return-value]
+
+    def rebuild(self, node: cst.CSTNode) -> Edited:
+        assert isinstance(node, cst.Param) and node.default is not None
+        edited = edit_at(node.default, self.spec.path, self.op, self.layout)
+        return None if edited is None else (node.with_changes(default=edited[0]), edited[1])
+
+    def near_misses(self) -> list[str]:
+        parts = []
+        if self.elsewhere:
+            parts.append("found it in " + ", ".join(sorted(set(self.elsewhere.values()))))
+        if self.params_in_scope:
+            parts.append("parameters with defaults there: " + ", ".join(sorted(self.params_in_scope)))
+        return parts
+
+
+def value_locator(spec: Where, op: ValueOp) -> Locator:
+    kinds = {"assignment": AssignmentLocator, "call_arg": CallArgLocator,
+             "return": ReturnLocator, "default": DefaultLocator}
+    return kinds[spec.target](spec, op)
+
+
+def run_value_edit(spec: Where, op: ValueOp, source: str) -> EditResult:
+    return run_locator(source, parse_module(source), value_locator(spec, op))
+
+
