@@ -354,6 +354,8 @@ def mutate(kind: Kind, op: str, rng: random.Random) -> Case:
                       and isinstance(s.parent, dict)]
         spot = rng.choice(candidates)
         del spot.parent[spot.key]
+        if spot.key == "names" and spot.parent_key in EDIT_OPS:  # optional where `target:` needs none
+            return emitted(tree, "target: assignment needs `names`")
         return emitted(tree, f"missing required key {spot.key!r}")
     if op == "wrong_type":
         spot = rng.choice([s for s in every if typed(kind, s)])
@@ -398,6 +400,7 @@ def mutate(kind: Kind, op: str, rng: random.Random) -> Case:
     raise AssertionError(op)
 
 
+EDIT_OPS = {"list_insert", "list_remove", "set_value", "dict_set"}
 SURE_OPS = ["not_utf8", "control", "too_big", "deep_text", "deep_tree", "bomb", "many_aliases", "loop",
             "undefined_alias", "tag", "tag_key", "merge", "duplicate_key", "complex_key", "unknown_key",
             "missing_key", "wrong_type", "template"]
