@@ -25,7 +25,7 @@ from patchkit.recipe import LoadedRecipe, Step
 from patchkit.redact import Redactor
 from patchkit.results import HostResult, RunRecord, StepResult, host_status
 from patchkit.steps.context import EditCache, HostContext
-from patchkit.steps.registry import kind_named
+from patchkit.steps.registry import KINDS, kind_named
 from patchkit.transport import LocalTransport, Transport
 
 log = get_logger("patchkit")
@@ -143,6 +143,9 @@ class Runner:
                      seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
             return result
 
+        if self.loaded and self.command in ("apply", "plan", "status"):
+            for name, kind in KINDS.items():
+                kind.warm_up([step for step in self.loaded.recipe.steps if step.kind == name])
         policy = FanOutPolicy(self.options.concurrency, self.options.serial, self.options.max_fail)
         self.progress = progress_for(hosts, self.options.progress)
         return await fan_out(hosts, one, policy, self.progress, self.interrupt)

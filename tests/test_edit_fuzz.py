@@ -31,6 +31,7 @@ import pytest
 
 from fixtures.vllm_envs import release_tree
 from patchkit.edits import Edit, EditResult
+from patchkit.edits import tree
 from patchkit.edits.base import literal_key
 
 RELEASES = ["0.16.0", "0.32.0"]
@@ -270,6 +271,9 @@ def run_case(case: Case) -> EditResult | str:
     edit = Edit.model_validate(case.spec)
     first = edit.apply(source)
     label = f"{case.info.path.name}: {case.spec}"
+    plain = plain_route(edit, source)
+    assert (plain.verdict, plain.source, plain.message) == (first.verdict, first.source, first.message), \
+        f"{label}\nthe fast route (pruned pass, spliced text) differs from the plain one:\n{first}\n{plain}"
     if first.verdict == "not_found":
         refusal = next((r for r in REFUSALS if r in first.message), None)
         assert refusal, f"{label}\n-> not_found: {first.message}"
@@ -299,6 +303,17 @@ def run_case(case: Case) -> EditResult | str:
         assert (vague.verdict, vague.source) == ("not_found", source), f"{label}\nnot refused without occurrence"
         assert f"is ambiguous: it matches {count} places" in vague.message, f"{label}\n{vague.message}"
     return first
+
+
+def plain_route(edit: Edit, source: str) -> EditResult:
+    """The edit as the plain route computes it: a pass over every node, the module printed."""
+    tree.FAST = False
+    tree._CACHE.clear()
+    try:
+        return edit.apply(source)
+    finally:
+        tree.FAST = True
+        tree._CACHE.clear()
 
 
 def check_body(case: Case, first: EditResult) -> EditResult:

@@ -10,7 +10,7 @@ import ast
 import difflib
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import libcst as cst
 
@@ -18,14 +18,14 @@ from patchkit.edits.model import (  # noqa: F401 (re-exported)
     MODULE_SCOPE, EditBug, EditError, EditResult, EditSpec, Scalar, Verdict,
 )
 
+from patchkit.edits.tree import SourceTree, Walk
+
 _EMPTY = cst.Module(body=[])
 
 
 def parse_module(source: str) -> cst.Module:
-    try:
-        return cst.parse_module(source)
-    except cst.ParserSyntaxError as exc:
-        raise EditError(f"the file does not parse: {exc.message} (line {exc.raw_line})") from exc
+    """The file's tree: parsed once per distinct text (SourceTree.of)."""
+    return SourceTree.of(source).module
 
 
 def code_of(node: cst.CSTNode) -> str:
@@ -178,11 +178,12 @@ def scope_matches(qualname: str, within: str | None, nested: bool) -> bool:
     return nested and (wanted == "" or qualname.startswith(wanted + "."))
 
 
-class ScopedTransformer(cst.CSTTransformer):
+class ScopedTransformer(Walk, cst.CSTTransformer):
     """Tracks the qualified name (Class.method) of the scope being visited.
 
     A def's or class's decorators, arguments, defaults and bases belong to the enclosing
-    scope (that is where Python evaluates them); only its body is inside it.
+    scope (that is where Python evaluates them); only its body is inside it. With
+    `start_walk(tree, needles)` it skips the statements no needle occurs in (tree.py).
     """
 
     def __init__(self, within: str | None, nested: bool = False) -> None:
@@ -191,6 +192,21 @@ class ScopedTransformer(cst.CSTTransformer):
         self.nested = nested
         self.scope: list[str] = []
         self.scopes_seen: set[str] = set()
+        self.start_walk(None)
+        self._skipped: set[int] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if not self.enter(node):
+            self._skipped.add(id(node))
+            return False
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:  # type: ignore[override]
+        self.leave(original_node)
+        if id(original_node) in self._skipped:  # never visited: nothing of it to leave
+            self._skipped.discard(id(original_node))
+            return updated_node
+        return super().on_leave(original_node, updated_node)
 
     @property
     def qualname(self) -> str:

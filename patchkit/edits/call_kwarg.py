@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from patchkit.edits.base import EditResult, parenthesized, parse_module, quote_style, same_expression
+from patchkit.edits.base import EditResult, parenthesized, quote_style, same_expression
 from patchkit.edits.paths import Edited
 from patchkit.edits.places import CallLocator, run_locator
 from patchkit.edits.values import wanted_node
@@ -23,7 +23,7 @@ _CLEAN_LINE = cst.TrailingWhitespace()
 
 
 def run(spec: CallKwarg, source: str) -> EditResult:
-    return run_locator(source, parse_module(source), _KwargLocator(spec))
+    return run_locator(source, lambda: _KwargLocator(spec))
 
 
 class _KwargLocator(CallLocator):

@@ -37,6 +37,11 @@ class EditSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)  # a recipe's `names: [1]` is not ["1"]
 
+    @property
+    def engine(self) -> str:
+        """The module under patchkit.edits that computes this edit."""
+        return getattr(self, "_engine", "") or "model"
+
     def apply(self, source: str) -> EditResult:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import difflib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -30,12 +30,12 @@ from patchkit.edits.base import (
     Layout,
     ScopedTransformer,
     ast_dump,
-    parse_module,
     scope_matches,
     snippet,
 )
 from patchkit.edits.paths import Edited, ValueOp, call_arg_index, edit_at
 from patchkit.edits.specs import Choose, Where
+from patchkit.edits.tree import Location, SourceTree, replacement
 
 
 @dataclass
@@ -47,6 +47,7 @@ class Place:
     note: str = ""
     error: str | None = None
     avoid: str = ""  # quotes of the f-strings it sits in
+    where: Location | None = None  # the statement it sits in (path, indentation): how its edit is written
 
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
@@ -75,8 +76,12 @@ class Expressions:
         self.dotted: set[str] = set()
         self.dumps: set[str] = set()
         self.last_names: set[str] = set()
+        self.needles: list[str] = []  # per expression its longest name: in the code of every match
         for text in texts:
             tree = ast.parse(text.strip(), mode="eval").body
+            names = [n.id if isinstance(n, ast.Name) else n.attr
+                     for n in ast.walk(tree) if isinstance(n, (ast.Name, ast.Attribute))]
+            self.needles.append(max(names, key=len) if names else "")
             name = _ast_dotted(tree)
             if name is not None:
                 self.dotted.add(name)
@@ -140,6 +145,11 @@ class Locator(ScopedTransformer):
     def near_misses(self) -> list[str]:
         return []
 
+    def needles(self) -> list[str]:
+        """Words one of which is on a line of every place (a pass skips statements without
+        any); none: visit everything."""
+        return []
+
     # --- bookkeeping
     def visit_Module(self, node: cst.Module) -> None:
         self.unit = node.default_indent
@@ -161,7 +171,8 @@ class Locator(ScopedTransformer):
             else:
                 self.elsewhere.setdefault(target, where)
             return
-        place = Place(len(self.places), node, where, avoid="".join(sorted(set(self._fstring_quotes))))
+        place = Place(len(self.places), node, where, avoid="".join(sorted(set(self._fstring_quotes))),
+                      where=self.where())
         self.places.append(place)
         self._open[id(node)] = place
 
@@ -227,7 +238,23 @@ def ambiguity(what: str, module: cst.Module, places: Sequence[Place]) -> str:
             + how_to_choose([p.scope for p in places]))
 
 
-def run_locator(source: str, module: cst.Module, locator: Locator) -> EditResult:
+def run_locator(source: str, make: Callable[[], Locator]) -> EditResult:
+    """Find the places and edit the chosen ones. First only the statements holding a needle
+    are visited; when that finds nothing to do, everything is (for the full message)."""
+    tree = SourceTree.of(source)
+    locator = make()
+    if locator.needles():
+        locator.start_walk(tree, locator.needles())
+        result = _run_locator(tree, locator)
+        if result.verdict != "not_found" or not locator.pruned:
+            return result
+        locator = make()
+    locator.start_walk(tree)
+    return _run_locator(tree, locator)
+
+
+def _run_locator(tree: SourceTree, locator: Locator) -> EditResult:
+    source, module = tree.text, tree.module
     edited_all = module.visit(locator)
     places, choice = locator.places, locator.choice
     what = locator.describe() + locator.scope_words()
@@ -254,10 +281,6 @@ def run_locator(source: str, module: cst.Module, locator: Locator) -> EditResult
     changed = [p for p in chosen if p.new is not None]
     if not changed:
         return EditResult("already", source, "already in place")
-    if len(chosen) == len(places):  # the pass made exactly these edits
-        new_module = edited_all
-    else:
-        new_module = module.deep_replace(changed[0].node, changed[0].new)  # type: ignore[arg-type]
     message = "; ".join(p.note for p in changed)
     if choice.occurrence is not None:
         message += f" (occurrence {choice.occurrence} of {len(places)})"
@@ -265,7 +288,15 @@ def run_locator(source: str, module: cst.Module, locator: Locator) -> EditResult
         rest = len(places) - len(changed)
         message += (f" ({len(changed)} of {len(places)} places changed (all: true)"
                     + (f", {rest} already in place)" if rest else ")"))
-    return EditResult("changed", new_module.code, message)  # type: ignore[union-attr]
+    edits = [replacement(p.where, p.node, p.new) for p in changed]  # type: ignore[arg-type]
+    if all(edits) and tree.can_replace(edits):  # type: ignore[arg-type]
+        return EditResult("changed", tree.replace(edits)[0], message)  # type: ignore[arg-type]
+    # places inside one another: the pass's own result holds every edit at once
+    if len(chosen) == len(places):
+        new_module = edited_all
+    else:
+        new_module = module.deep_replace(changed[0].node, changed[0].new)  # type: ignore[arg-type]
+    return EditResult("changed", tree.adopt(new_module), message)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ the target kinds
@@ -282,6 +313,9 @@ class AssignmentLocator(Locator):
 
     def describe(self) -> str:
         return "assignment to " + " or ".join(self.spec.names or [])
+
+    def needles(self) -> list[str]:
+        return [] if "" in self.targets.needles else self.targets.needles
 
     def _consider(self, node: cst.CSTNode, targets: Sequence[cst.BaseExpression], value: cst.BaseExpression) -> None:
         found = None
@@ -366,6 +400,9 @@ class CallLocator(Locator):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         return self.finish(original, updated)  # type: ignore[return-value]
 
+    def needles(self) -> list[str]:
+        return [] if "" in self.wanted.needles else self.wanted.needles
+
     def near_misses(self) -> list[str]:
         parts = []
         if self.elsewhere:
@@ -407,6 +444,9 @@ class ReturnLocator(Locator):
     def describe(self) -> str:
         return "return statement with a value"
 
+    def needles(self) -> list[str]:
+        return ["return"]
+
     def visit_Return(self, node: cst.Return) -> None:
         if node.value is not None:
             self.candidate(node, "return")
@@ -431,6 +471,9 @@ class DefaultLocator(Locator):
 
     def describe(self) -> str:
         return f"parameter {self.spec.arg} with a default"
+
+    def needles(self) -> list[str]:
+        return [str(self.spec.arg)] if self.spec.arg else []
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
@@ -480,6 +523,6 @@ def value_locator(spec: Where, op: ValueOp) -> Locator:
 
 
 def run_value_edit(spec: Where, op: ValueOp, source: str) -> EditResult:
-    return run_locator(source, parse_module(source), value_locator(spec, op))
+    return run_locator(source, lambda: value_locator(spec, op))
 
 

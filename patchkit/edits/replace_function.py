@@ -22,19 +22,23 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from patchkit.edits.base import EditError, EditResult, parse_module, snippet
+from patchkit.edits.base import EditError, EditResult, snippet
 from patchkit.edits.places import how_to_choose
+from patchkit.edits.tree import Location, SourceTree, Walk, replacement
 
 if TYPE_CHECKING:
     from patchkit.edits.specs import ReplaceFunction
 
 
 def run(spec: ReplaceFunction, source: str) -> EditResult:
-    module = parse_module(source)
-    defs = _Definitions()
+    tree = SourceTree.of(source)
+    module = tree.module
+    defs = _Definitions(tree, spec.function.rsplit(".", 1)[-1])  # only the defs of that name
     module.visit(defs)
     matches = [(scope, node) for name, scope, node in defs.functions if name == spec.function]
     if not matches:
+        defs = _Definitions(tree)  # every def: for the names a message suggests
+        module.visit(defs)
         return EditResult("not_found", source, _not_found_message(spec.function, defs))
     if spec.occurrence is not None:
         if spec.occurrence > len(matches):
@@ -46,14 +50,14 @@ def run(spec: ReplaceFunction, source: str) -> EditResult:
         return EditResult("not_found", source, (
             f"function {spec.function} is ambiguous: it is defined {len(matches)} times: "
             f"{_listing(module, matches)}; {how_to_choose([])}"))
-    replaced: dict[int, cst.FunctionDef] = {}
+    replaced: dict[int, tuple[cst.FunctionDef, cst.FunctionDef]] = {}
     notes = []
     for _scope, function in matches:
         block, kept_docstring = _new_block(spec, function)
         new_function = function.with_changes(body=block)
         if _body_meaning(module, function) == _body_meaning(module, new_function):
             continue
-        replaced[id(function)] = new_function
+        replaced[id(function)] = (function, new_function)
         kind = "async function" if function.asynchronous else "function"
         old_n, new_n = _line_count(module, function.body), _line_count(module, block)
         note = f"replaced the body of {kind} {spec.function} ({old_n} -> {new_n} lines)"
@@ -62,7 +66,6 @@ def run(spec: ReplaceFunction, source: str) -> EditResult:
         notes.append(note)
     if not notes:
         return EditResult("already", source, "already in place")
-    new_module = module.visit(_Swap(replaced))
     message = "; ".join(notes)
     if spec.occurrence is not None:
         message += f" (occurrence {spec.occurrence})"
@@ -70,7 +73,11 @@ def run(spec: ReplaceFunction, source: str) -> EditResult:
         rest = len(matches) - len(notes)
         message += f" ({len(notes)} of {len(matches)} definitions changed (all: true)" + (
             f", {rest} already in place)" if rest else ")")
-    return EditResult("changed", new_module.code, message)
+    edits = [replacement(defs.where_of[key], function, new) for key, (function, new) in replaced.items()]
+    if all(edits) and tree.can_replace(edits):  # type: ignore[arg-type]
+        return EditResult("changed", tree.replace(edits)[0], message)  # type: ignore[arg-type]
+    swapped = {key: new for key, (_, new) in replaced.items()}  # defs inside replaced defs
+    return EditResult("changed", tree.adopt(module.visit(_Swap(swapped))), message)
 
 
 class _Swap(cst.CSTTransformer):
@@ -92,14 +99,31 @@ def _listing(module: cst.Module, matches: list[tuple[str, cst.FunctionDef]]) -> 
     )
 
 
-class _Definitions(cst.CSTVisitor):
-    """Every function (by qualified name, in source order) and class name in a module."""
+class _Definitions(Walk, cst.CSTVisitor):
+    """Every function (by qualified name, in source order) and class name in a module;
+    given a `name`, only the statements where it occurs are visited."""
 
-    def __init__(self) -> None:
+    def __init__(self, tree: SourceTree, name: str = "") -> None:
         super().__init__()
         self.scope: list[str] = []
         self.functions: list[tuple[str, str, cst.FunctionDef]] = []  # qualname, enclosing scope, node
         self.classes: set[str] = set()
+        self.where_of: dict[int, Location | None] = {}
+        self.start_walk(tree, [name] if name else [])
+        self._skipped: set[int] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if not self.enter(node):
+            self._skipped.add(id(node))
+            return False
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.leave(original_node)
+        if id(original_node) in self._skipped:
+            self._skipped.discard(id(original_node))
+            return
+        super().on_leave(original_node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.scope.append(node.name.value)
@@ -110,6 +134,7 @@ class _Definitions(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append((".".join([*self.scope, node.name.value]), ".".join(self.scope) or "<module>", node))
+        self.where_of[id(node)] = self.where()
         self.scope.append(node.name.value)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import base64
 import difflib
 import hashlib
+import importlib
 import json
+import os
+import sys
+import threading
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +31,27 @@ class PatchPlan:
     new_content: bytes | None = None
 
 
-def unified_diff(path: str, old: str, new: str) -> str:
-    return "".join(
-        difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                             fromfile=f"a{path}", tofile=f"b{path}")
-    )
+_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
+
+
+def unified_diff(path: str, old: str, new: str, context: int = 3) -> str:
+    """difflib's unified diff, over the lines between the common head and tail only (an
+    edit of a 7,000-line file changes a few): difflib's time grows with what it compares."""
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    head = len(os.path.commonprefix([a, b]))
+    tail = len(os.path.commonprefix([a[head:][::-1], b[head:][::-1]]))
+    start = max(0, head - context)
+    keep = max(0, tail - context)
+    lines = difflib.unified_diff(a[start:len(a) - keep], b[start:len(b) - keep],
+                                 fromfile=f"a{path}", tofile=f"b{path}", n=context)
+    if not start:
+        return "".join(lines)
+
+    def shifted(match: re.Match[str]) -> str:
+        old_start, old_len, new_start, new_len = match.groups()
+        return f"@@ -{int(old_start) + start}{old_len or ''} +{int(new_start) + start}{new_len or ''} @@"
+
+    return "".join(_HUNK.sub(shifted, line, count=1) if line.startswith("@@") else line for line in lines)
 
 
 def _diff(ctx: HostContext, path: str, old: str, new: str, key: tuple[str, str]) -> str:
@@ -296,6 +317,14 @@ def state_of(planned: StepResult, records: list[RunRecord]) -> StepResult:
 
 class PatchKind(StepKind):
     name = "patch"
+
+    def warm_up(self, steps: list[Step]) -> None:
+        """The edit engines (libcst: 0.1 s to import) load on a thread while the agents start;
+        an import the plan then makes waits for it (Python's import lock)."""
+        engines = {f"patchkit.edits.{step.patch.edit.op.engine}" for step in steps if step.patch}
+        if engines - set(sys.modules):
+            threading.Thread(target=lambda: [importlib.import_module(name) for name in sorted(engines)],
+                             name="patchkit-warm-up", daemon=True).start()
 
     async def plan(self, ctx: HostContext, step: Step) -> Planned:
         planned = await plan_patch(ctx, step)

@@ -1,0 +1,341 @@
+"""One file version, parsed once, and edits that touch only the statements they change.
+
+On a vLLM-sized file (7,000 lines) one libcst pass costs about as much as the parse, and
+printing the module again a third of it, so edits do neither per edit:
+- `SourceTree.of(text)` parses a text once; the trees of the last few texts are kept, and
+  an edit hands its result's tree on, so the next step of a run does not parse again;
+- a pass visits only the statements whose lines hold one of the target's words
+  (`needles`): every statement's line span comes from Python's own `ast` (C speed), zipped
+  with the CST statement by statement (`wanted`). A pass that finds nothing is redone over
+  the whole tree by the caller, for a complete not-found message;
+- the new text is the old one with the changed statements' code spliced in
+  (`replace`), each printed alone with the indentation of the block it sits in.
+Anything this cannot do exactly (a file `ast` cannot read, statements it cannot place,
+edits nested in one another) takes the plain route: visit everything, print the module.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import dataclasses
+import unicodedata
+from collections import OrderedDict
+from typing import Iterable, Sequence
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState  # how Module.code_for_node prints a node
+
+from patchkit.edits.model import EditError
+
+_KEEP = 6  # trees of distinct texts kept per process: a run's versions of a few files
+FAST = True  # False: the plain route always (tests compare the two)
+_CACHE: OrderedDict[str, SourceTree] = OrderedDict()
+
+Statement = cst.BaseStatement  # SimpleStatementLine or a compound statement
+Location = tuple[tuple[cst.CSTNode, ...], tuple[str, ...]]  # the path down to a statement, its blocks' indents
+
+
+class SpansUnknown(Exception):
+    """The CST and `ast` statements do not line up (a syntax this Python cannot parse)."""
+
+
+class SourceTree:
+    def __init__(self, text: str, module: cst.Module) -> None:
+        self.text = text
+        self.module = module
+        self._spans: dict[int, tuple[int, int]] | None | bool = False  # False: not computed yet
+        self._line_starts: list[int] | None = None
+
+    @classmethod
+    def of(cls, text: str) -> SourceTree:
+        tree = _CACHE.get(text)
+        if tree is None:
+            try:
+                module = cst.parse_module(text)
+            except cst.ParserSyntaxError as exc:
+                raise EditError(f"the file does not parse: {exc.message} (line {exc.raw_line})") from exc
+            tree = cls(text, module)
+        remember(tree)
+        return tree
+
+    # --- where statements are
+    @property
+    def spans(self) -> dict[int, tuple[int, int]] | None:
+        """id(statement) -> (first line, last line), decorators included; None if unknown."""
+        if self._spans is False:
+            self._spans = _spans_of(self.text, self.module)
+        return self._spans  # type: ignore[return-value]
+
+    def line_starts(self) -> list[int]:
+        if self._line_starts is None:
+            starts, at = [0, 0], self.text.find("\n")  # starts[n]: offset of line n (1-based)
+            while at != -1:
+                starts.append(at + 1)
+                at = self.text.find("\n", at + 1)
+            self._line_starts = starts
+        return self._line_starts
+
+    def needle_lines(self, needles: Iterable[str]) -> list[int]:
+        """The lines (1-based, sorted) on which any needle occurs, as Python reads names
+        (NFKC: `ｓelf` is `self`)."""
+        lines: set[int] = set()
+        text, starts = self.text, self.line_starts()
+        for needle in set(needles):
+            at = text.find(needle)
+            while at != -1:
+                lines.add(bisect.bisect_right(starts, at) - 1)
+                at = text.find(needle, at + 1)
+        if not text.isascii():
+            for number, line in enumerate(text.split("\n"), 1):
+                if not line.isascii() and any(n in unicodedata.normalize("NFKC", line) for n in needles):
+                    lines.add(number)
+        return sorted(lines)
+
+    # --- writing
+    @staticmethod
+    def can_replace(edits: Sequence[Replacement]) -> bool:
+        """Each statement is replaced on its own: none holds, or is, another one."""
+        paths = [{id(node) for node in edit.path} for edit in edits]
+        return not any(id(a.statement) in paths[j] for i, a in enumerate(edits) for j in range(len(edits)) if i != j)
+
+    def replace(self, edits: Sequence[Replacement]) -> tuple[str, SourceTree]:
+        """The text with each statement replaced (`can_replace`), and its tree. The code is
+        spliced in where `ast` placed the statement; printed whole when it cannot be."""
+        assert self.can_replace(edits)
+        spans = self.spans
+        text = None
+        if FAST and spans is not None and "\r" not in self.text and all(id(e.statement) in spans for e in edits):
+            text = self._splice(edits)
+        module = _rebuilt(self.module, edits)
+        return (text if text is not None else module.code), self._next(text, module)
+
+    def adopt(self, module: cst.Module) -> str:
+        """The code of an edited tree, printed whole; kept for the next edit of the text."""
+        return self._next(None, module).text
+
+    @staticmethod
+    def _next(text: str | None, module: cst.Module) -> SourceTree:
+        tree = SourceTree(module.code if text is None else text, module)
+        remember(tree)
+        return tree
+
+    def _splice(self, edits: Sequence[Replacement]) -> str | None:
+        assert self.spans is not None
+        starts, pieces, end = self.line_starts(), [], len(self.text)
+        for edit in sorted(edits, key=lambda e: self.spans[id(e.statement)][0], reverse=True):  # type: ignore[index]
+            first = self.spans[id(edit.statement)][0] - len(edit.statement.leading_lines)  # type: ignore[index]
+            if first < 1:
+                return None
+            at = starts[first]
+            old, new = self._code(edit.statement, edit.indents), self._code(edit.new, edit.indents)
+            if not self.text.startswith(old, at) or at + len(old) > end:
+                return None  # not where ast says: print the module instead
+            pieces.append(new + self.text[at + len(old):end])
+            end = at
+        return self.text[:end] + "".join(reversed(pieces))
+
+    def _code(self, node: cst.CSTNode, indents: Sequence[str]) -> str:
+        state = CodegenState(default_indent=self.module.default_indent,
+                             default_newline=self.module.default_newline, indent_tokens=list(indents))
+        node._codegen(state)
+        return "".join(state.tokens)
+
+
+def remember(tree: SourceTree) -> None:
+    _CACHE[tree.text] = tree
+    _CACHE.move_to_end(tree.text)
+    while len(_CACHE) > _KEEP:
+        _CACHE.popitem(last=False)
+
+
+@dataclasses.dataclass
+class Replacement:
+    """`statement` (a node of the tree, reached through `path`) becomes `new`."""
+
+    path: tuple[cst.CSTNode, ...]  # the module down to the statement, both included
+    indents: tuple[str, ...]  # the indentation of each block the statement sits in
+    new: cst.CSTNode
+
+    @property
+    def statement(self) -> cst.CSTNode:
+        return self.path[-1]
+
+
+def _rebuilt(module: cst.Module, edits: Sequence[Replacement]) -> cst.Module:
+    """The module with each path's last node replaced: only the nodes on the paths are rebuilt."""
+    new: dict[int, cst.CSTNode] = {id(e.statement): e.new for e in edits}
+    parents: dict[int, cst.CSTNode] = {}
+    depth: dict[int, int] = {}
+    for edit in edits:
+        for level, node in enumerate(edit.path):
+            depth[id(node)] = level
+            if level:
+                parents[id(node)] = edit.path[level - 1]
+    changed = sorted(new, key=lambda key: depth[key], reverse=True)
+    while changed:
+        key = changed.pop(0)
+        if key == id(module):
+            break
+        parent = parents[key]
+        parent_new = new.get(id(parent), parent)
+        new[id(parent)] = _with_child(parent_new, key, new[key])
+        if id(parent) not in changed:
+            changed.append(id(parent))
+            changed.sort(key=lambda k: depth[k], reverse=True)
+    result = new.get(id(module), module)
+    assert isinstance(result, cst.Module)
+    return result
+
+
+def _with_child(parent: cst.CSTNode, old_id: int, child: cst.CSTNode) -> cst.CSTNode:
+    for field in dataclasses.fields(parent):
+        value = getattr(parent, field.name)
+        if id(value) == old_id:
+            return parent.with_changes(**{field.name: child})
+        if isinstance(value, (list, tuple)) and any(id(item) == old_id for item in value):
+            items = [child if id(item) == old_id else item for item in value]
+            return parent.with_changes(**{field.name: type(value)(items)})
+    raise AssertionError(f"{type(parent).__name__} does not hold the node it was walked to")
+
+
+# ------------------------------------------------------------------ statements and lines
+
+
+def _spans_of(text: str, module: cst.Module) -> dict[int, tuple[int, int]] | None:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None  # newer syntax than this Python reads, or deeper than it parses
+    spans: dict[int, tuple[int, int]] = {}
+    try:
+        _zip(module.body, tree.body, spans)
+    except SpansUnknown:
+        return None
+    return spans
+
+
+def _zip(statements: Sequence[cst.CSTNode], nodes: Sequence[ast.stmt], spans: dict[int, tuple[int, int]]) -> None:
+    at = 0
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            group = nodes[at:at + len(statement.body)]
+            at += len(statement.body)
+            if len(group) != len(statement.body):
+                raise SpansUnknown
+            spans[id(statement)] = (group[0].lineno, group[-1].end_lineno or group[-1].lineno)
+            continue
+        if at >= len(nodes):
+            raise SpansUnknown
+        node = nodes[at]
+        at += 1
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        spans[id(statement)] = (first, node.end_lineno or node.lineno)
+        for block, inner in _blocks(statement, node):
+            _zip(block, inner, spans)
+    if at != len(nodes):
+        raise SpansUnknown
+
+
+def _body(suite: cst.BaseSuite) -> Sequence[cst.CSTNode]:
+    return suite.body if isinstance(suite, cst.IndentedBlock) else ()  # a one-line suite holds no lines of its own
+
+
+def _blocks(statement: cst.CSTNode, node: ast.stmt) -> list[tuple[Sequence[cst.CSTNode], Sequence[ast.stmt]]]:
+    """The statement lists inside a compound statement, paired with `ast`'s."""
+    pairs: list[tuple[Sequence[cst.CSTNode], Sequence[ast.stmt]]] = []
+
+    def pair(suite: cst.BaseSuite, inner: Sequence[ast.stmt]) -> None:
+        if isinstance(suite, cst.IndentedBlock):
+            pairs.append((suite.body, inner))
+
+    def orelse(cst_else: cst.CSTNode | None, inner: Sequence[ast.stmt]) -> None:
+        if isinstance(cst_else, cst.If):  # elif: an If of its own on both sides
+            pairs.append(((cst_else,), inner))
+        elif isinstance(cst_else, cst.Else):
+            pair(cst_else.body, inner)
+
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.With)):
+        pair(statement.body, node.body)  # type: ignore[attr-defined]
+    elif isinstance(statement, (cst.If, cst.For, cst.While)):
+        pair(statement.body, node.body)  # type: ignore[attr-defined]
+        orelse(statement.orelse, node.orelse)  # type: ignore[attr-defined]
+    elif isinstance(statement, (cst.Try, cst.TryStar)):
+        assert isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try)))
+        pair(statement.body, node.body)
+        if len(statement.handlers) != len(node.handlers):
+            raise SpansUnknown
+        for handler, inner in zip(statement.handlers, node.handlers):
+            pair(handler.body, inner.body)
+        orelse(statement.orelse, node.orelse)
+        if statement.finalbody is not None:
+            pair(statement.finalbody.body, node.finalbody)
+    elif isinstance(statement, cst.Match):
+        cases = getattr(node, "cases", [])
+        if len(statement.cases) != len(cases):
+            raise SpansUnknown
+        for case, inner in zip(statement.cases, cases):
+            pair(case.body, inner.body)
+    return pairs
+
+
+class Walk:
+    """What a pass keeps while it visits: the nodes down to here, the blocks' indentation,
+    and (when pruning) which statements it may skip. Mixed into visitors and transformers."""
+
+    def start_walk(self, tree: SourceTree | None, needles: Sequence[str] = ()) -> None:
+        self._walk_tree = tree
+        self._walk_path: list[cst.CSTNode] = []
+        self._walk_statements: list[int] = []  # indexes into path of the statements being visited
+        self._walk_indents: list[str] = []
+        self._walk_lines: list[int] | None = None
+        self.pruned = False
+        if FAST and tree is not None and needles and tree.spans is not None:
+            self._walk_lines = tree.needle_lines(needles)
+
+    def _worth_visiting(self, node: cst.CSTNode) -> bool:
+        if self._walk_lines is None or self._walk_tree is None or not isinstance(node, Statement):
+            return True
+        span = self._walk_tree.spans.get(id(node)) if self._walk_tree.spans is not None else None
+        if span is None:
+            return True
+        i = bisect.bisect_left(self._walk_lines, span[0])
+        if i < len(self._walk_lines) and self._walk_lines[i] <= span[1]:
+            return True
+        self.pruned = True
+        return False
+
+    def enter(self, node: cst.CSTNode) -> bool:
+        self._walk_path.append(node)
+        if isinstance(node, Statement):
+            self._walk_statements.append(len(self._walk_path) - 1)
+        if isinstance(node, (cst.IndentedBlock, cst.Match)):  # a match indents its cases itself
+            module = self._walk_path[0]
+            default = module.default_indent if isinstance(module, cst.Module) else "    "
+            self._walk_indents.append(default if node.indent is None else node.indent)
+        return self._worth_visiting(node)
+
+    def leave(self, node: cst.CSTNode) -> None:
+        self._walk_path.pop()
+        if isinstance(node, Statement):
+            self._walk_statements.pop()
+        if isinstance(node, (cst.IndentedBlock, cst.Match)):
+            self._walk_indents.pop()
+
+    def where(self) -> Location | None:
+        """The path down to the innermost statement being visited, and its indentation."""
+        if not self._walk_statements:
+            return None
+        return tuple(self._walk_path[:self._walk_statements[-1] + 1]), tuple(self._walk_indents)
+
+
+def replacement(where: Location | None, node: cst.CSTNode, new: cst.CSTNode) -> Replacement | None:
+    """`node` (inside the statement `where` ends at) becomes `new`: that statement, rebuilt."""
+    if where is None:
+        return None
+    path, indents = where
+    statement = path[-1]
+    if statement is node:
+        return Replacement(path, indents, new)
+    rebuilt = statement.deep_replace(node, new)
+    return Replacement(path, indents, rebuilt) if isinstance(rebuilt, cst.CSTNode) else None

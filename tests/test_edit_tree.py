@@ -1,0 +1,230 @@
+"""The fast route of the edit engine (patchkit/edits/tree.py) gives what the plain one gives.
+
+The fast route parses a text once, visits only the statements a target's words occur in,
+and splices the changed statement's code into the old text. Every edit here is computed
+both ways (`tree.FAST = False`: visit everything, print the module) and must agree to the
+byte, verdict and message included, on layouts chosen to trip a splice: comments and
+decorators above a statement, nested blocks of every kind, one-line suites, semicolons,
+backslashes, tabs, CRLF, strings that span lines, no newline at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import libcst
+import pytest
+
+from patchkit.edits import Edit, EditResult, tree
+
+TRICKY = '''\
+#!/usr/bin/env python
+"""Module docstring mentioning limit = 1 and helper()."""
+# a header comment
+limit = 1
+import os; count = 2; os.sep  # semicolons
+
+
+# comments above, blank lines too
+@decorator(helper(arg=1))  # a call in a decorator
+# a comment between decorators
+@other
+class Config(Base, metaclass=helper(meta=True)):
+    """Docstring: limit = 3 is not code."""
+
+    limit = 3
+
+    def method(self, timeout=helper(t=1)):
+        if timeout:
+            self.limit = 4
+        elif count:
+            self.limit = 5  # trailing comment
+        else:
+            # comment before
+            self.limit = 6
+        for item in range(3):
+            total = helper(item)
+        else:
+            total = 0
+        while False:
+            pass
+        else:
+            retries = helper(3)
+        try:
+            value = helper(1)
+        except ValueError as exc:
+            value = helper(2)
+        except (TypeError, KeyError):
+            value = helper(3)
+        else:
+            value = 7
+        finally:
+            cleanup = helper(4)
+        with open(os.sep) as f, helper(ctx=1):
+            text = """spans
+limit = 99 inside a string
+lines"""
+        match text:
+            case "a":
+                chosen = helper(5)
+            case _:
+                chosen = 8
+        if timeout: quick = helper(6)
+        width = \\
+            helper(7)
+        return [1, 2,
+                3]
+
+    async def other(self):
+        async with helper(a=2) as x:
+            result = await helper(8)
+        return x
+
+
+def top(a=1, *, b=helper(9)):
+    def inner():
+        nested = helper(10)
+        return nested
+    return inner
+last = helper(11)'''
+
+EDITS: list[dict[str, Any]] = [
+    {"set_value": {"names": ["limit"], "within": "<module>", "value": 10}},
+    {"set_value": {"names": ["count"], "value": 20}},
+    {"set_value": {"names": ["limit"], "within": "Config", "value": 30}},
+    {"set_value": {"names": ["self.limit"], "within": "Config.method", "occurrence": 1, "value": 40}},
+    {"set_value": {"names": ["self.limit"], "within": "Config.method", "occurrence": 2, "value": 50}},
+    {"set_value": {"names": ["self.limit"], "within": "Config.method", "occurrence": 3, "value": 60}},
+    {"set_value": {"names": ["self.limit"], "all": True, "value": 0}},
+    {"set_value": {"names": ["total"], "within": "Config.method", "occurrence": 2, "value": 1}},
+    {"set_value": {"names": ["retries"], "value": 1}},
+    {"set_value": {"names": ["value"], "within": "Config.method", "occurrence": 4, "value": 1}},
+    {"set_value": {"names": ["cleanup"], "value": 1}},
+    {"set_value": {"names": ["text"], "value": "short"}},
+    {"set_value": {"names": ["chosen"], "within": "Config.method", "occurrence": 2, "value": 1}},
+    {"set_value": {"names": ["quick"], "value": 1}},
+    {"set_value": {"names": ["width"], "value": 1}},
+    {"set_value": {"names": ["result"], "value": 1}},
+    {"set_value": {"names": ["nested"], "within": "top.inner", "value": 1}},
+    {"set_value": {"names": ["last"], "value": 1}},
+    {"set_value": {"target": "return", "within": "Config.method", "value": [4]}},
+    {"list_insert": {"target": "return", "within": "Config.method", "values": [4], "after": 2}},
+    {"set_value": {"target": "default", "within": "Config.method", "arg": "timeout", "value": 5}},
+    {"set_value": {"target": "default", "within": "top", "arg": "b", "value": 5}},
+    {"call_kwarg": {"callee": "helper", "keyword": "arg", "value": 2, "occurrence": 1}},
+    {"call_kwarg": {"callee": "helper", "keyword": "meta", "value": False, "occurrence": 2}},
+    {"call_kwarg": {"callee": "helper", "keyword": "ctx", "value": 2, "occurrence": 13}},
+    {"call_kwarg": {"callee": "helper", "keyword": "extra", "value": 1, "all": True}},
+    {"call_kwarg": {"callee": "open", "keyword": "encoding", "value": "utf-8"}},
+    {"replace_function": {"function": "Config.other", "body": "return None"}},
+    {"replace_function": {"function": "top.inner", "body": "return 1"}},
+    {"replace_function": {"function": "top", "body": "return 2"}},
+    # failures: the messages must not lose what only a full pass sees
+    {"set_value": {"names": ["limt"], "value": 1}},
+    {"set_value": {"names": ["self.limit"], "value": 1}},
+    {"set_value": {"names": ["limit"], "within": "Confg", "value": 1}},
+    {"call_kwarg": {"callee": "helpr", "keyword": "k", "value": 1}},
+    {"call_kwarg": {"callee": "helper", "keyword": "k", "value": 1, "occurrence": 40}},
+    {"replace_function": {"function": "Config.methd", "body": "pass"}},
+    {"set_value": {"target": "default", "within": "top", "arg": "c", "value": 5}},
+]
+
+VARIANTS = {
+    "spaces": TRICKY,
+    "tabs": TRICKY.replace("    ", "\t"),
+    "crlf": TRICKY.replace("\n", "\r\n"),
+    "final newline": TRICKY + "\n",
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    tree._CACHE.clear()
+    yield
+    tree.FAST = True
+    tree._CACHE.clear()
+
+
+def both_routes(edit: Edit, source: str) -> tuple[EditResult, EditResult]:
+    tree._CACHE.clear()
+    fast = edit.apply(source)
+    tree.FAST = False
+    tree._CACHE.clear()
+    try:
+        plain = edit.apply(source)
+    finally:
+        tree.FAST = True
+    return fast, plain
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("spec", EDITS, ids=lambda s: f"{next(iter(s))}:{s[next(iter(s))]}"[:80])
+def test_the_fast_route_gives_what_the_plain_one_gives(spec: dict[str, Any], variant: str) -> None:
+    source = VARIANTS[variant]
+    fast, plain = both_routes(Edit.model_validate(spec), source)
+    assert (fast.verdict, fast.message) == (plain.verdict, plain.message)
+    assert fast.source == plain.source
+
+
+def test_every_tricky_edit_does_something() -> None:
+    """The table is not vacuous: edits succeed (and the failures fail) as listed."""
+    verdicts = [Edit.model_validate(spec).apply(TRICKY).verdict for spec in EDITS]
+    assert verdicts == ["changed"] * 30 + ["not_found"] * 7
+
+
+def test_the_splice_is_what_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the spaces layout every changed edit is spliced, none printed whole, except where
+    the plain route is the right one: several places in one statement (`all: true` on
+    nested calls), and the last statement of a file without a final newline."""
+    printed = []
+    monkeypatch.setattr(libcst.Module, "code", property(lambda m: printed.append(1) or m.code_for_node(m)))
+    plain = [spec for spec in EDITS[:30] if "'extra'" in str(spec) or "'last'" in str(spec)]
+    assert len(plain) == 2
+    for spec in EDITS[:30]:
+        tree._CACHE.clear()
+        del printed[:]
+        assert Edit.model_validate(spec).apply(TRICKY).verdict == "changed"
+        assert bool(printed) == (spec in plain), spec
+
+
+def test_one_parse_per_file_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    parses = []
+    real = libcst.parse_module
+
+    def counting(source: str, *args: Any, **kwargs: Any) -> libcst.Module:
+        if len(source) > 200:  # the file, not a value or a body being parsed
+            parses.append(source)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(tree.cst, "parse_module", counting)
+    edits = [Edit.model_validate(spec) for spec in EDITS[:6]]
+    for edit in edits:  # five steps planned against one version: one parse
+        assert edit.apply(TRICKY).verdict == "changed"
+    assert len(parses) == 1
+    text = TRICKY
+    for edit in edits:  # each applied on the last one's result: the tree is handed on
+        text = edit.apply(text).source
+    assert len(parses) == 1
+    assert text != TRICKY and "limit = 10" in text and "self.limit = 60" in text
+
+
+NEWER_SYNTAX = '''\
+type Alias = list[int]
+def pick[T](items: list[T]) -> T:
+    limit = 1
+    return items[0]
+'''
+
+
+def test_a_file_this_python_cannot_read_takes_the_plain_route() -> None:
+    """`ast` of Python 3.11 cannot read PEP 695 syntax (libcst can): no spans, so no
+    pruning and no splice, and the edit is still right."""
+    import sys
+
+    if sys.version_info >= (3, 12):
+        pytest.fail("this test assumes a control Python older than 3.12 (pyenv 3.11 here)")
+    result = Edit.model_validate({"set_value": {"names": ["limit"], "value": 2}}).apply(NEWER_SYNTAX)
+    assert result.verdict == "changed"
+    assert result.source == NEWER_SYNTAX.replace("limit = 1", "limit = 2")
+    assert tree.SourceTree.of(NEWER_SYNTAX).spans is None
