@@ -9,15 +9,21 @@ from __future__ import annotations
 import ast
 import difflib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import libcst as cst
 
 from patchkit.edits.model import (  # noqa: F401 (re-exported)
-    MODULE_SCOPE, EditBug, EditError, EditResult, EditSpec, Scalar, Verdict,
+    MODULE_SCOPE,
+    EditBug,
+    EditError,
+    EditResult,
+    EditSpec,
+    Scalar,
+    Verdict,
 )
-
 from patchkit.edits.tree import SourceTree, Walk
 
 _EMPTY = cst.Module(body=[])

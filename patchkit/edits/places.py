@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import ast
 import difflib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider

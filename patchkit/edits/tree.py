@@ -21,10 +21,12 @@ import bisect
 import dataclasses
 import unicodedata
 from collections import OrderedDict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import libcst as cst
-from libcst._nodes.internal import CodegenState  # how Module.code_for_node prints a node
+from libcst._nodes.internal import (
+    CodegenState,  # how Module.code_for_node prints a node
+)
 
 from patchkit.edits.model import EditError
 

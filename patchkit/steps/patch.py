@@ -8,9 +8,9 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import sys
 import threading
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +18,8 @@ from patchkit import __version__
 from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.edits import EditError, EditResult
 from patchkit.errors import HostError
-from patchkit.recipe import Step
 from patchkit.journal import active_step, unverified_step
+from patchkit.recipe import Step
 from patchkit.results import Check, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
 from patchkit.steps.kind import Planned, StepKind
