@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from patchkit.edits.base import (
     EditError,
@@ -212,6 +211,8 @@ class Locator(ScopedTransformer):
 
 def _lines(module: cst.Module, places: Sequence[Place]) -> dict[int, int]:
     """Line numbers, computed only for a message (resolving positions costs a full pass)."""
+    from libcst.metadata import MetadataWrapper, PositionProvider  # a full pass: for messages only
+
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     return {p.order: positions[p.node].start.line for p in places}
 

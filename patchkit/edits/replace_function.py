@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from patchkit.edits.base import EditError, EditResult, snippet
 from patchkit.edits.places import how_to_choose
@@ -92,6 +91,8 @@ class _Swap(cst.CSTTransformer):
 
 
 def _listing(module: cst.Module, matches: list[tuple[str, cst.FunctionDef]]) -> str:
+    from libcst.metadata import MetadataWrapper, PositionProvider  # a full pass: for messages only
+
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     return "; ".join(
         f"{i}) line {positions[node].start.line} in {scope}: `{snippet(node)}`"
