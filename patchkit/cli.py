@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
@@ -55,6 +56,17 @@ def _parser() -> argparse.ArgumentParser:
     rollback.add_argument("--run", help="run id to undo (default: the newest with a change not yet undone)")
     rollback.add_argument("--force", action="store_true", help="restore even files that changed since")
     targets(sub.add_parser("history", help="runs recorded in each host's journal"), recipe=False)
+    audit = sub.add_parser("audit", help="installed files of a distribution that differ from its RECORD, "
+                           "each explained by the journal or unexplained (exit 3)")
+    audit.add_argument("dist", metavar="DIST", help="distribution name, or the import name of its package (vllm)")
+    targets(audit, recipe=False)
+    capture = sub.add_parser("capture", help="the files of a distribution that differ from its RECORD (hand "
+                             "edits), as a recipe; nothing on the host is changed")
+    capture.add_argument("dist", metavar="DIST", help="distribution name, or the import name of its package (vllm)")
+    capture.add_argument("-o", "--output", required=True, metavar="RECIPE.yaml",
+                         help="the recipe to write (.patch files go next to it)")
+    capture.add_argument("--wheel", help="the wheel the distribution was installed from (default: pip download)")
+    targets(capture, recipe=False)
     validate = sub.add_parser("validate", help="schema check of a recipe; no host contacted")
     validate.add_argument("recipe")
     validate.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
@@ -123,7 +135,25 @@ def _dispatch(args: argparse.Namespace) -> int:
     )
     command = "apply" if args.command == "plan" else args.command
     runner = Runner(loaded, options, new_run_id(), args.command)
-    work = {"apply": runner.apply, "status": runner.status, "rollback": runner.rollback, "history": runner.history}[command]
+    works = {"apply": runner.apply, "status": runner.status, "rollback": runner.rollback, "history": runner.history}
+    if command == "audit":
+        from functools import partial
+
+        from patchkit.audit import audit_host
+
+        works["audit"] = partial(audit_host, dist=args.dist)
+    captures: list = []
+    if command == "capture":
+        from functools import partial
+
+        from patchkit.capture import capture_host
+        from patchkit.errors import UsageError
+
+        if len(hosts) != 1:
+            raise UsageError(f"capture reads one host; -l names {len(hosts)}: pick one")
+        works["capture"] = partial(capture_host, dist=args.dist, wheel=Path(args.wheel) if args.wheel else None,
+                                   out=captures)
+    work = works[command]
     import asyncio
 
     results = asyncio.run(runner.on_hosts(hosts, work))
@@ -133,6 +163,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     report = RunReport(recipe=loaded.recipe.name if loaded else "", run_id=runner.run_id, dry_run=dry_run,
                        command=args.command, hosts=results)
+    if captures and all(h.status != "failed" for h in results.values()):
+        _write_capture(captures[0], Path(args.output), report)
     (print_json if args.json else print_human)(report)
     return 130 if runner.interrupt.requested else _exit_code(args.command, report)
 
@@ -142,9 +174,24 @@ def _exit_code(command: str, report: "RunReport") -> int:  # noqa: F821 - import
     step_statuses = [s.status for h in report.hosts.values() for s in h.steps]
     if "failed" in statuses:
         return EXIT_FAILED
-    if command == "status" and ({"drifted", "pending"} & (set(statuses) | set(step_statuses))):
+    if command in ("status", "audit") and ({"drifted", "pending"} & (set(statuses) | set(step_statuses))):
         return EXIT_NOT_CONVERGED
     return EXIT_OK
+
+
+def _write_capture(capture: object, output: Path, report: "RunReport") -> None:  # noqa: F821
+    import datetime
+
+    from patchkit.capture import write_recipe
+    from patchkit.errors import HostError
+
+    host = next(iter(report.hosts.values()))
+    try:
+        written = write_recipe(capture, output, datetime.datetime.now(datetime.timezone.utc))  # type: ignore[arg-type]
+    except HostError as exc:
+        host.status, host.message = "failed", str(exc)
+        return
+    host.message += "; wrote " + ", ".join(str(p) for p in written)
 
 
 def _split(value: str | None) -> list[str] | None:

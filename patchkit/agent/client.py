@@ -65,6 +65,7 @@ AGENT_EXTENSIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "checkpoint": (("patchkit.checkpoint", "reader.py"), (HOST, "checkpoint.py")),
     "transfer": ((HOST, "transfer.py"),),
     "processes": ((HOST, "processes.py"),),
+    "installed": ((HOST, "installed.py"),),
 }
 
 

@@ -1,0 +1,85 @@
+"""`patchkit audit DIST`: every installed file of a distribution that no longer matches its
+RECORD, each explained by the host's journal (`patched by patchkit`: run, recipe, step) or
+`unexplained` (a hand edit, a `sed`, a partial upgrade). Nothing on the host is written.
+
+The report reuses the run report's shape: one row per file (a StepResult of kind `file`:
+status `applied` when patchkit's journal explains it, `drifted` when nothing does), so the
+table, the JSON document and exit code 3 work as for `status`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from patchkit.installed import ChangedFile, InstalledDist, installed
+from patchkit.journal import active_changes
+from patchkit.results import HostResult, RunRecord, StepResult
+
+if TYPE_CHECKING:
+    from patchkit.runner import Session
+
+PATCHED = "patched by patchkit"
+UNEXPLAINED = "unexplained"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    verdict: str  # PATCHED | UNEXPLAINED
+    why: str
+    run_id: str | None = None
+    recipe: str | None = None
+    step: str | None = None
+
+
+def written_files(step: StepResult) -> list[tuple[str, str | None]]:
+    """(path, sha256 after) of each file a journaled step wrote."""
+    if step.kind == "patch" and step.file:
+        return [(step.file, step.sha256_after)]
+    return []
+
+
+def explain(changed: ChangedFile, records: list[RunRecord]) -> Explanation:
+    """Why a file differs from RECORD, from the journal's changes still in place."""
+    if changed.change != "modified":
+        return Explanation(UNEXPLAINED, f"{changed.change}: patchkit never removes a package's files")
+    ours = []
+    for record in active_changes(records).values():
+        for step in record.live_steps():
+            for path, sha_after in written_files(step):
+                if path in (changed.path, changed.real):
+                    ours.append((record, step, sha_after))
+    ours.sort(key=lambda found: found[0].run_id)
+    for record, step, sha_after in reversed(ours):
+        if sha_after == changed.sha256:
+            return Explanation(PATCHED, f"{PATCHED}: run {record.run_id}, recipe {record.recipe}, step {step.name}",
+                               record.run_id, record.recipe, step.name)
+    if ours:
+        record, step, _ = ours[-1]
+        return Explanation(UNEXPLAINED, (
+            f"{UNEXPLAINED}: changed since patchkit wrote it (run {record.run_id}, recipe {record.recipe}, "
+            f"step {step.name}): an edit on top of the patch"), record.run_id, record.recipe, step.name)
+    return Explanation(UNEXPLAINED, f"{UNEXPLAINED}: modified, and no patchkit run on this host wrote it")
+
+
+def rows(dist: InstalledDist, records: list[RunRecord]) -> list[StepResult]:
+    out = []
+    for changed in dist.changed:
+        why = explain(changed, records)
+        out.append(StepResult(
+            name=changed.rel, kind="file", status="applied" if why.verdict == PATCHED else "drifted",
+            message=why.why, file=changed.path, sha256_after=changed.sha256, package_version=dist.version,
+            details={"verdict": why.verdict, "change": changed.change, "record_sha256": changed.record_sha256,
+                     "run_id": why.run_id, "recipe": why.recipe, "step": why.step}))
+    return out
+
+
+async def audit_host(session: Session, dist: str) -> HostResult:
+    found = await installed(session.agent, dist)
+    records = await session.journal.runs(None)
+    files = rows(found, records)
+    unexplained = sum(row.status == "drifted" for row in files)
+    summary = (f"{found.name} {found.version} at {found.location}: {found.checked} files checked against RECORD, "
+               f"{len(files)} differ" + (f", {unexplained} unexplained" if unexplained else ""))
+    status = "drifted" if unexplained else "applied" if files else "ok"
+    return HostResult(status=status, steps=files, message=summary)

@@ -1,0 +1,55 @@
+"""An installed distribution as its RECORD describes it, and the files that no longer match.
+
+The host agent hashes every file RECORD lists (op `dist_files`, agent/host/installed.py); this
+module names what it answers. `audit` explains the differences with the journal, `capture`
+turns them into a recipe; neither writes anything on the host.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from patchkit.agent.client import AgentClient
+from patchkit.errors import HostError
+
+Change = Literal["modified", "missing", "not a regular file"]
+
+
+class ChangedFile(BaseModel):
+    rel: str  # as RECORD writes it, relative to the distribution's folder (site-packages)
+    path: str
+    real: str | None = None  # the path with symlinks resolved
+    change: Change
+    record_sha256: str  # RECORD's urlsafe base64 digest
+    sha256: str | None = None  # hex digest of the file now (modified files)
+
+
+class InstalledDist(BaseModel):
+    name: str
+    version: str
+    location: str  # the folder RECORD's paths are relative to
+    checked: int  # files with a hash in RECORD
+    unhashed: int = 0
+    changed: list[ChangedFile] = Field(default_factory=list)
+
+    def module_of(self, changed: ChangedFile) -> str | None:
+        """`vllm/config/speculative.py` -> `vllm.config.speculative` (None: not a module)."""
+        rel = changed.rel.replace("\\", "/")
+        if not rel.endswith(".py") or rel.startswith("../"):
+            return None
+        parts = rel[:-3].split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
+
+
+async def installed(agent: AgentClient, name: str, only: list[str] | None = None) -> InstalledDist:
+    """The distribution `name` (or the one owning the package `name`) on the host."""
+    answer = await agent.call("dist_files", name=name, only=only)
+    if not answer["found"]:
+        python = agent.info.get("python", "the target interpreter")
+        raise HostError(f"no installed distribution {name} (nor one that owns a package {name}) "
+                        f"for {python}: pick the interpreter with -e python=PATH or the inventory")
+    return InstalledDist.model_validate(answer)
