@@ -32,6 +32,7 @@ class InstalledDist(BaseModel):
     location: str  # the folder RECORD's paths are relative to
     checked: int  # files with a hash in RECORD
     unhashed: int = 0
+    listed: int = 0  # RECORD rows read (all of them, or those of the files asked for)
     changed: list[ChangedFile] = Field(default_factory=list)
 
     def module_of(self, changed: ChangedFile) -> str | None:

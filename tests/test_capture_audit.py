@@ -160,3 +160,23 @@ def record(run_id: str, file: str, after: str, rolled_back: bool = False) -> Run
 def test_explain(records: list[RunRecord], verdict: str, words: str) -> None:
     why = explain(ChangedFile(rel="f.py", path="/f.py", change="modified", record_sha256="r", sha256="aa"), records)
     assert why.verdict == verdict and words in why.why
+
+
+def test_status_says_what_audit_says_of_the_step_file(box: dict[str, Path]) -> None:
+    recipe = box["work"] / "fix.yaml"
+    recipe.write_text(
+        "name: fix\nsteps:\n  - name: whitelist\n    patch:\n      package: vllm\n"
+        "      modules: [vllm.config.speculative]\n      edit:\n        list_insert:\n"
+        "          names: [eagle3_target_supported]\n          values: [kimi_k2]\n")
+
+    def view() -> tuple[str, str]:
+        done = run_patchkit(*args(box, "status", str(recipe), "--json"), timeout=120)
+        [step] = done.hosts()["local"]["steps"]
+        return step["status"], step["details"]["record"]
+
+    assert view() == ("pending", "matches")
+    assert run_patchkit(*args(box, "apply", str(recipe)), timeout=300).returncode == 0
+    assert view() == ("applied", PATCHED)
+    with box["file"].open("a") as f:
+        f.write("# tuned by hand\n")
+    assert view() == ("drifted", UNEXPLAINED)

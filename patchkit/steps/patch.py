@@ -315,6 +315,32 @@ def state_of(planned: StepResult, records: list[RunRecord]) -> StepResult:
     return out
 
 
+async def _record_view(ctx: HostContext, package: str, out: StepResult, records: list[RunRecord]) -> None:
+    """What `audit` says of the step's file, added to its status: does it match the installed
+    distribution's RECORD, and if not, does a patchkit change explain the difference?"""
+    from patchkit.audit import PATCHED, explain
+    from patchkit.installed import installed
+
+    assert out.file
+    try:
+        dist = await installed(ctx.agent, package, only=[out.file])
+    except HostError:
+        return  # not installed from a wheel (no RECORD): nothing to compare with
+    if not dist.listed:
+        return
+    where = f"{dist.name} {dist.version}'s RECORD"
+    if not dist.changed:
+        out.details = {**(out.details or {}), "record": "matches"}
+        out.message += f"; the file matches {where}"
+        return
+    why = explain(dist.changed[0], records)
+    out.details = {**(out.details or {}), "record": why.verdict}
+    if why.verdict == PATCHED:
+        out.message += f"; differs from {where}: {PATCHED}"
+    else:
+        out.message += f"; differs from {where}: {why.why} (patchkit audit lists every such file)"
+
+
 class PatchKind(StepKind):
     name = "patch"
 
@@ -334,7 +360,10 @@ class PatchKind(StepKind):
         return await apply_patch(ctx, step, PatchPlan(planned.result, planned.data))
 
     async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
-        return state_of(planned.result, records)
+        out = state_of(planned.result, records)
+        if out.file and step.patch:
+            await _record_view(ctx, step.patch.package, out, records)
+        return out
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         """The backup back in place, only if the file still holds what the run wrote (or forced)."""

@@ -78,13 +78,14 @@ def op_dist_files(name, only=None):
         return {"found": False, "sys_path": [p for p in sys.path if p]}
     base = os.path.normpath(str(dist.locate_file("")))  # as sys.path has it: how patch steps name files
     wanted = set(os.path.realpath(expand(p)) for p in only) if only is not None else None
-    changed, checked, unhashed = [], 0, 0
+    changed, checked, unhashed, listed = [], 0, 0, 0
     for row in _record_rows(dist):
         rel = row[0]
         digest = row[1] if len(row) > 1 else ""
         path = os.path.normpath(os.path.join(base, rel))
         if wanted is not None and os.path.realpath(path) not in wanted:
             continue
+        listed += 1
         if not digest.startswith("sha256="):
             unhashed += 1  # RECORD itself, INSTALLER, compiled files
             continue
@@ -102,7 +103,7 @@ def op_dist_files(name, only=None):
             changed.append({"rel": rel, "path": path, "real": os.path.realpath(path), "change": "modified",
                             "record_sha256": digest[7:], "sha256": base64_to_hex(now)})
     return {"found": True, "name": dist.metadata["Name"], "version": dist.version, "location": base,
-            "checked": checked, "unhashed": unhashed, "changed": changed}
+            "checked": checked, "unhashed": unhashed, "listed": listed, "changed": changed}
 
 
 def base64_to_hex(text):
