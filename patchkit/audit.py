@@ -10,7 +10,7 @@ table, the JSON document and exit code 3 work as for `status`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from patchkit.installed import ChangedFile, InstalledDist, installed
 from patchkit.journal import active_changes
@@ -81,5 +81,5 @@ async def audit_host(session: Session, dist: str) -> HostResult:
     unexplained = sum(row.status == "drifted" for row in files)
     summary = (f"{found.name} {found.version} at {found.location}: {found.checked} files checked against RECORD, "
                f"{len(files)} differ" + (f", {unexplained} unexplained" if unexplained else ""))
-    status = "drifted" if unexplained else "applied" if files else "ok"
+    status: Literal["drifted", "applied", "ok"] = "drifted" if unexplained else "applied" if files else "ok"
     return HostResult(status=status, steps=files, message=summary)

@@ -154,19 +154,22 @@ def builtin_edit(pristine: str, current: str) -> dict[str, Any] | None:
         return None
     old_sites, new_sites = _displays(old_tree), _displays(new_tree)
     differing = [key for key in old_sites if key in new_sites
-                 and ast.dump(old_sites[key].value) != ast.dump(new_sites[key].value)]
+                 and ast.dump(old_sites[key]) != ast.dump(new_sites[key])]
     if len(differing) != 1 or set(old_sites) != set(new_sites):
         return None
     key = differing[0]
     old_node, new_node = old_sites[key], new_sites[key]
-    old_node.value, saved = new_node.value, old_node.value
+    old_value, new_value = old_node.value, new_node.value
+    if not isinstance(old_value, (ast.List, ast.Tuple, ast.Set)) or not isinstance(new_value, type(old_value)):
+        return None
+    old_node.value = new_value  # the trees are equal but for this display?
     same_elsewhere = ast.dump(old_tree) == ast.dump(new_tree)
-    old_node.value = saved
+    old_node.value = old_value
     if not same_elsewhere:
         return None
     try:
-        before = [ast.literal_eval(e) for e in saved.elts]  # type: ignore[attr-defined]
-        after = [ast.literal_eval(e) for e in new_node.value.elts]  # type: ignore[attr-defined]
+        before = [ast.literal_eval(e) for e in old_value.elts]
+        after = [ast.literal_eval(e) for e in new_value.elts]
     except ValueError:
         return None
     added = [v for v in after if v not in before]
@@ -202,25 +205,17 @@ def _displays(tree: ast.Module) -> dict[tuple[str, str], ast.Assign | ast.AnnAss
             targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
                 if isinstance(node, ast.AnnAssign) and node.value is not None else []
             for target in targets:
-                text = ast.unparse(target)
-                key = (".".join(scope), text)
+                key = (".".join(scope), ast.unparse(target))
                 if key in found:
                     twice.add(key)
-                if isinstance(node.value, (ast.List, ast.Tuple, ast.Set)):  # type: ignore[union-attr]
-                    found[key] = node  # type: ignore[assignment]
+                if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, (ast.List, ast.Tuple, ast.Set)):
+                    found[key] = node
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.stmt):
                     walk([child], scope)
 
     walk(tree.body, [])
     return {k: v for k, v in found.items() if k not in twice}
-
-
-class _PlainDumper(yaml.SafeDumper):
-    """No anchors and aliases: a recipe reads as written."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
 
 
 def write_recipe(capture: Capture, out: Path, when: datetime.datetime) -> list[Path]:
@@ -233,6 +228,7 @@ def write_recipe(capture: Capture, out: Path, when: datetime.datetime) -> list[P
     steps: list[dict[str, Any]] = []
     written: list[Path] = []
     for package, files in sorted(packages.items()):
+        files = [f for f in files if f.module]  # a .py that is no module (a script's copy): nothing to import-check
         modules = [f.module for f in files if f.module]
         if not modules:
             continue
@@ -259,5 +255,6 @@ def write_recipe(capture: Capture, out: Path, when: datetime.datetime) -> list[P
                        f"{dist.name} {dist.version} that differed from its RECORD.",
         "steps": steps,
     }
-    out.write_text(yaml.dump(recipe, Dumper=_PlainDumper, sort_keys=False, width=100, allow_unicode=True))
+    # every list is its own object: safe_dump writes no anchors or aliases
+    out.write_text(yaml.safe_dump(recipe, sort_keys=False, width=100, allow_unicode=True))
     return [out, *written]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
 
@@ -169,7 +169,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     return 130 if runner.interrupt.requested else _exit_code(args.command, report)
 
 
-def _exit_code(command: str, report: "RunReport") -> int:  # noqa: F821 - imported lazily
+def _exit_code(command: str, report: RunReport) -> int:  # noqa: F821 - imported lazily
     statuses = [h.status for h in report.hosts.values()]
     step_statuses = [s.status for h in report.hosts.values() for s in h.steps]
     if "failed" in statuses:
@@ -179,7 +179,7 @@ def _exit_code(command: str, report: "RunReport") -> int:  # noqa: F821 - import
     return EXIT_OK
 
 
-def _write_capture(capture: object, output: Path, report: "RunReport") -> None:  # noqa: F821
+def _write_capture(capture: object, output: Path, report: RunReport) -> None:  # noqa: F821
     import datetime
 
     from patchkit.capture import write_recipe
@@ -187,7 +187,7 @@ def _write_capture(capture: object, output: Path, report: "RunReport") -> None: 
 
     host = next(iter(report.hosts.values()))
     try:
-        written = write_recipe(capture, output, datetime.datetime.now(datetime.timezone.utc))  # type: ignore[arg-type]
+        written = write_recipe(capture, output, datetime.datetime.now(datetime.UTC))  # type: ignore[arg-type]
     except HostError as exc:
         host.status, host.message = "failed", str(exc)
         return

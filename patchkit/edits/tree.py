@@ -123,10 +123,11 @@ class SourceTree:
         return tree
 
     def _splice(self, edits: Sequence[Replacement]) -> str | None:
-        assert self.spans is not None
+        spans = self.spans
+        assert spans is not None
         starts, pieces, end = self.line_starts(), [], len(self.text)
-        for edit in sorted(edits, key=lambda e: self.spans[id(e.statement)][0], reverse=True):  # type: ignore[index]
-            first = self.spans[id(edit.statement)][0] - len(edit.statement.leading_lines)  # type: ignore[index]
+        for edit in sorted(edits, key=lambda e: spans[id(e.statement)][0], reverse=True):
+            first = spans[id(edit.statement)][0] - _leading_lines(edit.statement)
             if first < 1:
                 return None
             at = starts[first]
@@ -142,6 +143,13 @@ class SourceTree:
                              default_newline=self.module.default_newline, indent_tokens=list(indents))
         node._codegen(state)
         return "".join(state.tokens)
+
+
+def _leading_lines(node: cst.CSTNode) -> int:
+    """The blank and comment lines a statement's code starts with (before its first line)."""
+    if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        return len(node.leading_lines)
+    return 0
 
 
 def remember(tree: SourceTree) -> None:
@@ -257,28 +265,35 @@ def _blocks(statement: cst.CSTNode, node: ast.stmt) -> list[tuple[Sequence[cst.C
         elif isinstance(cst_else, cst.Else):
             pair(cst_else.body, inner)
 
-    if isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.With)):
-        pair(statement.body, node.body)  # type: ignore[attr-defined]
-    elif isinstance(statement, (cst.If, cst.For, cst.While)):
-        pair(statement.body, node.body)  # type: ignore[attr-defined]
-        orelse(statement.orelse, node.orelse)  # type: ignore[attr-defined]
-    elif isinstance(statement, (cst.Try, cst.TryStar)):
-        assert isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try)))
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.With)) and \
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.AsyncWith)):
+        pair(statement.body, node.body)
+    elif isinstance(statement, (cst.If, cst.For, cst.While)) and \
+            isinstance(node, (ast.If, ast.For, ast.AsyncFor, ast.While)):
+        pair(statement.body, node.body)
+        orelse(statement.orelse, node.orelse)
+    elif isinstance(statement, (cst.Try, cst.TryStar)) and isinstance(node, (ast.Try, ast.TryStar)):
         pair(statement.body, node.body)
         if len(statement.handlers) != len(node.handlers):
             raise SpansUnknown
-        for handler, inner in zip(statement.handlers, node.handlers):
-            pair(handler.body, inner.body)
+        for handler, ast_handler in zip(statement.handlers, node.handlers):
+            assert isinstance(handler, (cst.ExceptHandler, cst.ExceptStarHandler))
+            pair(handler.body, ast_handler.body)
         orelse(statement.orelse, node.orelse)
         if statement.finalbody is not None:
             pair(statement.finalbody.body, node.finalbody)
-    elif isinstance(statement, cst.Match):
-        cases = getattr(node, "cases", [])
-        if len(statement.cases) != len(cases):
+    elif isinstance(statement, cst.Match) and isinstance(node, ast.Match):
+        if len(statement.cases) != len(node.cases):
             raise SpansUnknown
-        for case, inner in zip(statement.cases, cases):
-            pair(case.body, inner.body)
+        for case, ast_case in zip(statement.cases, node.cases):
+            pair(case.body, ast_case.body)
+    elif not isinstance(statement, cst.SimpleStatementLine) and _has_blocks(node):
+        raise SpansUnknown  # a compound statement the two trees do not pair up
     return pairs
+
+
+def _has_blocks(node: ast.stmt) -> bool:
+    return any(isinstance(getattr(node, name, None), list) for name in ("body", "orelse", "handlers", "cases"))
 
 
 class Walk:
