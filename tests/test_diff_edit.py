@@ -109,7 +109,7 @@ def test_not_found_names_the_hunk_and_the_closest_region() -> None:
     result = edit(FIX).apply(moved_on)
     assert result.verdict == "not_found"
     assert "pkg/mod.py hunk 1 `@@ -6,7 +6,7 @@`" in result.message
-    assert "closest: lines 6-12 (similarity 0.86)" in result.message
+    assert "closest: lines 6-12 (similarity 0.95)" in result.message
     assert "where line 9 in verify is `supported = [\"llama\", \"qwen\", \"minicpm\"]`" in result.message
 
 

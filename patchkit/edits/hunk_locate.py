@@ -202,12 +202,17 @@ class _Located:
         """The region most like the pre-image, and how alike (0..1), for a not_found message."""
         wanted = [norm(line.text) for line in self.hunk.pre]
         size = len(wanted)
-        best, best_at = 0.0, -1
+        text = "\n".join(wanted)
+        ranked: list[tuple[float, int]] = []
         for start in range(0, max(len(self.keys) - size + 1, 0)):
-            if not self.in_region(start):
-                continue
-            ratio = difflib.SequenceMatcher(None, wanted, self.keys[start:start + size], autojunk=False).ratio()
-            if ratio > best:
+            if self.in_region(start):
+                window = "\n".join(self.keys[start:start + size])
+                ranked.append((difflib.SequenceMatcher(None, text, window, autojunk=False).quick_ratio(), start))
+        best, best_at = 0.0, -1
+        for _, start in sorted(ranked, reverse=True)[:12]:  # the full ratio only for the likeliest
+            window = "\n".join(self.keys[start:start + size])
+            ratio = difflib.SequenceMatcher(None, text, window, autojunk=False).ratio()
+            if ratio > best or (ratio == best and start < best_at):
                 best, best_at = ratio, start
         if best_at < 0:
             return "nothing like it " + self.where()

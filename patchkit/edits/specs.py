@@ -448,4 +448,5 @@ class DiffEdit(_Engine):
             raise EditError(f"the diff {'adds' if patch.added else 'deletes'} {path}: patch steps change "
                             "files that exist")
         outcome = self.apply_to(path, source)
-        return EditResult(outcome.verdict, source if outcome.source is None else outcome.source, outcome.message)
+        message = "already in place" if outcome.verdict == "already" else outcome.message
+        return EditResult(outcome.verdict, source if outcome.source is None else outcome.source, message)
