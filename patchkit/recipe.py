@@ -214,6 +214,16 @@ class Step(Strict):
     deploy: DeployStep | None = None
     launch: LaunchStep | None = None
     verify: Verify | None = None
+    upstream: str | None = Field(None, description="URL of the upstream fix or issue this step carries (shown by "
+                                                   "plan, journaled; status says when the fix is upstream)")
+    why: str | None = Field(None, description="why the step exists, in a sentence (shown by plan, journaled)")
+
+    @field_validator("upstream")
+    @classmethod
+    def _upstream_is_a_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+\S*$", value):
+            raise ValueError(f"upstream {value!r} is not an http(s) URL of the upstream fix or issue")
+        return value
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Step":

@@ -18,6 +18,8 @@ from patchkit.journal import active_step, unverified_step
 from patchkit.results import Check, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
 from patchkit.steps.kind import Planned, StepKind
+from patchkit.steps.patch_files import FilesPlan, apply_files, files_state, plan_files, undo_files
+from patchkit.steps.upstream import with_upstream_note
 
 
 @dataclass
@@ -69,8 +71,8 @@ def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
 # a no-op run then needs neither libcst nor a parse of the file.
 def _edit_cache_path(step: Step, sha: str) -> Path | None:
     assert step.patch
-    if step.patch.edit.codemod:
-        return None  # depends on the user's transformer file too
+    if step.patch.edit.codemod or step.patch.edit.diff:
+        return None  # depends on the user's transformer (or diff) file too
     params = json.dumps([__version__, step.patch.edit.model_dump(mode="json")], sort_keys=True)
     digest = hashlib.sha256(params.encode()).hexdigest()[:24]
     return cache_dir() / "edits" / f"{digest}-{sha}.json"
@@ -108,7 +110,7 @@ def _compute_edit(step: Step, sha: str, text: str) -> EditResult:
 async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
     spec = step.patch
     assert spec is not None
-    result = StepResult(name=step.name, kind="patch", status="failed")
+    result = StepResult(name=step.name, kind="patch", status="failed", upstream=step.upstream, why=step.why)
     verdict_gate, located = await gate(ctx, spec.package, spec.versions, spec.modules, read_first=True)
     result.package_version = verdict_gate.version
     if verdict_gate.fail or verdict_gate.skip:
@@ -298,17 +300,26 @@ class PatchKind(StepKind):
     name = "patch"
 
     async def plan(self, ctx: HostContext, step: Step) -> Planned:
+        if step.patch and step.patch.edit.diff and len(step.patch.edit.diff.targets()) > 1:
+            files = await plan_files(ctx, step)  # several files: one unit (patch_files.py)
+            return Planned(files.result, files)
         planned = await plan_patch(ctx, step)
         return Planned(planned.result, planned.new_content)
 
     async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+        if isinstance(planned.data, FilesPlan):
+            return await apply_files(ctx, step, planned.data)
         return await apply_patch(ctx, step, PatchPlan(planned.result, planned.data))
 
     async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
-        return state_of(planned.result, records)
+        if isinstance(planned.data, FilesPlan):
+            return with_upstream_note(files_state(planned.result, records), step)
+        return with_upstream_note(state_of(planned.result, records), step)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         """The backup back in place, only if the file still holds what the run wrote (or forced)."""
+        if done.files:
+            return await undo_files(ctx, done, target)
         result = StepResult(name=done.name, kind="patch", status="failed", file=done.file,
                             sha256_before=done.sha256_after, sha256_after=done.sha256_before, backup=done.backup)
         try:

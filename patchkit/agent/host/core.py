@@ -385,6 +385,78 @@ def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, im
         return {"ok": False, "failure": failure + note, "restored": restored, "checks": checks}
 
 
+@op(mutating=True)
+def op_apply_files(files, verify_imports, import_timeout_s):
+    """Several files changed as one unit (a multi-file diff): every file backed up and written,
+    then each read back and syntax-checked, then the import check once; any failure puts back
+    every file written (each only if it still holds what this run wrote).
+
+    files: [{path, expected_sha256, content_b64, backup_path}]. Folders are locked in sorted
+    order, so two runs never deadlock on the same files."""
+    paths = [expand(f["path"]) for f in files]
+    for path in paths:
+        refuse_symlink(path, "patch")
+    locks = [locked_folder(folder, import_timeout_s + 60) for folder in sorted(set(os.path.dirname(p) for p in paths))]
+    entered = []
+    try:
+        for lock in locks:
+            lock.__enter__()
+            entered.append(lock)
+        return apply_files_locked(files, paths, verify_imports, import_timeout_s)
+    finally:
+        for lock in reversed(entered):
+            lock.__exit__(None, None, None)
+
+
+def apply_files_locked(files, paths, verify_imports, import_timeout_s):
+    olds = []
+    for spec, path in zip(files, paths):
+        sweep_temps(path)
+        with open(path, "rb") as f:
+            original = f.read()
+            st_before = os.fstat(f.fileno())
+        if sha256_bytes(original) != spec["expected_sha256"]:
+            raise Refused("%s changed since it was read (sha256 %s, expected %s); nothing written"
+                          % (path, sha256_bytes(original)[:12], spec["expected_sha256"][:12]))
+        st = stat_of(path)
+        refuse_foreign_owner(path, st)
+        olds.append((original, st, st_before))
+    for spec, (original, _, _) in zip(files, olds):
+        backup_path = expand(spec["backup_path"])
+        ensure_private_dir(os.path.dirname(os.path.dirname(backup_path)))
+        ensure_private_dir(os.path.dirname(backup_path))
+        atomic_write(backup_path, original, mode=0o600)
+        if sha256_file(backup_path) != spec["expected_sha256"]:
+            raise Refused("backup %s did not read back intact; nothing written" % backup_path)
+    checks, failure, written, after = [], None, [], {}
+    for spec, path, (original, st, st_before) in zip(files, paths, olds):
+        new = base64.b64decode(spec["content_b64"])
+        atomic_write(path, new, st["mode"], st["uid"], st["gid"])
+        settle_bytecode(path, st_before)
+        written.append((path, original, sha256_bytes(new), st, st_before))
+        landed = sha256_file(path)
+        after[spec["path"]] = landed
+        if landed != sha256_bytes(new):
+            checks.append({"name": "read-back", "ok": False, "detail": path})
+            failure = "read-back: %s hashes to %s, expected %s" % (path, landed[:12], sha256_bytes(new)[:12])
+            break
+    if failure is None:
+        checks.append({"name": "read-back", "ok": True, "detail": "%d files" % len(files)})
+        for spec, path in zip(files, paths):
+            failure = verify_file(path, base64.b64decode(spec["content_b64"]), [], import_timeout_s, checks)
+            if failure is not None:
+                break
+    if failure is None and verify_imports:
+        failure = check_imports(verify_imports, import_timeout_s, checks)
+    if failure is None:
+        return {"ok": True, "sha256_after": after, "checks": checks}
+    restored, notes = True, ""
+    for path, original, wanted, st, st_before in written:
+        done, note = restore_own_write(path, original, wanted, st, st_before)
+        restored, notes = restored and done, notes + note
+    return {"ok": False, "failure": failure + notes, "restored": restored, "checks": checks}
+
+
 def verify_file(path, data, verify_imports, import_timeout_s, checks):
     """Syntax check by this interpreter, then the import check in a fresh one; appends to
     checks and returns the failure (None when both pass)."""
@@ -397,6 +469,11 @@ def verify_file(path, data, verify_imports, import_timeout_s, checks):
         return failure
     if not verify_imports:
         return None
+    return check_imports(verify_imports, import_timeout_s, checks)
+
+
+def check_imports(verify_imports, import_timeout_s, checks):
+    """The import check in a fresh target interpreter; appends to checks, returns the failure."""
     code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
     result = run_python(["-c", code] + list(verify_imports), import_timeout_s)
     ok = result["returncode"] == 0
