@@ -266,3 +266,14 @@ def test_a_section_naming_no_scope_of_the_file_falls_back_to_the_lines() -> None
     result = edit(diff).apply(ORIGINAL)
     assert result.verdict == "changed"
     assert "this file has no `def renamed_since`: located by its lines alone" in result.message
+
+
+@pytest.mark.parametrize(("version", "versions", "past"), [
+    ("0.22.0", ">=0.10.1,<0.22", True), ("0.21.0", ">=0.10.1,<0.22", False), ("0.9.0", ">=0.10.1,<0.22", False),
+    ("0.16.0", "==0.15.1", True), ("0.15.0", "==0.15.1", False), ("0.16.1", "<=0.16.0", True),
+    ("1.0", ">=0.17", False), ("0.18.0", "~=0.17.0", True),
+])
+def test_past_the_range(version: str, versions: str, past: bool) -> None:
+    from patchkit.steps.upstream import past_range
+
+    assert past_range(version, versions) is past

@@ -17,11 +17,15 @@ import re
 import textwrap
 from importlib import import_module
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from patchkit.edits.model import MODULE_SCOPE, EditBug, EditError, EditResult, EditSpec, Scalar, compile_error
+from patchkit.edits.unified_diff import FilePatch, ParsedDiff
+
+if TYPE_CHECKING:
+    from patchkit.edits.hunk_locate import FileOutcome
 
 _QUALNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -351,7 +355,7 @@ class DiffEdit(_Engine):
     text: str | None = Field(None, description="the unified diff itself, inline")
     strip: int = Field(1, ge=0, description="leading path components to drop, like patch -p (default 1: a/, b/)")
     _base_dir: Path | None = PrivateAttr(None)
-    _parsed: Any = PrivateAttr(None)
+    _parsed: ParsedDiff | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _one_source(self) -> DiffEdit:
@@ -392,8 +396,8 @@ class DiffEdit(_Engine):
         return self
 
     @property
-    def parsed(self) -> Any:
-        """The ParsedDiff (unified_diff.py); `file` diffs are read by `bind` (load_recipe)."""
+    def parsed(self) -> ParsedDiff:
+        """The diff, read; `file` diffs are read by `bind` (load_recipe)."""
         if self._parsed is None:
             if self.file is not None and self._base_dir is None:
                 self.bind(Path.cwd())
@@ -401,7 +405,7 @@ class DiffEdit(_Engine):
                 raise EditError("the diff was not read")
         return self._parsed
 
-    def targets(self) -> list[tuple[str, str, Any]]:
+    def targets(self) -> list[tuple[str, str, FilePatch]]:
         """(path after strip, module, FilePatch) for every file of the diff, in its order."""
         from patchkit.edits.unified_diff import DEV_NULL, DiffError, module_of, strip_path
 
@@ -421,7 +425,7 @@ class DiffEdit(_Engine):
     def modules(self) -> list[str]:
         return [module for _, module, _ in self.targets()]
 
-    def apply_to(self, path: str, source: str | None) -> Any:
+    def apply_to(self, path: str, source: str | None) -> FileOutcome:
         """The FileOutcome (hunk_locate.py) of the diff's file `path` on `source` (None: absent).
         A changed result that does not compile is refused (the diff's doing, not ours)."""
         from patchkit.edits.hunk_locate import FileOutcome, apply_file_patch

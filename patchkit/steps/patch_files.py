@@ -85,7 +85,7 @@ async def plan_files(ctx: HostContext, step: Step) -> FilesPlan:
             continue
         change = FileChange(file=path, sha256_before=read["sha256"], sha256_after=read["sha256"],
                             message=outcome.message)
-        if outcome.verdict == "changed":
+        if outcome.verdict == "changed" and outcome.source is not None:
             new = (bom + outcome.source).encode("utf-8")
             change.sha256_after = hashlib.sha256(new).hexdigest()
             change.diff = unified_diff(path, text, bom + outcome.source)
