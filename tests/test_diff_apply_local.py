@@ -183,3 +183,42 @@ def test_upstream_must_be_a_url(sandbox: Sandbox, tmp_path: Path) -> None:
     schema = json.loads(run_patchkit("schema").stdout)
     text = json.dumps(schema)
     assert '"upstream"' in text and '"why"' in text and "DiffEdit" in text and '"strip"' in text
+
+
+def cut_off_before_checks(sb: Sandbox, recipe_name: str) -> None:
+    """Make the last run look cut off between its writes and its checks (what a killed agent leaves)."""
+    path = [p for p in sorted((sb.state / "runs" / recipe_name).glob("*.json"))
+            if json.loads(p.read_text())["steps"][0]["status"] == "changed"][-1]
+    record = json.loads(path.read_text())
+    record["steps"][0]["verified"] = False
+    path.write_text(json.dumps(record))
+
+
+def test_multi_file_change_cut_off_before_its_checks_is_settled_by_the_next_apply(sandbox: Sandbox,
+                                                                                  tmp_path: Path) -> None:
+    files = {MODEL: sandbox.file(MODEL), SPEC: sandbox.file(SPEC)}
+    before = {rel: path.read_bytes() for rel, path in files.items()}
+    diff = make_diff(sandbox, {
+        MODEL: ("_FLOAT16_DTYPES = ('float16', 'bfloat16')", "_FLOAT16_DTYPES = ('float16', 'bfloat16', 'fp8')"),
+        SPEC: KIMI,
+    })
+    recipe = str(write_recipe(tmp_path, diff))
+    assert sandbox.run("apply", recipe).returncode == 0
+    cut_off_before_checks(sandbox, "toyfix")
+    status = step(sandbox.run("status", recipe, json_out=True), "upstream-fix")
+    assert status["status"] == "pending" and "pending verification" in status["message"], status
+
+    settled = step(sandbox.run("apply", recipe, json_out=True), "upstream-fix")
+    assert settled["status"] == "ok" and "verified now" in settled["message"], settled
+    assert step(sandbox.run("status", recipe, json_out=True), "upstream-fix")["status"] == "applied"
+
+    # cut off again, and this time the imports fail (another module broke meanwhile): both go back
+    cut_off_before_checks(sandbox, "toyfix")
+    init = sandbox.file("toyllm/config/__init__.py")
+    init.write_text(init.read_text() + "import toyllm_no_such_module\n")
+    failed = sandbox.run("apply", recipe, json_out=True)
+    got = step(failed, "upstream-fix")
+    assert failed.returncode == 1, got
+    assert "all 2 files restored" in got["message"] and "toyllm_no_such_module" in got["message"], got
+    for rel, path in files.items():
+        assert path.read_bytes() == before[rel], rel

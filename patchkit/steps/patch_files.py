@@ -109,7 +109,12 @@ async def plan_files(ctx: HostContext, step: Step) -> FilesPlan:
 async def apply_files(ctx: HostContext, step: Step, plan: FilesPlan) -> StepResult:
     """Write every changed file through the agent's `apply_files`: one unit, all or none."""
     result = plan.result.model_copy(deep=True)
-    if ctx.dry_run or result.status != "changed" or not result.files:
+    if ctx.dry_run or result.status not in ("changed", "ok") or not result.files:
+        return result
+    if result.status == "ok":
+        left = _live(await ctx.records(), step.name)
+        if left is not None and left[1].verified is False and _holds(result, left[1]):
+            return await _settle(ctx, step, result, *left)
         return result
     for change in result.files:
         if change.file in plan.contents:
@@ -146,11 +151,71 @@ async def apply_files(ctx: HostContext, step: Step, plan: FilesPlan) -> StepResu
     return result
 
 
-def _ours(records: list[RunRecord], name: str) -> StepResult | None:
+def _live(records: list[RunRecord], name: str) -> tuple[RunRecord, StepResult] | None:
+    """The journaled run whose change to this multi-file step is in place (not rolled back)."""
     record = active_changes(records).get((name, ""))
     if record is None:
         return None
-    return next((s for s in record.changed_steps() if s.name == name and s.files), None)
+    done = next((s for s in record.changed_steps() if s.name == name and s.files), None)
+    return (record, done) if done is not None else None
+
+
+def _ours(records: list[RunRecord], name: str) -> StepResult | None:
+    live = _live(records, name)
+    return live[1] if live else None
+
+
+def _holds(planned: StepResult, done: StepResult) -> bool:
+    """Every file is what that run wrote."""
+    now = {c.file: c.sha256_before for c in planned.files or []}
+    return all(now.get(c.file) == c.sha256_after for c in done.files or [])
+
+
+async def _settle(ctx: HostContext, step: Step, result: StepResult, record: RunRecord,
+                  done: StepResult) -> StepResult:
+    """The files hold what run `record` wrote, but it was cut off before its checks were
+    recorded: run them now (each file's syntax, the imports once); on failure put every
+    original back, as that run would have."""
+    verify = step.verify
+    imports = verify.import_ if verify else []
+    timeout_s = verify.timeout_s if verify else 300
+    cut = f"run {record.run_id} was cut off before its checks were recorded"
+    files = done.files or []
+    failure = None
+    checks: list[Check] = []
+    try:
+        for i, change in enumerate(files):
+            outcome = await ctx.agent.call("verify", path=change.file, expected_sha256=change.sha256_after,
+                                           verify_imports=imports if i == len(files) - 1 else [],
+                                           import_timeout_s=timeout_s, timeout=timeout_s + 120)
+            checks += [Check.model_validate(c) for c in outcome["checks"]]
+            if not outcome["ok"]:
+                failure = outcome["failure"]
+                break
+    except HostError as exc:
+        result.status, result.message = "failed", f"pending verification of run {record.run_id}: {exc}"
+        return result
+    result.checks = checks
+    if failure is None:
+        done.verified = True
+        await ctx.amend(record)
+        result.message = f"already in place; {cut}: verified now ({', '.join(c.name for c in checks)})"
+        return result
+    result.status = "failed"
+    for change in files:
+        try:
+            await ctx.agent.call("restore", path=change.file, backup_path=change.backup,
+                                 expected_current=change.sha256_after, original_sha256=change.sha256_before,
+                                 force=False)
+        except HostError as exc:
+            result.message = f"{cut}, and its change fails: {failure}; NOT ALL FILES RESTORED: {exc}"
+            return result
+    record.rolled_back_steps = sorted(set(record.rolled_back_steps) | {step.name})
+    record.rolled_back_by = ctx.run_id
+    await ctx.amend(record)
+    result.restored = True
+    result.message = f"{cut}, and its change fails: {failure}; all {len(files)} files restored"
+    return result
 
 
 def files_state(planned: StepResult, records: list[RunRecord]) -> StepResult:
