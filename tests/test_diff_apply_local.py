@@ -222,3 +222,55 @@ def test_multi_file_change_cut_off_before_its_checks_is_settled_by_the_next_appl
     assert "all 2 files restored" in got["message"] and "toyllm_no_such_module" in got["message"], got
     for rel, path in files.items():
         assert path.read_bytes() == before[rel], rel
+
+
+def add_modify_delete(sb: Sandbox, extra_body: str) -> tuple[str, dict[str, bytes | None]]:
+    """A diff that adds toyllm/config/extra.py, imports it from toyllm/config/__init__.py and
+    deletes toyllm/config/legacy.py (made here first); with the files' bytes before it."""
+    legacy = sb.file("toyllm/config/legacy.py")
+    legacy.write_text("OLD = 1\n")
+    init = sb.file("toyllm/config/__init__.py")
+    text = init.read_text()
+    new_init = text + "from toyllm.config.extra import EXTRA\n"
+    diff = "".join(difflib.unified_diff([], extra_body.splitlines(True), "/dev/null", "b/toyllm/config/extra.py"))
+    diff += "".join(difflib.unified_diff(text.splitlines(True), new_init.splitlines(True),
+                                         "a/toyllm/config/__init__.py", "b/toyllm/config/__init__.py"))
+    diff += "".join(difflib.unified_diff(["OLD = 1\n"], [], "a/toyllm/config/legacy.py", "/dev/null"))
+    before = {"toyllm/config/extra.py": None, "toyllm/config/__init__.py": init.read_bytes(),
+              "toyllm/config/legacy.py": legacy.read_bytes()}
+    return diff, before
+
+
+def on_disk(sb: Sandbox, rels: dict[str, bytes | None]) -> dict[str, bytes | None]:
+    return {rel: sb.file(rel).read_bytes() if sb.file(rel).exists() else None for rel in rels}
+
+
+def test_a_diff_that_adds_and_deletes_files_applies_and_rolls_back(sandbox: Sandbox, tmp_path: Path) -> None:
+    diff, before = add_modify_delete(sandbox, "EXTRA = 2\n")
+    recipe = str(write_recipe(tmp_path, diff))
+
+    applied = sandbox.run("apply", recipe, json_out=True)
+    assert applied.returncode == 0, applied
+    done = step(applied, "upstream-fix")
+    assert done["status"] == "changed", done
+    assert [(f["sha256_before"] is None, f["sha256_after"] is None) for f in done["files"]] == [
+        (True, False), (False, False), (False, True)]
+    now = on_disk(sandbox, before)
+    assert now["toyllm/config/extra.py"] == b"EXTRA = 2\n" and now["toyllm/config/legacy.py"] is None
+    assert step(sandbox.run("apply", recipe, json_out=True), "upstream-fix")["status"] == "ok"
+    assert step(sandbox.run("status", recipe, json_out=True), "upstream-fix")["status"] == "applied"
+
+    back = sandbox.run("rollback", recipe, json_out=True)
+    assert back.returncode == 0, back
+    assert on_disk(sandbox, before) == before  # extra.py gone, legacy.py back, __init__ as it was
+
+
+def test_an_added_file_that_breaks_the_import_is_removed_and_the_rest_restored(sandbox: Sandbox,
+                                                                             tmp_path: Path) -> None:
+    diff, before = add_modify_delete(sandbox, "import toyllm_no_such_module\nEXTRA = 2\n")
+    recipe = str(write_recipe(tmp_path, diff))
+    failed = sandbox.run("apply", recipe, json_out=True)
+    got = step(failed, "upstream-fix")
+    assert failed.returncode == 1, got
+    assert "toyllm_no_such_module" in got["message"] and "all 3 files restored" in got["message"], got
+    assert on_disk(sandbox, before) == before

@@ -300,8 +300,9 @@ class PatchKind(StepKind):
     name = "patch"
 
     async def plan(self, ctx: HostContext, step: Step) -> Planned:
-        if step.patch and step.patch.edit.diff and len(step.patch.edit.diff.targets()) > 1:
-            files = await plan_files(ctx, step)  # several files: one unit (patch_files.py)
+        targets = step.patch.edit.diff.targets() if step.patch and step.patch.edit.diff else []
+        if len(targets) > 1 or any(p.added or p.deleted for _, _, p in targets):
+            files = await plan_files(ctx, step)  # several files, or one added/removed (patch_files.py)
             return Planned(files.result, files)
         planned = await plan_patch(ctx, step)
         return Planned(planned.result, planned.new_content)

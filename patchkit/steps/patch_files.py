@@ -27,7 +27,7 @@ from patchkit.steps.context import HostContext, gate
 @dataclass
 class FilesPlan:
     result: StepResult
-    contents: dict[str, bytes]  # path -> new content, for the files that change
+    contents: dict[str, bytes | None]  # path -> new content (None: removed), for the files that change
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
@@ -51,19 +51,25 @@ async def plan_files(ctx: HostContext, step: Step) -> FilesPlan:
     root = located["root"]
     reads: list[tuple[str, str, Any]] = []
     for rel, _module, patch in diff.targets():
-        if patch.added or patch.deleted:
-            result.message = (f"the diff {'adds' if patch.added else 'deletes'} {rel}: a patch step changes files "
-                              "that exist (adding or deleting modules is not supported yet); nothing changed")
-            return FilesPlan(result, {})
         path = posixpath.join(root, *rel.split("/")[1:])
         reads.append((rel, path, await ctx.agent.send("read", path=path)))
     changes: list[FileChange] = []
-    contents: dict[str, bytes] = {}
+    contents: dict[str, bytes | None] = {}
     misses: list[str] = []
     for rel, path, pending in reads:
         read = await pending.result()
         if not read["exists"]:
-            misses.append(f"{path}: no such file (the diff changes {rel})")
+            outcome = diff.apply_to(rel, None)  # a file the diff adds, or one it deleted already
+            if outcome.verdict == "not_found":
+                misses.append(f"{path}: {outcome.message}")
+                continue
+            change = FileChange(file=path, message=outcome.message)
+            if outcome.verdict == "changed" and outcome.source is not None:
+                new = outcome.source.encode("utf-8")
+                change.sha256_after = hashlib.sha256(new).hexdigest()
+                change.diff = unified_diff(path, "", outcome.source).replace(f"--- a{path}", "--- /dev/null", 1)
+                contents[path] = new
+            changes.append(change)
             continue
         if read.get("symlink_to"):
             misses.append(f"{path} is a symlink to {read['symlink_to']}: patchkit does not write through symlinks")
@@ -85,7 +91,11 @@ async def plan_files(ctx: HostContext, step: Step) -> FilesPlan:
             continue
         change = FileChange(file=path, sha256_before=read["sha256"], sha256_after=read["sha256"],
                             message=outcome.message)
-        if outcome.verdict == "changed" and outcome.source is not None:
+        if outcome.verdict == "changed" and outcome.source is None:  # the diff deletes it
+            change.sha256_after = None
+            change.diff = unified_diff(path, text, "").replace(f"+++ b{path}", "+++ /dev/null", 1)
+            contents[path] = None
+        elif outcome.verdict == "changed" and outcome.source is not None:
             new = (bom + outcome.source).encode("utf-8")
             change.sha256_after = hashlib.sha256(new).hexdigest()
             change.diff = unified_diff(path, text, bom + outcome.source)
@@ -117,7 +127,7 @@ async def apply_files(ctx: HostContext, step: Step, plan: FilesPlan) -> StepResu
             return await _settle(ctx, step, result, *left)
         return result
     for change in result.files:
-        if change.file in plan.contents:
+        if change.file in plan.contents and change.sha256_before is not None:
             change.backup = ctx.journal.backup_path(ctx.run_id, step.name, change.file)
     ordered = [c for c in result.files if c.file in plan.contents]
     await ctx.record_intent(result.model_copy(update={"verified": False,
@@ -127,7 +137,7 @@ async def apply_files(ctx: HostContext, step: Step, plan: FilesPlan) -> StepResu
         outcome = await ctx.agent.call(
             "apply_files",
             files=[{"path": c.file, "expected_sha256": c.sha256_before, "backup_path": c.backup,
-                    "content_b64": base64.b64encode(plan.contents[c.file]).decode()} for c in ordered],
+                    "content_b64": _b64(plan.contents[c.file])} for c in ordered],
             verify_imports=verify.import_ if verify else [],
             import_timeout_s=verify.timeout_s if verify else 300,
             timeout=(verify.timeout_s if verify else 300) + 120,
@@ -149,6 +159,10 @@ async def apply_files(ctx: HostContext, step: Step, plan: FilesPlan) -> StepResu
         for change in result.files:
             change.sha256_after = change.sha256_before
     return result
+
+
+def _b64(content: bytes | None) -> str | None:
+    return None if content is None else base64.b64encode(content).decode()
 
 
 def _live(records: list[RunRecord], name: str) -> tuple[RunRecord, StepResult] | None:
@@ -181,12 +195,13 @@ async def _settle(ctx: HostContext, step: Step, result: StepResult, record: RunR
     timeout_s = verify.timeout_s if verify else 300
     cut = f"run {record.run_id} was cut off before its checks were recorded"
     files = done.files or []
+    present = [c for c in files if c.sha256_after is not None]  # a removed file has nothing to check
     failure = None
     checks: list[Check] = []
     try:
-        for i, change in enumerate(files):
+        for i, change in enumerate(present):
             outcome = await ctx.agent.call("verify", path=change.file, expected_sha256=change.sha256_after,
-                                           verify_imports=imports if i == len(files) - 1 else [],
+                                           verify_imports=imports if i == len(present) - 1 else [],
                                            import_timeout_s=timeout_s, timeout=timeout_s + 120)
             checks += [Check.model_validate(c) for c in outcome["checks"]]
             if not outcome["ok"]:
@@ -204,9 +219,7 @@ async def _settle(ctx: HostContext, step: Step, result: StepResult, record: RunR
     result.status = "failed"
     for change in files:
         try:
-            await ctx.agent.call("restore", path=change.file, backup_path=change.backup,
-                                 expected_current=change.sha256_after, original_sha256=change.sha256_before,
-                                 force=False)
+            await _put_back(ctx, change, force=False)
         except HostError as exc:
             result.message = f"{cut}, and its change fails: {failure}; NOT ALL FILES RESTORED: {exc}"
             return result
@@ -256,7 +269,7 @@ def files_state(planned: StepResult, records: list[RunRecord]) -> StepResult:
 
 async def undo_files(ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
     """Every file back from its backup, as a unit: if one drifted, none is touched (unless --force)."""
-    changed = [c for c in done.files or [] if c.backup]
+    changed = [c for c in done.files or [] if c.sha256_before != c.sha256_after]
     result = StepResult(name=done.name, kind="patch", status="failed", upstream=done.upstream, why=done.why,
                         files=[c.model_copy(update={"sha256_before": c.sha256_after, "sha256_after": c.sha256_before})
                                for c in changed])
@@ -273,13 +286,9 @@ async def undo_files(ctx: HostContext, done: StepResult, target: RunRecord) -> S
     restored, problems = 0, []
     for change in changed:
         try:
-            outcome = await ctx.agent.call("restore", path=change.file, backup_path=change.backup,
-                                           expected_current=change.sha256_after,
-                                           original_sha256=change.sha256_before, force=ctx.force)
+            restored += await _put_back(ctx, change, ctx.force)
         except HostError as exc:
             problems.append(str(exc))
-            continue
-        restored += not outcome["already"]
     if problems:
         result.message = "; ".join(problems)
         return result
@@ -288,3 +297,16 @@ async def undo_files(ctx: HostContext, done: StepResult, target: RunRecord) -> S
     else:
         result.status, result.message = "ok", "already the original"
     return result
+
+
+async def _put_back(ctx: HostContext, change: FileChange, force: bool) -> bool:
+    """One file as it was before the change: its backup back, or removed (a file the diff
+    added); True when something changed. Refused when the file drifted (unless force)."""
+    if change.sha256_before is None:
+        outcome = await ctx.agent.call("remove_file", path=change.file, expected_sha256=change.sha256_after,
+                                       force=force)
+        return bool(outcome["removed"])
+    outcome = await ctx.agent.call("restore", path=change.file, backup_path=change.backup,
+                                   expected_current=change.sha256_after, original_sha256=change.sha256_before,
+                                   force=force)
+    return not outcome["already"]
