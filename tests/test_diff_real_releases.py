@@ -113,6 +113,32 @@ WHITELIST = {
 }
 
 
+# the same change as `difflib.unified_diff` makes it (no section headers; its hunks are cut
+# differently: hunk 6 leans on context 0.13.0 does not have)
+PLAIN = {
+    "0.11.0": ("not_found", [X] * 7, 1, ["FAILED", "FAILED", "fuzz", "FAILED", "FAILED", "FAILED", "FAILED"]),
+    "0.13.0": ("not_found", [A, X, A, A, A, X, A], 1, ["ok", "FAILED", "ok", "ok", "ok", "FAILED", "ok"]),
+    "0.15.1": ("changed", [A] * 7, 0, ["ok"] * 7),
+    "0.16.0": ("already", [N] * 7, 1, ["previously applied"]),
+    "0.17.1": ("not_found", [X, X, N, N, N, N, X], 1, ["previously applied"]),
+}
+
+
+@pytest.mark.parametrize("version", PLAIN)
+def test_plain_difflib_diff_on_each_release(version: str, tmp_path: Path) -> None:
+    import difflib
+
+    old, new = release_source("0.15.1").read_text(), release_source("0.16.0").read_text()
+    diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{SPEC}", f"b/{SPEC}"))
+    assert "@@ def" not in diff and "@@ class" not in diff
+    verdict, hunks, patch_rc, patch_hunks = PLAIN[version]
+    got_verdict, got_hunks, message, result = patchkit(diff, version)
+    assert (got_verdict, got_hunks) == (verdict, hunks), message
+    assert patch1(diff, version, tmp_path)[:2] == (patch_rc, patch_hunks)
+    if verdict == "changed":
+        assert result == new
+
+
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> str:
     return git_diff("0.15.1", "0.16.0", tmp_path_factory.mktemp("diffs"))

@@ -81,11 +81,17 @@ async def plan_files(ctx: HostContext, step: Step) -> FilesPlan:
             misses.append(f"{path}: not UTF-8 text")
             continue
         bom = "\ufeff" if text.startswith("\ufeff") else ""
-        try:
-            outcome = diff.apply_to(rel, text[len(bom):])
-        except EditError as exc:
-            misses.append(f"{path}: {exc}")
-            continue
+        key = f"diff-file:{ctx.loaded.content_sha256}:{step.name}:{rel}:{read['sha256']}"
+        outcome = ctx.edits.memo.get(key)  # hosts of a fleet hold the same files: computed once
+        if outcome is None:
+            try:
+                outcome = diff.apply_to(rel, text[len(bom):])
+            except EditError as exc:
+                misses.append(f"{path}: {exc}")
+                continue
+            ctx.edits.memo[key] = outcome
+        else:
+            ctx.edits.hits += 1
         if outcome.verdict == "not_found":
             misses.append(outcome.message)
             continue
