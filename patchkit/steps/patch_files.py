@@ -13,7 +13,7 @@ import base64
 import hashlib
 import posixpath
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patchkit.edits import EditError
 from patchkit.edits.specs import DiffEdit
@@ -22,6 +22,9 @@ from patchkit.journal import active_changes
 from patchkit.recipe import Step
 from patchkit.results import Check, FileChange, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
+
+if TYPE_CHECKING:
+    from patchkit.edits.hunk_locate import FileOutcome
 
 
 @dataclass
@@ -82,16 +85,17 @@ async def plan_files(ctx: HostContext, step: Step) -> FilesPlan:
             continue
         bom = "\ufeff" if text.startswith("\ufeff") else ""
         key = f"diff-file:{ctx.loaded.content_sha256}:{step.name}:{rel}:{read['sha256']}"
-        outcome = ctx.edits.memo.get(key)  # hosts of a fleet hold the same files: computed once
-        if outcome is None:
+        cached: FileOutcome | None = ctx.edits.memo.get(key)  # a fleet's hosts hold the same files: once
+        if cached is not None:
+            outcome = cached
+            ctx.edits.hits += 1
+        else:
             try:
                 outcome = diff.apply_to(rel, text[len(bom):])
             except EditError as exc:
                 misses.append(f"{path}: {exc}")
                 continue
             ctx.edits.memo[key] = outcome
-        else:
-            ctx.edits.hits += 1
         if outcome.verdict == "not_found":
             misses.append(outcome.message)
             continue
