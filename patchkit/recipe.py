@@ -68,8 +68,8 @@ class PatchStep(PackageGate):
     @model_validator(mode="after")
     def _modules_given(self) -> "PatchStep":
         if self.edit.diff is None and not self.modules:
-            raise ValueError("missing 'modules': the candidate modules that may hold the target (only a diff edit "
-                             "names its own)")
+            raise ValueError("missing required key 'modules' (the candidate modules that may hold the target; "
+                             "only a diff edit names its own)")
         if self.edit.diff is not None and self.edit.diff.text is not None:
             self.agree_with_diff()
         return self
