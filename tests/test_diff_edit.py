@@ -277,3 +277,14 @@ def test_past_the_range(version: str, versions: str, past: bool) -> None:
     from patchkit.steps.upstream import past_range
 
     assert past_range(version, versions) is past
+
+
+def test_a_header_naming_the_hunks_own_first_line() -> None:
+    """Some tools (and `patchkit capture`) name the def the hunk starts on, not the one before it."""
+    diff = udiff(ORIGINAL, FIXED, n=1).replace(" @@\n", " @@ def verify(kind):\n")
+    assert "\n def verify(kind):\n" in diff  # the hunk's first line is the def itself
+    result = edit(diff).apply(ORIGINAL)
+    assert result.verdict == "changed", result.message
+    assert result.source == FIXED and "in verify" in result.message
+    twice = edit(diff).apply(TWICE)  # both defs are `def verify(kind):`: nothing tells them apart
+    assert twice.verdict == "not_found" and "is ambiguous" in twice.message

@@ -3,8 +3,8 @@
 For each hunk, in order, on the text as the earlier hunks left it:
 1. the region: the scope named by the hunk's section (git writes the enclosing `class`/`def`
    line after the second `@@`), resolved with libcst to the qualified scopes of that name in
-   this file; a hunk starts after that line and before the next `def`/`class` at the same or
-   an outer indentation (where git would have named another). A section naming nothing in
+   this file; a hunk starts at or after that line and before the next `def`/`class` at the
+   same or an outer indentation (where git would have named another). A section naming nothing in
    the file, or none given: the whole file.
 2. the pre-image (context and removed lines) is looked for there, line by line, comparing
    each line with its whitespace collapsed: a function moved by hundreds of lines, or
@@ -159,7 +159,8 @@ class _Located:
         regions = []
         for scope in exact or matching:
             later = [s.line for s in scopes if s.line > scope.line and s.indent <= scope.indent]
-            regions.append((scope.line + 1, (min(later) if later else len(self.lines)) - 1, scope.qualname))
+            # git names the def/class line before the hunk; some tools name the hunk's own first line
+            regions.append((scope.line, (min(later) if later else len(self.lines)) - 1, scope.qualname))
         return regions
 
     def in_region(self, index: int) -> bool:
