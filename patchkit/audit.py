@@ -34,9 +34,11 @@ class Explanation:
 
 def written_files(step: StepResult) -> list[tuple[str, str | None]]:
     """(path, sha256 after) of each file a journaled step wrote."""
-    if step.kind == "patch" and step.file:
-        return [(step.file, step.sha256_after)]
-    return []
+    if step.kind != "patch":
+        return []
+    if step.files:  # a multi-file diff step
+        return [(f.file, f.sha256_after) for f in step.files]
+    return [(step.file, step.sha256_after)] if step.file else []
 
 
 def explain(changed: ChangedFile, records: list[RunRecord]) -> Explanation:

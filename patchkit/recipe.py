@@ -9,7 +9,7 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from patchkit.edits import Edit
+from patchkit.edits import Edit, EditError
 from patchkit.errors import UsageError
 from patchkit.redact import Redactor, find_secrets
 from patchkit.yamlsource import LoadedYaml, plain_scalar, read_yaml, source_error
@@ -53,7 +53,9 @@ class PackageGate(Strict):
 
 class PatchStep(PackageGate):
     package: str = Field(description="top-level package to patch, found on the target without importing it")
-    modules: list[str] = Field(min_length=1, description="candidate modules; the first holding the target wins")
+    modules: list[str] = Field(default_factory=list, description=(
+        "candidate modules; the first holding the target wins. Optional for a `diff` edit (its files "
+        "name them); given, they must be the diff's"))
     edit: Edit
 
     @field_validator("modules")
@@ -62,6 +64,27 @@ class PatchStep(PackageGate):
         for m in value:
             _check_module(m)
         return value
+
+    @model_validator(mode="after")
+    def _modules_given(self) -> "PatchStep":
+        if self.edit.diff is None and not self.modules:
+            raise ValueError("missing required key 'modules' (the candidate modules that may hold the target; "
+                             "only a diff edit names its own)")
+        if self.edit.diff is not None and self.edit.diff.text is not None:
+            self.agree_with_diff()
+        return self
+
+    def agree_with_diff(self) -> None:
+        """A diff names its files: `modules` are those (filled in when not given)."""
+        assert self.edit.diff is not None
+        named = self.edit.diff.modules
+        if self.modules and sorted(set(self.modules)) != sorted(set(named)):
+            raise ValueError(f"modules {', '.join(self.modules)} do not agree with the files the diff changes "
+                             f"({', '.join(named)}): leave `modules` out, or list those")
+        if named and named[0].split(".")[0] != self.package:
+            raise ValueError(f"the diff changes {named[0]}, not a module of package {self.package} "
+                             "(check `strip`)")
+        self.modules = named
 
 
 class Verify(Strict):
@@ -192,6 +215,16 @@ class Step(Strict):
     deploy: DeployStep | None = None
     launch: LaunchStep | None = None
     verify: Verify | None = None
+    upstream: str | None = Field(None, description="URL of the upstream fix or issue this step carries (shown by "
+                                                   "plan, journaled; status says when the fix is upstream)")
+    why: str | None = Field(None, description="why the step exists, in a sentence (shown by plan, journaled)")
+
+    @field_validator("upstream")
+    @classmethod
+    def _upstream_is_a_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+\S*$", value):
+            raise ValueError(f"upstream {value!r} is not an http(s) URL of the upstream fix or issue")
+        return value
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Step":
@@ -292,9 +325,16 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Lo
         variables, recipe.secrets,
         commands=[c for ln in launches for c in (ln.command, ln.baseline.command if ln.baseline else [])],
         envs=[ln.env for ln in launches]))
-    for step in recipe.steps:
+    for i, step in enumerate(recipe.steps):
         if step.patch and step.patch.edit.codemod:
             step.patch.edit.codemod.bind(path.parent)
+        if step.patch and step.patch.edit.diff and step.patch.edit.diff.file is not None:
+            where = ("steps", i, "patch", "edit", "diff", "file")
+            try:
+                step.patch.edit.diff.bind(path.parent)
+                step.patch.agree_with_diff()
+            except (EditError, ValueError) as exc:
+                raise source_error(loaded.mark_for(where), f"steps[{i}].patch.edit.diff.file", str(exc)) from None
     return LoadedRecipe(recipe=recipe, path=path, content_sha256=doc.sha256, variables=variables,
                         redactor=redactor)
 

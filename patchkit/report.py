@@ -37,6 +37,10 @@ def print_human(report: RunReport, out: TextIO = sys.stdout) -> None:
             console.print(Text(line, style=style))
         console.print()
 
+    about = {(s.name, s.why, s.upstream) for r in report.hosts.values() for s in r.steps if s.why or s.upstream}
+    for name, why, upstream in sorted(about, key=lambda a: a[0]):  # a step's `why:` and `upstream:`
+        console.print(Text(f"{name}:", style="bold"), *(f"{key}: {value}" for key, value in (
+            ("why", why), ("upstream", upstream)) if value))
     title = f"{report.command} {report.recipe}" + (" (dry run)" if report.dry_run else "") + f" · run {report.run_id}"
     table = Table(title=title, title_justify="left", show_lines=False)
     table.add_column("host")

@@ -16,6 +16,18 @@ class Check(BaseModel):
     detail: str = ""
 
 
+class FileChange(BaseModel):
+    """One file of a step that changes several (a multi-file `diff` edit): what `file`,
+    `sha256_before/after`, `backup` and `diff` are for a single-file step."""
+
+    file: str
+    sha256_before: str | None = None
+    sha256_after: str | None = None
+    backup: str | None = None
+    diff: str | None = None
+    message: str = ""
+
+
 class StepResult(BaseModel):
     name: str
     kind: str
@@ -34,6 +46,9 @@ class StepResult(BaseModel):
     # None: a record from before this field (its run finished, so it was verified).
     verified: bool | None = None
     details: dict[str, Any] | None = None  # kind-specific: files a deploy wrote, bytes sent...
+    files: list[FileChange] | None = None  # a patch step changing several files (then `file` is None)
+    upstream: str | None = None  # the step's `upstream:` and `why:`, journaled with the change
+    why: str | None = None
 
 
 class HostResult(BaseModel):
@@ -75,7 +90,7 @@ class RunRecord(BaseModel):
         """Steps that changed something we can undo (a patched file, deployed files, a server)."""
         return [s for s in self.steps
                 if s.status in ("changed", "failed") and s.kind == "launch" and (s.details or {}).get("servers")
-                or s.status == "changed" and s.file and s.backup]
+                or s.status == "changed" and (s.file and s.backup or s.files)]
 
     def live_steps(self) -> list[StepResult]:
         """Changed steps whose change has not been rolled back."""

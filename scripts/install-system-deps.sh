@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The system programs the test suite talks to for real: an OpenSSH server and client
-# (the SSH tiers start sshd on loopback ports) and sudo (the `become` tests).
+# (the SSH tiers start sshd on loopback ports), sudo (the `become` tests), and patch(1)
+# and git (the diff edit is compared with `patch -p1 --dry-run` on diffs `git diff` made).
 # Installs what is missing with apt-get as root; as another user, stops with one line
 # naming what to install. Never leaves a tier to be skipped for want of them.
 set -euo pipefail
@@ -9,6 +10,8 @@ need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v sudo >/dev/null 2>&1 || need+=(sudo)
+command -v patch >/dev/null 2>&1 || need+=(patch)
+command -v git >/dev/null 2>&1 || need+=(git)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

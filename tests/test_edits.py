@@ -1130,6 +1130,8 @@ IDEMPOTENT_CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "call_kwarg_add": ("call_kwarg", "f(\n    a,\n)\n", {"callee": "f", "keyword": "k", "value": None}),
     "call_kwarg_change": ("call_kwarg", "f(k=1)\n", {"callee": "f", "keyword": "k", "value": "v"}),
     "replace_function": ("replace_function", 'def f():\n    """Doc."""\n    return 1\n', {"function": "f", "body": "return 2"}),
+    "diff": ("diff", "def f():\n    return 1\n", {"text": "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n def f():\n"
+                                                        "-    return 1\n+    return 2\n"}),
 }
 
 

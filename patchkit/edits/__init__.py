@@ -12,6 +12,7 @@ from patchkit.edits.model import EditBug, EditError, EditResult, EditSpec, Verdi
 from patchkit.edits.specs import (
     CallKwarg,
     CodemodEdit,
+    DiffEdit,
     DictSet,
     ListInsert,
     ListRemove,
@@ -29,6 +30,7 @@ EDIT_KINDS: dict[str, type[EditSpec]] = {
     "call_kwarg": CallKwarg,
     "codemod": CodemodEdit,
     "replace_function": ReplaceFunction,
+    "diff": DiffEdit,
 }
 
 
@@ -44,6 +46,7 @@ class Edit(BaseModel):
     call_kwarg: CallKwarg | None = None
     codemod: CodemodEdit | None = None
     replace_function: ReplaceFunction | None = None
+    diff: DiffEdit | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Edit":

@@ -23,6 +23,8 @@ from patchkit.recipe import Step
 from patchkit.results import Check, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
 from patchkit.steps.kind import Planned, StepKind
+from patchkit.steps.patch_files import FilesPlan, apply_files, files_state, plan_files, undo_files
+from patchkit.steps.upstream import with_upstream_note
 
 
 @dataclass
@@ -90,8 +92,8 @@ def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
 # a no-op run then needs neither libcst nor a parse of the file.
 def _edit_cache_path(step: Step, sha: str) -> Path | None:
     assert step.patch
-    if step.patch.edit.codemod:
-        return None  # depends on the user's transformer file too
+    if step.patch.edit.codemod or step.patch.edit.diff:
+        return None  # depends on the user's transformer (or diff) file too
     params = json.dumps([__version__, step.patch.edit.model_dump(mode="json")], sort_keys=True)
     digest = hashlib.sha256(params.encode()).hexdigest()[:24]
     return cache_dir() / "edits" / f"{digest}-{sha}.json"
@@ -129,7 +131,7 @@ def _compute_edit(step: Step, sha: str, text: str) -> EditResult:
 async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
     spec = step.patch
     assert spec is not None
-    result = StepResult(name=step.name, kind="patch", status="failed")
+    result = StepResult(name=step.name, kind="patch", status="failed", upstream=step.upstream, why=step.why)
     verdict_gate, located = await gate(ctx, spec.package, spec.versions, spec.modules, read_first=True)
     result.package_version = verdict_gate.version
     if verdict_gate.fail or verdict_gate.skip:
@@ -316,29 +318,29 @@ def state_of(planned: StepResult, records: list[RunRecord]) -> StepResult:
 
 
 async def _record_view(ctx: HostContext, package: str, out: StepResult, records: list[RunRecord]) -> None:
-    """What `audit` says of the step's file, added to its status: does it match the installed
+    """What `audit` says of the step's files, added to its status: do they match the installed
     distribution's RECORD, and if not, does a patchkit change explain the difference?"""
-    from patchkit.audit import PATCHED, explain
+    from patchkit.audit import PATCHED, UNEXPLAINED, explain
     from patchkit.installed import installed
 
-    assert out.file
+    paths = [out.file] if out.file else [f.file for f in out.files or []]
     try:
-        dist = await installed(ctx.agent, package, only=[out.file])
+        dist = await installed(ctx.agent, package, only=paths)
     except HostError:
         return  # not installed from a wheel (no RECORD): nothing to compare with
     if not dist.listed:
         return
     where = f"{dist.name} {dist.version}'s RECORD"
-    if not dist.changed:
-        out.details = {**(out.details or {}), "record": "matches"}
-        out.message += f"; the file matches {where}"
-        return
-    why = explain(dist.changed[0], records)
-    out.details = {**(out.details or {}), "record": why.verdict}
-    if why.verdict == PATCHED:
+    whys = [explain(changed, records) for changed in dist.changed]
+    verdict = "matches" if not whys else UNEXPLAINED if any(w.verdict == UNEXPLAINED for w in whys) else PATCHED
+    out.details = {**(out.details or {}), "record": verdict}
+    if verdict == "matches":
+        out.message += f"; {'the file matches' if out.file else 'the files match'} {where}"
+    elif verdict == PATCHED:
         out.message += f"; differs from {where}: {PATCHED}"
     else:
-        out.message += f"; differs from {where}: {why.why} (patchkit audit lists every such file)"
+        why = next(w.why for w in whys if w.verdict == UNEXPLAINED)
+        out.message += f"; differs from {where}: {why} (patchkit audit lists every such file)"
 
 
 class PatchKind(StepKind):
@@ -353,20 +355,31 @@ class PatchKind(StepKind):
                              name="patchkit-warm-up", daemon=True).start()
 
     async def plan(self, ctx: HostContext, step: Step) -> Planned:
+        targets = step.patch.edit.diff.targets() if step.patch and step.patch.edit.diff else []
+        if len(targets) > 1 or any(p.added or p.deleted for _, _, p in targets):
+            files = await plan_files(ctx, step)  # several files, or one added/removed (patch_files.py)
+            return Planned(files.result, files)
         planned = await plan_patch(ctx, step)
         return Planned(planned.result, planned.new_content)
 
     async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+        if isinstance(planned.data, FilesPlan):
+            return await apply_files(ctx, step, planned.data)
         return await apply_patch(ctx, step, PatchPlan(planned.result, planned.data))
 
     async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
-        out = state_of(planned.result, records)
-        if out.file and step.patch:
+        if isinstance(planned.data, FilesPlan):
+            out = files_state(planned.result, records)
+        else:
+            out = state_of(planned.result, records)
+        if step.patch and (out.file or out.files):
             await _record_view(ctx, step.patch.package, out, records)
-        return out
+        return with_upstream_note(out, step)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         """The backup back in place, only if the file still holds what the run wrote (or forced)."""
+        if done.files:
+            return await undo_files(ctx, done, target)
         result = StepResult(name=done.name, kind="patch", status="failed", file=done.file,
                             sha256_before=done.sha256_after, sha256_after=done.sha256_before, backup=done.backup)
         try:

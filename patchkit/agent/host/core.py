@@ -385,6 +385,130 @@ def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, im
         return {"ok": False, "failure": failure + note, "restored": restored, "checks": checks}
 
 
+@op(mutating=True)
+def op_apply_files(files, verify_imports, import_timeout_s):
+    """Several files changed as one unit (a multi-file diff): every file backed up and written,
+    then each read back and syntax-checked, then the import check once; any failure puts back
+    every file written (each only if it still holds what this run wrote).
+
+    files: [{path, expected_sha256, content_b64, backup_path}]. Folders are locked in sorted
+    order, so two runs never deadlock on the same files."""
+    paths = [expand(f["path"]) for f in files]
+    for path in paths:
+        refuse_symlink(path, "patch")
+    locks = [locked_folder(folder, import_timeout_s + 60) for folder in sorted(set(os.path.dirname(p) for p in paths))]
+    entered = []
+    try:
+        for lock in locks:
+            lock.__enter__()
+            entered.append(lock)
+        return apply_files_locked(files, paths, verify_imports, import_timeout_s)
+    finally:
+        for lock in reversed(entered):
+            lock.__exit__(None, None, None)
+
+
+def apply_files_locked(files, paths, verify_imports, import_timeout_s):
+    """op_apply_files under its locks. A file the diff adds has expected_sha256 None (it must
+    not exist; its folder must); one it deletes has content_b64 None (backed up, removed)."""
+    olds = []
+    for spec, path in zip(files, paths):
+        sweep_temps(path)
+        if spec["expected_sha256"] is None:
+            if os.path.lexists(path):
+                raise Refused("%s exists, and the diff adds it; nothing written" % path)
+            if not os.path.isdir(os.path.dirname(path)):
+                raise Refused("folder %s does not exist (the diff adds %s in it); nothing written"
+                              % (os.path.dirname(path), os.path.basename(path)))
+            olds.append((None, None, None))
+            continue
+        with open(path, "rb") as f:
+            original = f.read()
+            st_before = os.fstat(f.fileno())
+        if sha256_bytes(original) != spec["expected_sha256"]:
+            raise Refused("%s changed since it was read (sha256 %s, expected %s); nothing written"
+                          % (path, sha256_bytes(original)[:12], spec["expected_sha256"][:12]))
+        st = stat_of(path)
+        refuse_foreign_owner(path, st)
+        olds.append((original, st, st_before))
+    for spec, (original, _, _) in zip(files, olds):
+        if original is None:
+            continue
+        backup_path = expand(spec["backup_path"])
+        ensure_private_dir(os.path.dirname(os.path.dirname(backup_path)))
+        ensure_private_dir(os.path.dirname(backup_path))
+        atomic_write(backup_path, original, mode=0o600)
+        if sha256_file(backup_path) != spec["expected_sha256"]:
+            raise Refused("backup %s did not read back intact; nothing written" % backup_path)
+    checks, failure, written, after = [], None, [], {}
+    for spec, path, (original, st, st_before) in zip(files, paths, olds):
+        if spec["content_b64"] is None:
+            os.unlink(path)
+            drop_bytecode(path)
+            written.append((path, original, None, st, st_before))
+            after[spec["path"]] = None
+            if os.path.lexists(path):
+                failure = "%s is still there after it was removed" % path
+                break
+            continue
+        new = base64.b64decode(spec["content_b64"])
+        if st is None:
+            atomic_write(path, new, 0o644 & ~current_umask())
+            drop_bytecode(path)
+        else:
+            atomic_write(path, new, st["mode"], st["uid"], st["gid"])
+            settle_bytecode(path, st_before)
+        written.append((path, original, sha256_bytes(new), st, st_before))
+        landed = sha256_file(path)
+        after[spec["path"]] = landed
+        if landed != sha256_bytes(new):
+            checks.append({"name": "read-back", "ok": False, "detail": path})
+            failure = "read-back: %s hashes to %s, expected %s" % (path, landed[:12], sha256_bytes(new)[:12])
+            break
+    if failure is None:
+        checks.append({"name": "read-back", "ok": True, "detail": "%d files" % len(files)})
+        for spec, path in zip(files, paths):
+            if spec["content_b64"] is None:
+                continue
+            failure = verify_file(path, base64.b64decode(spec["content_b64"]), [], import_timeout_s, checks)
+            if failure is not None:
+                break
+    if failure is None and verify_imports:
+        failure = check_imports(verify_imports, import_timeout_s, checks)
+    if failure is None:
+        return {"ok": True, "sha256_after": after, "checks": checks}
+    restored, notes = True, ""
+    for path, original, wanted, st, st_before in written:
+        done, note = undo_own_change(path, original, wanted, st, st_before)
+        restored, notes = restored and done, notes + note
+    return {"ok": False, "failure": failure + notes, "restored": restored, "checks": checks}
+
+
+def current_umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def undo_own_change(path, original, wanted, st, st_before):
+    """restore_own_write, also for a file this run created (original None: removed again, if
+    still what it wrote) or removed (wanted None: written back, if nothing took its place)."""
+    if original is None:
+        current = sha256_file(path) if os.path.isfile(path) else None
+        if current != wanted:
+            return False, "; NOT removed: %s changed while it was checked" % path
+        os.unlink(path)
+        drop_bytecode(path)
+        return True, ""
+    if wanted is None:
+        if os.path.lexists(path):
+            return False, "; NOT restored: %s was created again while it was checked" % path
+        atomic_write(path, original, st["mode"], st["uid"], st["gid"])
+        drop_bytecode(path)
+        return sha256_file(path) == sha256_bytes(original), ""
+    return restore_own_write(path, original, wanted, st, st_before)
+
+
 def verify_file(path, data, verify_imports, import_timeout_s, checks):
     """Syntax check by this interpreter, then the import check in a fresh one; appends to
     checks and returns the failure (None when both pass)."""
@@ -397,6 +521,11 @@ def verify_file(path, data, verify_imports, import_timeout_s, checks):
         return failure
     if not verify_imports:
         return None
+    return check_imports(verify_imports, import_timeout_s, checks)
+
+
+def check_imports(verify_imports, import_timeout_s, checks):
+    """The import check in a fresh target interpreter; appends to checks, returns the failure."""
     code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
     result = run_python(["-c", code] + list(verify_imports), import_timeout_s)
     ok = result["returncode"] == 0

@@ -1,0 +1,228 @@
+"""Unified diffs (git's and plain `diff -u`'s) as data: files, hunks, lines. No I/O, no libcst.
+
+What is read: `--- a/x` / `+++ b/x` headers (a tab and a timestamp after the name are
+dropped), `@@ -a,b +c,d @@ section` hunk headers (the section is what git writes after the
+second `@@`: the enclosing `class`/`def` line), ` `, `-`, `+` lines and `\\ No newline at
+end of file`. `/dev/null` (or git's `new file mode` / `deleted file mode`) makes an added or
+a deleted file. Anything between file sections (a commit message, `diff --git`, `index`
+lines) is skipped. Refused with a message naming the diff line: renames and copies (a
+patch step edits files in place), binary patches, a hunk whose lines do not add up to its
+header's counts, a file named twice.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from patchkit.edits.model import EditError
+
+Tag = Literal[" ", "-", "+"]
+DEV_NULL = "/dev/null"
+
+_Fail = Callable[[int, str], "DiffError"]
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
+
+
+class DiffError(EditError):
+    """The diff cannot be read, or asks for something a patch step does not do (a rename)."""
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    tag: Tag
+    text: str  # without its line ending
+    newline: bool = True  # False: `\ No newline at end of file` follows it
+
+
+@dataclass(frozen=True)
+class Hunk:
+    number: int  # 1-based, within its file
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    section: str  # git's enclosing `class`/`def` line, "" when the diff has none
+    lines: tuple[DiffLine, ...]
+
+    @property
+    def header(self) -> str:
+        old = f"{self.old_start},{self.old_len}"
+        new = f"{self.new_start},{self.new_len}"
+        return f"@@ -{old} +{new} @@" + (f" {self.section}" if self.section else "")
+
+    @property
+    def pre(self) -> tuple[DiffLine, ...]:
+        """What the file holds before the change: context and removed lines."""
+        return tuple(line for line in self.lines if line.tag != "+")
+
+    @property
+    def post(self) -> tuple[DiffLine, ...]:
+        """What it holds after: context and added lines."""
+        return tuple(line for line in self.lines if line.tag != "-")
+
+    def first_lines(self, count: int = 2) -> str:
+        shown = [line.text.strip() for line in self.pre if line.text.strip()][:count]
+        if not shown:
+            shown = [line.text.strip() for line in self.post if line.text.strip()][:count]
+        return " / ".join(f"`{text[:70]}`" for text in shown)
+
+
+@dataclass(frozen=True)
+class FilePatch:
+    old_path: str  # as written in the diff (DEV_NULL for an added file)
+    new_path: str
+    hunks: tuple[Hunk, ...]
+    line: int  # of its `---` header in the diff (1-based)
+
+    @property
+    def added(self) -> bool:
+        return self.old_path == DEV_NULL
+
+    @property
+    def deleted(self) -> bool:
+        return self.new_path == DEV_NULL
+
+    def path(self, strip: int) -> str:
+        """The file's path with `strip` leading components removed, like `patch -pN`."""
+        return strip_path(self.old_path if self.deleted else self.new_path, strip)
+
+
+@dataclass(frozen=True)
+class ParsedDiff:
+    files: tuple[FilePatch, ...]
+
+
+def strip_path(path: str, strip: int) -> str:
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if strip >= len(parts):
+        raise DiffError(f"path {path} has {len(parts)} components: strip {strip} leaves no file name")
+    return "/".join(parts[strip:])
+
+
+def module_of(relpath: str) -> str:
+    """`vllm/config/speculative.py` -> `vllm.config.speculative`; a package's `__init__.py` is
+    the package. Only Python modules: a patch step edits Python source."""
+    if not relpath.endswith(".py"):
+        raise DiffError(f"{relpath} is not a Python module (.py): a patch step edits Python source")
+    parts = relpath[:-3].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    if not parts or not all(p.isidentifier() for p in parts):
+        raise DiffError(f"{relpath} is not the path of an importable module")
+    return ".".join(parts)
+
+
+def _name(header: str) -> str:
+    """`--- a/x.py\t2024-01-01 ...` -> `a/x.py` (git quotes names with odd bytes: unquoted)."""
+    name = header[4:]
+    name = name.split("\t", 1)[0] if "\t" in name else name.rstrip()
+    if name.startswith('"') and name.endswith('"') and len(name) >= 2:
+        name = name[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
+    return name
+
+
+@dataclass
+class _Git:
+    """What git's extended headers said about the next file."""
+
+    line: int = 0
+    rename: str = ""
+    binary: bool = False
+    seen: list[str] = field(default_factory=list)
+
+
+def parse_diff(text: str, source: str = "the diff") -> ParsedDiff:
+    """Read a unified diff; DiffError naming `source` and the line on anything unreadable."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    files: list[FilePatch] = []
+    git = _Git()
+    i = 0
+
+    def fail(at: int, why: str) -> DiffError:
+        return DiffError(f"{source} line {at + 1}: {why}")
+
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("diff --git "):
+            if git.rename:
+                raise fail(git.line, f"renames are not supported ({git.rename}): a patch step edits files in place")
+            git = _Git(line=i)
+        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+            git.rename = git.rename or line
+        elif line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
+            raise fail(i, "a binary patch: patch steps edit Python source")
+        elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            old, new, header_at = _name(line), _name(lines[i + 1]), i
+            if git.rename:
+                raise fail(git.line, f"renames are not supported ({git.rename}): a patch step edits files in "
+                                     "place; rename the file by hand, then diff its content")
+            hunks, i = _hunks(lines, i + 2, fail)
+            if not hunks:
+                raise fail(i, f"no hunks for {new}")
+            named = new if old == DEV_NULL else old
+            if any(named in (f.old_path, f.new_path) for f in files):
+                raise fail(header_at, f"{named} is patched twice in one diff: merge its hunks into one section")
+            files.append(FilePatch(old, new, tuple(hunks), line=header_at + 1))
+            git = _Git()
+            continue
+        elif line.startswith("@@ "):
+            raise fail(i, "a hunk before any `---`/`+++` file header")
+        i += 1
+    if not files:
+        if git.rename:
+            raise fail(git.line, f"renames are not supported ({git.rename}): a patch step edits files in place")
+        raise DiffError(f"{source} holds no unified diff (no `---`/`+++` file headers)")
+    return ParsedDiff(tuple(files))
+
+
+def _hunks(lines: list[str], i: int, fail: _Fail) -> tuple[list[Hunk], int]:
+    hunks: list[Hunk] = []
+    while i < len(lines) and lines[i].startswith("@@"):
+        found = _HUNK.match(lines[i])
+        if not found:
+            raise fail(i, f"not a hunk header: {lines[i][:80]}")
+        old_start, old_len = int(found.group(1)), int(found.group(2) or 1)
+        new_start, new_len = int(found.group(3)), int(found.group(4) or 1)
+        if found.group(2) is None and found.group(1) == "0":
+            old_len = 0
+        header_at = i
+        i += 1
+        body: list[DiffLine] = []
+        old_seen = new_seen = 0
+        while old_seen < old_len or new_seen < new_len:
+            if i >= len(lines):
+                raise fail(header_at, f"hunk {lines[header_at]} ends early: the diff stops before its "
+                                      f"{old_len} old and {new_len} new lines")
+            line = lines[i]
+            tag = line[:1] if line else " "  # an empty line: context whose space was trimmed
+            if line.startswith("\\"):
+                body = _no_newline(body, i, fail)
+                i += 1
+                continue
+            if tag not in (" ", "-", "+"):
+                raise fail(i, f"hunk {lines[header_at]} ends early: {old_seen}/{old_len} old and "
+                              f"{new_seen}/{new_len} new lines, then {line[:60]!r}")
+            body.append(DiffLine(tag, line[1:]))  # type: ignore[arg-type]
+            old_seen += tag != "+"
+            new_seen += tag != "-"
+            i += 1
+        while i < len(lines) and lines[i].startswith("\\"):
+            body = _no_newline(body, i, fail)
+            i += 1
+        hunks.append(Hunk(len(hunks) + 1, old_start, old_len, new_start, new_len,
+                          found.group(5).strip(), tuple(body)))
+    return hunks, i
+
+
+def _no_newline(body: list[DiffLine], at: int, fail: _Fail) -> list[DiffLine]:
+    if not body:
+        raise fail(at, "`\\ No newline at end of file` before any line")
+    last = body[-1]
+    return body[:-1] + [DiffLine(last.tag, last.text, newline=False)]
+
+
