@@ -104,7 +104,7 @@ async def capture_host(session: Session, dist: str, wheel: Path | None, out: lis
     found = await installed(session.agent, dist)
     capture = Capture(session.host.name, found)
     source = pristine_wheel(found.name, found.version, wheel) if found.changed else None
-    for changed in found.changed:
+    for changed in sorted(found.changed, key=lambda c: c.rel):
         if changed.change != "modified":
             capture.skipped.append(f"{changed.rel}: {changed.change} (a recipe edits files; it does not remove them)")
             continue

@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fixtures.vllm_envs import make_sandbox, wheel_path
 from patchkit.audit import PATCHED, UNEXPLAINED, explain
@@ -180,3 +181,41 @@ def test_status_says_what_audit_says_of_the_step_file(box: dict[str, Path]) -> N
     with box["file"].open("a") as f:
         f.write("# tuned by hand\n")
     assert view() == ("drifted", UNEXPLAINED)
+
+
+def test_capture_of_edits_no_op_describes_is_a_diff_that_applies_byte_for_byte(box: dict[str, Path]) -> None:
+    """Two files edited by hand, neither a single list insert: one step with a diff edit in a
+    .patch next to the recipe; applied to the pristine files it gives the hand-edited bytes."""
+    envs = box["site"] / "vllm" / "envs.py"
+    subprocess.run(["sed", "-i", 's/os.getenv("VLLM_CPU_KVCACHE_SPACE", "0")/os.getenv("VLLM_CPU_KVCACHE_SPACE", "1")/',
+                    str(envs)], check=True)
+    subprocess.run(["sed", "-i", 's/num_speculative_tokens must be provided with /num_speculative_tokens is needed with /',
+                    str(box["file"])], check=True)
+    edited = {p: p.read_bytes() for p in (envs, box["file"])}
+    assert all(edited[p] != pristine(p.relative_to(box["site"]).as_posix()) for p in edited)
+
+    recipe = box["work"] / "hand.yaml"
+    captured = run_patchkit(*args(box, "capture", "vllm", "-o", str(recipe), "--json"), timeout=120)
+    assert captured.returncode == 0, captured
+    patch = box["work"] / "hand-vllm.patch"
+    [step] = yaml.safe_load(recipe.read_text())["steps"]
+    assert step["patch"]["edit"] == {"diff": {"file": "hand-vllm.patch"}}
+    assert step["patch"]["modules"] == ["vllm.config.speculative", "vllm.envs"] == step["verify"]["import"]
+    text = patch.read_text()
+    assert "diff --git a/vllm/config/speculative.py b/vllm/config/speculative.py" in text
+    assert "diff --git a/vllm/envs.py b/vllm/envs.py" in text and "@@ " in text
+
+    for p in edited:  # the pristine wheel again
+        p.write_bytes(pristine(p.relative_to(box["site"]).as_posix()))
+    applied = run_patchkit(*args(box, "apply", str(recipe), "--json"), timeout=300)
+    assert applied.returncode == 0, applied
+    assert all(p.read_bytes() == edited[p] for p in edited)
+    again = run_patchkit(*args(box, "apply", str(recipe), "--json"), timeout=300)
+    assert again.returncode == 0 and again.hosts()["local"]["steps"][0]["status"] == "ok", again
+
+    explained = audit(box)
+    assert explained.returncode == 0, explained
+    assert {r["name"]: r["details"]["verdict"] for r in explained.hosts()["local"]["steps"]} == {
+        "vllm/envs.py": PATCHED, REL: PATCHED}
+    assert run_patchkit(*args(box, "rollback", str(recipe)), timeout=120).returncode == 0
+    assert audit(box).hosts()["local"]["steps"] == []
