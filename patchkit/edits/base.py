@@ -199,18 +199,12 @@ class ScopedTransformer(Walk, cst.CSTTransformer):
         self.scope: list[str] = []
         self.scopes_seen: set[str] = set()
         self.start_walk(None)
-        self._skipped: set[int] = set()
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if not self.enter(node):
-            self._skipped.add(id(node))
-            return False
-        return super().on_visit(node)
+        return self.walk_visit(node) and super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:  # type: ignore[override]
-        self.leave(original_node)
-        if id(original_node) in self._skipped:  # never visited: nothing of it to leave
-            self._skipped.discard(id(original_node))
+        if not self.walk_leave(original_node):
             return updated_node
         return super().on_leave(original_node, updated_node)
 

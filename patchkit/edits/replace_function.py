@@ -111,20 +111,13 @@ class _Definitions(Walk, cst.CSTVisitor):
         self.classes: set[str] = set()
         self.where_of: dict[int, Location | None] = {}
         self.start_walk(tree, [name] if name else [])
-        self._skipped: set[int] = set()
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if not self.enter(node):
-            self._skipped.add(id(node))
-            return False
-        return super().on_visit(node)
+        return self.walk_visit(node) and super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.leave(original_node)
-        if id(original_node) in self._skipped:
-            self._skipped.discard(id(original_node))
-            return
-        super().on_leave(original_node)
+        if self.walk_leave(original_node):
+            super().on_leave(original_node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.scope.append(node.name.value)

@@ -306,6 +306,7 @@ class Walk:
         self._walk_statements: list[int] = []  # indexes into path of the statements being visited
         self._walk_indents: list[str] = []
         self._walk_lines: list[int] | None = None
+        self._walk_skipped: set[int] = set()
         self.pruned = False
         if FAST and tree is not None and needles and tree.spans is not None:
             self._walk_lines = tree.needle_lines(needles)
@@ -321,6 +322,21 @@ class Walk:
             return True
         self.pruned = True
         return False
+
+    def walk_visit(self, node: cst.CSTNode) -> bool:
+        """on_visit's share: False when the node (a statement no needle is in) is skipped."""
+        if self.enter(node):
+            return True
+        self._walk_skipped.add(id(node))
+        return False
+
+    def walk_leave(self, node: cst.CSTNode) -> bool:
+        """on_leave's share: False when the node was skipped (nothing of it to leave)."""
+        self.leave(node)
+        if id(node) in self._walk_skipped:
+            self._walk_skipped.discard(id(node))
+            return False
+        return True
 
     def enter(self, node: cst.CSTNode) -> bool:
         self._walk_path.append(node)
