@@ -16,7 +16,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -31,6 +31,8 @@ try:  # libyaml: about 5x faster, which keeps a file of MAX_BYTES under a second
     _LIBYAML = True
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
     _LIBYAML = False
+
+M = TypeVar("M")  # what a document validates into (a pydantic model)
 
 MAX_BYTES = 512 << 10        # a larger recipe or inventory is refused unread
 MAX_DEPTH = 32               # nesting of mappings and lists, aliases expanded
@@ -90,7 +92,7 @@ class LoadedYaml:
             loc = loc[:-1]
         return Mark(self.file, *self.marks.get(loc, (1, 1)))
 
-    def validate(self, model: Callable[..., Any], data: Any | None = None) -> Any:
+    def validate(self, model: Callable[[Any], M], data: Any | None = None) -> M:
         """Validate with pydantic; turn its errors into one UsageError naming the place."""
         data = data if data is not None else self.data
         try:
