@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from patchkit.agent.protocol import CHECK
 from patchkit.errors import HostError
 from patchkit.recipe import Step
 from patchkit.results import Check, RunRecord, StepResult
@@ -35,8 +36,8 @@ class CheckKind(StepKind):
         assert spec is not None
         result = planned.result.model_copy(update={"status": "failed", "message": ""})
         try:
-            outcome = await ctx.agent.call("check", code=spec.python, timeout_s=spec.timeout_s,
-                                           timeout=spec.timeout_s + 60)
+            outcome = await ctx.agent.call(CHECK({"code": spec.python, "timeout_s": spec.timeout_s}),
+                                           reply_wait=spec.timeout_s + 60)
         except HostError as exc:
             result.message = str(exc)
             return result

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit.agent.protocol import APPLY, READ, RESTORE, VERIFY
 from patchkit import __version__
 from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.edits import EditError, EditResult
@@ -123,7 +124,7 @@ async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
             misses.append(f"{module}: no such module")
             continue
         first = located.pop("read", None)  # once: a later step must see what this one wrote
-        read = first if first and first["path"] == path else await ctx.agent.call("read", path=path)
+        read = first if first and first["path"] == path else await ctx.agent.call(READ({"path": path}))
         if not read["exists"]:
             misses.append(f"{module}: {path} vanished")
             continue
@@ -182,16 +183,14 @@ async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResu
     await ctx.record_intent(result.model_copy(update={
         "backup": backup, "verified": False, "message": "cut off while writing or verifying"}))
     try:
-        outcome = await ctx.agent.call(
-            "apply",
-            path=result.file,
-            expected_sha256=result.sha256_before,
-            content_b64=base64.b64encode(plan.new_content).decode(),
-            backup_path=backup,
-            verify_imports=verify.import_ if verify else [],
-            import_timeout_s=verify.timeout_s if verify else 300,
-            timeout=(verify.timeout_s if verify else 300) + 120,
-        )
+        outcome = await ctx.agent.call(APPLY({
+            "path": result.file,
+            "expected_sha256": result.sha256_before,
+            "content_b64": base64.b64encode(plan.new_content).decode(),
+            "backup_path": backup,
+            "verify_imports": verify.import_ if verify else [],
+            "import_timeout_s": verify.timeout_s if verify else 300,
+        }), reply_wait=(verify.timeout_s if verify else 300) + 120)
     except HostError as exc:
         result.status, result.message = "failed", str(exc)
         return result
@@ -217,10 +216,10 @@ async def _settle_unverified(ctx: HostContext, step: Step, result: StepResult, r
     verify = step.verify
     assert result.file
     try:
-        outcome = await ctx.agent.call(
-            "verify", path=result.file, expected_sha256=done.sha256_after,
-            verify_imports=verify.import_ if verify else [], import_timeout_s=verify.timeout_s if verify else 300,
-            timeout=(verify.timeout_s if verify else 300) + 120)
+        outcome = await ctx.agent.call(VERIFY({
+            "path": result.file, "expected_sha256": done.sha256_after,
+            "verify_imports": verify.import_ if verify else [], "import_timeout_s": verify.timeout_s if verify else 300,
+        }), reply_wait=(verify.timeout_s if verify else 300) + 120)
     except HostError as exc:
         result.status, result.message = "failed", f"pending verification of run {record.run_id}: {exc}"
         return result
@@ -232,9 +231,10 @@ async def _settle_unverified(ctx: HostContext, step: Step, result: StepResult, r
         result.message = f"already in place; {cut}: verified now ({', '.join(c.name for c in result.checks)})"
         return result
     result.status = "failed"
+    assert done.backup  # a journaled change to a file names its backup (RunRecord.changed_steps)
     try:
-        await ctx.agent.call("restore", path=result.file, backup_path=done.backup, expected_current=done.sha256_after,
-                             original_sha256=done.sha256_before, force=False)
+        await ctx.agent.call(RESTORE({"path": result.file, "backup_path": done.backup, "expected_current": done.sha256_after,
+                                      "original_sha256": done.sha256_before, "force": False}))
     except HostError as exc:
         result.message = f"{cut}, and its change fails: {outcome['failure']}; ORIGINAL NOT RESTORED: {exc}"
         return result
@@ -311,10 +311,11 @@ class PatchKind(StepKind):
         """The backup back in place, only if the file still holds what the run wrote (or forced)."""
         result = StepResult(name=done.name, kind="patch", status="failed", file=done.file,
                             sha256_before=done.sha256_after, sha256_after=done.sha256_before, backup=done.backup)
+        assert done.file and done.backup  # a journaled change to a file names both (RunRecord.changed_steps)
         try:
-            outcome = await ctx.agent.call("restore", path=done.file, backup_path=done.backup,
-                                           expected_current=done.sha256_after, original_sha256=done.sha256_before,
-                                           force=ctx.force)
+            outcome = await ctx.agent.call(RESTORE({"path": done.file, "backup_path": done.backup,
+                                                    "expected_current": done.sha256_after,
+                                                    "original_sha256": done.sha256_before, "force": ctx.force}))
         except HostError as exc:
             result.message = str(exc)
             return result
