@@ -30,6 +30,15 @@ class Planned:
     data: Any = None
 
 
+@dataclass(frozen=True)
+class Undone:
+    """What putting back a step's change did, as a value: all of it put back (`ok`), or not
+    (the message says what was left and why). A kind's undo turns it into its StepResult."""
+
+    ok: bool
+    message: str
+
+
 class StepKind(ABC):
     name: ClassVar[str]  # the recipe key: `patch:`, `check:`, ...
 
