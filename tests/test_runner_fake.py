@@ -173,3 +173,68 @@ def test_a_journal_that_takes_no_more_records_stops_the_run(host: FakeAgent, rec
     assert "the journal takes no more records" in applied.message and "in place: alpha" in applied.message
     assert patched(host) == {"alpha"}  # named by its intent record, which did land
     assert [args["path"] for _, args in host.ops("apply")] == [FILES["alpha"]]
+
+
+def test_the_fake_answers_as_the_real_agent_does(tmp_path: Path) -> None:
+    """The same requests to the real agent (a local process) and to FakeAgent: the same reply
+    keys, and the same refusals, so the runner sees one shape from both."""
+    import base64
+    import sys
+
+    from patchkit.agent import AgentClient, AgentRefused
+    from patchkit.agent.protocol import APPLY, HASH, JOURNAL_LIST, JOURNAL_WRITE, LOCK, READ, RESTORE
+    from patchkit.transport import LocalTransport
+    from tests.fake_agent import sha256
+
+    target, backup, missing = str(tmp_path / "m.py"), str(tmp_path / "b" / "r" / "m.py"), str(tmp_path / "none.py")
+    old, new = b"X = 1\n", b"X = 2\n"
+
+    async def exchange(agent: Any) -> list[Any]:
+        out: list[Any] = []
+        out.append(await agent.call(LOCK({"state_dir": str(tmp_path / "state"), "timeout_s": 5, "owner": "t"})))
+        out.append(await agent.call(READ({"path": target})))
+        out.append(await agent.call(READ({"path": missing})))
+        out.append(await agent.call(HASH({"paths": [target, missing]})))
+        apply = {"path": target, "expected_sha256": sha256(old), "content_b64": base64.b64encode(new).decode(),
+                 "backup_path": backup, "verify_imports": [], "import_timeout_s": 30}
+        out.append(await agent.call(APPLY(apply)))
+        out.append(await agent.call(APPLY({**apply, "expected_sha256": sha256(new), "backup_path": backup + ".2",
+                                           "content_b64": base64.b64encode(b"X = (\n").decode()})))
+        try:
+            await agent.call(RESTORE({"path": target, "backup_path": backup, "expected_current": "0" * 64,
+                                      "original_sha256": sha256(old), "force": False}))
+        except AgentRefused as exc:
+            out.append(("refused", "drifted" in str(exc)))
+        out.append(await agent.call(RESTORE({"path": target, "backup_path": backup, "expected_current": sha256(new),
+                                             "original_sha256": sha256(old), "force": False})))
+        out.append(await agent.call(RESTORE({"path": target, "backup_path": backup, "expected_current": sha256(new),
+                                             "original_sha256": sha256(old), "force": False})))
+        record = {"run_id": "r1", "recipe": "toy"}
+        out.append(await agent.call(JOURNAL_WRITE({"state_dir": str(tmp_path / "state"), "recipe": "toy",
+                                                   "run_id": "r1", "record": record})))
+        out.append(await agent.call(JOURNAL_LIST({"state_dir": str(tmp_path / "state"), "recipe": "toy"})))
+        return out
+
+    def shape(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items() if k not in ("path", "state_dir", "detail")} \
+                if all(isinstance(k, str) and not k.startswith("/") for k in value) else sorted(value)
+        if isinstance(value, list):
+            return [shape(v) for v in value]
+        return type(value).__name__ if not isinstance(value, (bool, tuple)) else value
+
+    async def real() -> list[Any]:
+        Path(target).write_bytes(old)
+        agent = await AgentClient.start(LocalTransport(), sys.executable, "local")
+        try:
+            await agent.started(sys.executable)
+            return await exchange(agent)
+        finally:
+            await agent.close()
+
+    from_real = asyncio.run(real())
+    fake = FakeAgent(files={target: old})
+    from_fake = asyncio.run(exchange(fake))
+    assert shape(from_fake) == shape(from_real)
+    assert len(from_real) == 11 and from_real[6] == ("refused", True) and from_real[5]["ok"] is False
+    assert fake.files[target] == old == Path(target).read_bytes()
