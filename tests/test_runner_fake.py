@@ -22,6 +22,7 @@ from tests.fake_agent import FakeAgent, FakePackage, FakeTransport
 
 STATE = "/fake/state"
 FILES = {name: f"/site/toy/{name}.py" for name in ("alpha", "beta", "gamma")}
+NOTHING_TO_ROLL_BACK = "nothing to roll back: no applied change of toy in the journal"
 ORIGINAL = {path: b"ITEMS = [\"a\"]\n" for path in FILES.values()}
 
 RECIPE = """
@@ -99,7 +100,7 @@ def test_plan_apply_status_apply_again_rollback(host: FakeAgent, recipe: LoadedR
     rolled = run(host, recipe, "rollback")
     assert rolled.status == "changed" and patched(host) == set()
     assert run(host, recipe, "status").status == "pending"
-    assert run(host, recipe, "rollback").message.startswith("nothing to roll back")
+    assert run(host, recipe, "rollback").message == NOTHING_TO_ROLL_BACK
 
 
 def test_a_failed_step_stops_the_steps_after_it_and_a_plan_goes_on(host: FakeAgent, recipe: LoadedRecipe) -> None:
@@ -155,7 +156,7 @@ def test_rollback_undoes_newest_first_and_a_drifted_file_alone_is_refused(
     forced = run(host, recipe, "rollback", force=True)  # only what is left: beta
     assert statuses(forced) == {"beta": "changed"}
     assert patched(host) == set()
-    assert run(host, recipe, "rollback").message.startswith("nothing to roll back")
+    assert run(host, recipe, "rollback").message == NOTHING_TO_ROLL_BACK
 
 
 def test_rollback_of_named_steps_leaves_the_others_for_later(host: FakeAgent, recipe: LoadedRecipe) -> None:
