@@ -19,7 +19,7 @@ replies are JSON by construction); the records kept in the journal are pydantic 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, Mapping, NotRequired, TypedDict, TypeVar, cast
+from typing import Any, Generic, Literal, Mapping, NotRequired, TypedDict, TypeVar, cast
 
 Args = TypeVar("Args")
 Reply = TypeVar("Reply")
@@ -122,12 +122,20 @@ class ApplyArgs(TypedDict):
     import_timeout_s: float
 
 
-class ApplyReply(TypedDict):
-    ok: bool
+class ApplyPassed(TypedDict):
+    ok: Literal[True]
     checks: list[CheckResult]
-    sha256_after: NotRequired[str]  # ok
-    failure: NotRequired[str]  # not ok: why
-    restored: NotRequired[bool]  # not ok: is the original back?
+    sha256_after: str
+
+
+class ApplyFailed(TypedDict):
+    ok: Literal[False]
+    checks: list[CheckResult]
+    failure: str  # why
+    restored: bool  # is the original back?
+
+
+ApplyReply = ApplyPassed | ApplyFailed  # `if reply["ok"]:` tells them apart
 
 
 class VerifyArgs(TypedDict):
@@ -137,10 +145,19 @@ class VerifyArgs(TypedDict):
     import_timeout_s: float
 
 
-class VerifyReply(TypedDict):
-    ok: bool
-    failure: str | None
+class VerifyPassed(TypedDict):
+    ok: Literal[True]
+    failure: None
     checks: list[CheckResult]
+
+
+class VerifyFailed(TypedDict):
+    ok: Literal[False]
+    failure: str
+    checks: list[CheckResult]
+
+
+VerifyReply = VerifyPassed | VerifyFailed
 
 
 class RestoreArgs(TypedDict):

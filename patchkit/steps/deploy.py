@@ -407,17 +407,18 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-class DeployKind(StepKind):
+class DeployKind(StepKind[DeployPlan]):
     name = "deploy"
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned:
+    async def plan(self, ctx: HostContext, step: Step) -> Planned[DeployPlan]:
         result, todo, remote = await plan_deploy(ctx, step)
         return Planned(result, (result, todo, remote))
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned[DeployPlan]) -> StepResult:
         return await apply_deploy(ctx, step, planned.data)
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
+    async def state(self, ctx: HostContext, step: Step, planned: Planned[DeployPlan],
+                    records: list[RunRecord]) -> StepResult:
         return await status_deploy(step, planned.data, records)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:

@@ -466,17 +466,18 @@ def launch_state(planned: StepResult) -> StepResult:
     return out
 
 
-class LaunchKind(StepKind):
+class LaunchKind(StepKind[LaunchPlan]):
     name = "launch"
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned:
+    async def plan(self, ctx: HostContext, step: Step) -> Planned[LaunchPlan]:
         result, info, cmd = await plan_launch(ctx, step)
         return Planned(result, (result, info, cmd))
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned[LaunchPlan]) -> StepResult:
         return await apply_launch(ctx, step, planned.data)
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
+    async def state(self, ctx: HostContext, step: Step, planned: Planned[LaunchPlan],
+                    records: list[RunRecord]) -> StepResult:
         return launch_state(planned.result)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:

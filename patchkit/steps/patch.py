@@ -294,17 +294,18 @@ def state_of(planned: StepResult, records: list[RunRecord]) -> StepResult:
     return out
 
 
-class PatchKind(StepKind):
+class PatchKind(StepKind[bytes | None]):
     name = "patch"
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned:
+    async def plan(self, ctx: HostContext, step: Step) -> Planned[bytes | None]:
         planned = await plan_patch(ctx, step)
         return Planned(planned.result, planned.new_content)
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned[bytes | None]) -> StepResult:
         return await apply_patch(ctx, step, PatchPlan(planned.result, planned.data))
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
+    async def state(self, ctx: HostContext, step: Step, planned: Planned[bytes | None],
+                    records: list[RunRecord]) -> StepResult:
         return state_of(planned.result, records)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
