@@ -14,7 +14,7 @@ import json
 import posixpath
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from patchkit.agent import AgentClient
 from patchkit.agent.client import PART_SUFFIX, Pending
@@ -29,17 +29,20 @@ from patchkit.results import DeployedFile, RunRecord, StepResult, deployed_files
 from patchkit.steps.context import HostContext
 from patchkit.steps.kind import Planned, StepKind, Undone
 
+T = TypeVar("T")
+
 
 def source_path(ctx: HostContext, src: str) -> Path:
     path = Path(src).expanduser()
     return path if path.is_absolute() else (ctx.loaded.path.parent / path).resolve()
 
 
-def _shared(ctx: HostContext, key: str, make: Any) -> Any:
+def _shared(ctx: HostContext, key: str, make: Callable[[], T]) -> T:
     """Computed once per run for all hosts (source hashing and validation)."""
     if key not in ctx.edits.memo:
         ctx.edits.memo[key] = make()
-    return ctx.edits.memo[key]
+    shared: T = ctx.edits.memo[key]
+    return shared
 
 
 def _source(ctx: HostContext, step: Step) -> tuple[Path, list[FileEntry], list[str]]:

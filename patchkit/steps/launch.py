@@ -35,7 +35,7 @@ from patchkit.agent.protocol import (
     HTTP, HTTP_BATCH, LAUNCH_INSPECT, LAUNCH_START, LAUNCH_STOP, LOG_TAIL, HttpRequest, LaunchInspectReply, LaunchStopReply,
 )
 from patchkit.errors import HostError
-from patchkit.recipe import Health, LaunchStep, Step
+from patchkit.recipe import Health, LaunchStep, SpecDecodeGate, Step
 from patchkit.redact import Redactor
 from patchkit.results import LaunchDetails, LaunchServer, RunRecord, StepResult
 from patchkit.steps.context import HostContext
@@ -221,7 +221,7 @@ def _clip(redactor: Redactor, body: str | None, limit: int = 300) -> str:
     return redactor.text(body or "")[:limit]
 
 
-async def measure(agent: AgentClient, url: str, gate: Any, redactor: Redactor) -> dict[str, Any]:
+async def measure(agent: AgentClient, url: str, gate: SpecDecodeGate, redactor: Redactor) -> dict[str, Any]:
     """Run the gate's prompts; acceptance from the counters, tokens/s timed on the host."""
     root = base_url(url)
     model = gate.model or (await _models(agent, url))[0]
