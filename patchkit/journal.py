@@ -60,7 +60,8 @@ class Journal:
             await self._unconfirmed.pop(0).result()
 
     async def runs(self, recipe: str | None = None) -> list[RunRecord]:
-        return await self.read_runs(await self.agent.send(JOURNAL_LIST({"state_dir": self.state_dir, "recipe": recipe})))
+        listing = await self.agent.send(JOURNAL_LIST({"state_dir": self.state_dir, "recipe": recipe}))
+        return await self.read_runs(listing)
 
     async def prefetch(self, recipe: str) -> Pending[JournalListReply]:
         """Ask for the records now, read them later (`read_runs`): pipelined with the requests

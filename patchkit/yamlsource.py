@@ -239,7 +239,8 @@ class _NestingComposer(Composer):
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         if self._depth >= MAX_DEPTH:
             event: yaml.Event = self.peek_event()  # type: ignore[attr-defined]  # the Parser's, a sibling base
-            raise _TooDeep(None, None, f"nested deeper than {MAX_DEPTH} levels", event.start_mark)  # type: ignore[arg-type]
+            mark: yaml.Mark = event.start_mark  # type: ignore[assignment]  # libyaml's own Mark type has the same fields
+            raise _TooDeep(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
         self._depth += 1
         try:
             node = super().compose_node(parent, index)

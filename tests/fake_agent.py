@@ -219,7 +219,8 @@ class FakeAgent:
             raise AgentRefused(f"backup {backup_path} is missing; cannot restore {path}")
         if current != expected_current and not force:
             raise AgentRefused(f"{path} drifted: it hashes to {(current or 'missing')[:12]}, not "
-                               f"{expected_current[:12]} as patchkit left it; refusing to restore (--force restores anyway)")
+                               f"{expected_current[:12]} as patchkit left it; refusing to restore "
+                               "(--force restores anyway)")
         if sha256(self.files[backup_path]) != original_sha256:
             raise AgentRefused(f"backup {backup_path} is corrupt (hash mismatch); not restoring")
         self.files[path] = self.files[backup_path]

@@ -4,8 +4,9 @@ The host files (host/) declare the ops and answer them; they are stdlib-only Pyt
 and never import this (nor does this import them). Here each op is one `Op` constant typed
 by its request (the op's keyword arguments, a TypedDict) and its reply (what its function
 returns, as JSON). Calling the `Op` with the request's fields makes a `Request`; the client's
-`call`, `send` and `send_file` take it and give back the reply with its type, so a call site that sends a wrong key or reads a
-reply's key that is not there is a type error (mypy), not a KeyError on a host.
+`call`, `send` and `send_file` take it and give back the reply with its type, so a call site
+that sends a wrong key or reads a reply's key that is not there is a type error (mypy), not a
+KeyError on a host.
 
 An op's own time limits are fields of its request (`timeout_s`, `import_timeout_s`, the
 `http` op's `timeout`); how long the control side waits for the reply is the client's

@@ -19,7 +19,8 @@ from typing import Any, Callable, TypeVar
 from patchkit.agent import AgentClient
 from patchkit.agent.client import PART_SUFFIX, Pending
 from patchkit.agent.protocol import (
-    HASH, MANIFEST, PART_INFO, READ, READ_CHECKPOINT, RECEIVE_FILE, REMOVE_FILE, RESTORE, ManifestReply, ReceiveFileReply,
+    HASH, MANIFEST, PART_INFO, READ, READ_CHECKPOINT, RECEIVE_FILE, REMOVE_FILE, RESTORE,
+    ManifestReply, ReceiveFileReply,
 )
 from patchkit.checkpoint import VALIDATORS
 from patchkit.errors import HostError, UsageError

@@ -52,7 +52,8 @@ class StepKind(ABC, Generic[Data]):
     async def apply(self, ctx: HostContext, step: Step, planned: Planned[Data]) -> StepResult: ...
 
     @abstractmethod
-    async def state(self, ctx: HostContext, step: Step, planned: Planned[Data], records: list[RunRecord]) -> StepResult: ...
+    async def state(self, ctx: HostContext, step: Step, planned: Planned[Data],
+                    records: list[RunRecord]) -> StepResult: ...
 
     @abstractmethod
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:

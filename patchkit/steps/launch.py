@@ -32,7 +32,8 @@ from tenacity import (
 
 from patchkit.agent import AgentClient
 from patchkit.agent.protocol import (
-    HTTP, HTTP_BATCH, LAUNCH_INSPECT, LAUNCH_START, LAUNCH_STOP, LOG_TAIL, HttpRequest, LaunchInspectReply, LaunchStopReply,
+    HTTP, HTTP_BATCH, LAUNCH_INSPECT, LAUNCH_START, LAUNCH_STOP, LOG_TAIL,
+    HttpRequest, LaunchInspectReply, LaunchStopReply,
 )
 from patchkit.errors import HostError
 from patchkit.recipe import Health, LaunchStep, SpecDecodeGate, Step
@@ -208,7 +209,9 @@ async def check_ready(agent: AgentClient, spec: LaunchStep, redactor: Redactor) 
         model = spec.ready.model or (await _models(agent, spec.health.url))[0]
         body = {"model": model, "prompt": spec.ready.completion.prompt,
                 "max_tokens": spec.ready.completion.max_tokens, "temperature": 0}
-        reply = await agent.call(HTTP({"method": "POST", "url": base_url(spec.health.url) + "/v1/completions", "body": body}), reply_wait=300)
+        # reply_wait is this side's wait; the request itself has the host's default timeout (30 s)
+        reply = await agent.call(HTTP({"method": "POST", "url": base_url(spec.health.url) + "/v1/completions",
+                                       "body": body}), reply_wait=300)
         if reply.get("status") != 200:
             raise GateFailed(f"smoke completion failed: {reply.get('status') or reply.get('error')}: "
                              f"{_clip(redactor, reply.get('body'))}")

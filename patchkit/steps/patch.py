@@ -233,8 +233,9 @@ async def _settle_unverified(ctx: HostContext, step: Step, result: StepResult, r
     result.status = "failed"
     assert done.backup  # a journaled change to a file names its backup (RunRecord.changed_steps)
     try:
-        await ctx.agent.call(RESTORE({"path": result.file, "backup_path": done.backup, "expected_current": done.sha256_after,
-                                      "original_sha256": done.sha256_before, "force": False}))
+        await ctx.agent.call(RESTORE({"path": result.file, "backup_path": done.backup,
+                                      "expected_current": done.sha256_after, "original_sha256": done.sha256_before,
+                                      "force": False}))
     except HostError as exc:
         result.message = f"{cut}, and its change fails: {outcome['failure']}; ORIGINAL NOT RESTORED: {exc}"
         return result
