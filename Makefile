@@ -7,7 +7,7 @@ SHELL  := bash
 # pip here warns about every configured index folder it cannot use; keep real errors only.
 QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true
 
-.PHONY: setup system-deps test-inputs demo test test-fast clean
+.PHONY: setup system-deps test-inputs demo typecheck test test-fast clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "make: creating $(VENV) and installing patchkit with its test dependencies (pip, ~30 s, ~150 MB)" >&2
@@ -30,9 +30,13 @@ test-inputs: setup
 demo: setup
 	PATCHKIT="$(abspath $(VENV))/bin/patchkit" PY="$(abspath $(PY))" bash demo/quickstart.sh
 
-## The whole test suite (what .ci/run calls). Builds and caches the real vLLM
-## environment under $${PATCHKIT_CACHE_DIR:-~/.cache/patchkit} on first use.
-test: setup system-deps test-inputs
+## mypy --strict on the control side (configured in pyproject.toml); fails on any error.
+typecheck: setup
+	$(PY) -m mypy
+
+## The whole test suite (what .ci/run calls), after the type check. Builds and caches the
+## real vLLM environment under $${PATCHKIT_CACHE_DIR:-~/.cache/patchkit} on first use.
+test: setup typecheck system-deps test-inputs
 	$(PY) -m pytest
 
 ## Only the tiers that need no real vLLM environment and no wheels.

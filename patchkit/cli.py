@@ -11,6 +11,11 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fast
+    from patchkit.inventory import HostSpec
+    from patchkit.results import RunReport
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
 
@@ -169,7 +174,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     return 130 if runner.interrupt.requested else _exit_code(args.command, report)
 
 
-def _exit_code(command: str, report: RunReport) -> int:  # noqa: F821 - imported lazily
+def _exit_code(command: str, report: RunReport) -> int:
     statuses = [h.status for h in report.hosts.values()]
     step_statuses = [s.status for h in report.hosts.values() for s in h.steps]
     if "failed" in statuses:
@@ -198,7 +203,7 @@ def _split(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-def _hosts(args: argparse.Namespace) -> list:
+def _hosts(args: argparse.Namespace) -> list[HostSpec]:
     from patchkit.inventory import load_inventory, local_inventory
 
     inventory = load_inventory(args.inventory) if args.inventory else local_inventory()

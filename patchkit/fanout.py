@@ -16,10 +16,13 @@ import asyncio
 import signal
 import sys
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from patchkit.inventory import HostSpec
 from patchkit.results import HostResult
+
+if TYPE_CHECKING:
+    from rich.table import Table  # imported where used: only --progress needs rich
 
 
 class Progress(Protocol):
@@ -147,7 +150,7 @@ class LiveProgress:
         self.live = Live(self._render(), console=Console(stderr=True), refresh_per_second=8, transient=True)
         self.live.start()
 
-    def _render(self):  # type: ignore[no-untyped-def]
+    def _render(self) -> Table:
         from rich.table import Table
 
         table = Table.grid(padding=(0, 2))

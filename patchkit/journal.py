@@ -16,6 +16,9 @@ from typing import Any, Callable
 
 from patchkit.agent import AgentClient
 from patchkit.agent.client import Pending
+from patchkit.agent.protocol import (
+    JOURNAL_LIST, JOURNAL_PRUNE, JOURNAL_WRITE, JournalListReply, JournalWriteReply,
+)
 from patchkit.results import RunRecord, StepResult
 
 DEFAULT_STATE_DIR = "~/.local/state/patchkit"
@@ -34,7 +37,7 @@ class Journal:
     agent: AgentClient
     state_dir: str
     redact: Callable[[Any], Any] = lambda data: data  # the recipe's Redactor.value: no secret is journaled
-    _unconfirmed: list[Pending] = field(default_factory=list)
+    _unconfirmed: list[Pending[JournalWriteReply]] = field(default_factory=list)
 
     def backup_path(self, run_id: str, step: str, file: str) -> str:
         return posixpath.join(self.state_dir, "backups", run_id, f"{step}--{posixpath.basename(file)}")
@@ -42,13 +45,12 @@ class Journal:
     async def write(self, record: RunRecord, wait: bool = True) -> None:
         """Write a run record; with wait=False the answer is checked by the next `flush` (or
         any read of the journal), so a write costs no round trip of its own."""
-        self._unconfirmed.append(await self.agent.send(
-            "journal_write",
-            state_dir=self.state_dir,
-            recipe=record.recipe,
-            run_id=record.run_id,
-            record=self.redact(record.model_dump(mode="json")),
-        ))
+        self._unconfirmed.append(await self.agent.send(JOURNAL_WRITE({
+            "state_dir": self.state_dir,
+            "recipe": record.recipe,
+            "run_id": record.run_id,
+            "record": self.redact(record.model_dump(mode="json")),
+        })))
         if wait:
             await self.flush()
 
@@ -58,14 +60,15 @@ class Journal:
             await self._unconfirmed.pop(0).result()
 
     async def runs(self, recipe: str | None = None) -> list[RunRecord]:
-        return await self.read_runs(await self.agent.send("journal_list", state_dir=self.state_dir, recipe=recipe))
+        listing = await self.agent.send(JOURNAL_LIST({"state_dir": self.state_dir, "recipe": recipe}))
+        return await self.read_runs(listing)
 
-    async def prefetch(self, recipe: str) -> "Pending":
+    async def prefetch(self, recipe: str) -> Pending[JournalListReply]:
         """Ask for the records now, read them later (`read_runs`): pipelined with the requests
         that follow, so a run that may need them pays no round trip of its own."""
-        return await self.agent.send("journal_list", state_dir=self.state_dir, recipe=recipe)
+        return await self.agent.send(JOURNAL_LIST({"state_dir": self.state_dir, "recipe": recipe}))
 
-    async def read_runs(self, listing: Pending) -> list[RunRecord]:
+    async def read_runs(self, listing: Pending[JournalListReply]) -> list[RunRecord]:
         await self.flush()
         raw = await listing.result()
         records = []
@@ -81,7 +84,8 @@ class Journal:
         protected = {r.run_id for r in active_changes(records).values()}
         doomed = [r.run_id for r in records[:-keep] if r.run_id not in protected] if keep < len(records) else []
         if doomed:
-            await self.agent.call("journal_prune", state_dir=self.state_dir, recipe=recipe, drop_run_ids=doomed)
+            await self.agent.call(JOURNAL_PRUNE({"state_dir": self.state_dir, "recipe": recipe,
+                                                 "drop_run_ids": doomed}))
         return len(doomed)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, MutableMapping
 
 _settings: dict[str, Any] = {"level": logging.WARNING, "format": "console", "ready": False, "redact": None}
 
@@ -19,7 +19,7 @@ def configure(fmt: str = "console", verbose: bool = False, redact: Callable[[Any
                      redact=redact, ready=False)
 
 
-def _redact(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _redact(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     redact = _settings["redact"]
     return redact(event) if redact else event
 

@@ -12,6 +12,7 @@ import json
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.errors import UsageError
@@ -51,7 +52,7 @@ def source_manifest(src: Path, verify_all: bool = False) -> list[FileEntry]:
         raise UsageError(f"deploy source {src} does not exist")
     cache_path = cache_file()
     try:
-        cache: dict[str, list] = json.loads(cache_path.read_text())
+        cache: dict[str, list[Any]] = json.loads(cache_path.read_text())
     except (OSError, ValueError):
         cache = {}
     entries: list[FileEntry] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 StepStatus = Literal["changed", "ok", "skipped", "failed"]
 StateStatus = Literal["applied", "pending", "drifted", "not-applicable", "failed"]
@@ -106,3 +106,78 @@ def host_status(steps: list[StepResult]) -> StepStatus:
     if statuses and statuses <= {"skipped"}:
         return "skipped"
     return "ok"
+
+
+# ---------------------------------------------------------------- what a step's details keep
+# A deploy's and a launch's journaled details, as models. StepResult.details stays the JSON
+# they were read from and are written back as (`as_json`): the keys a record was made or read
+# with, nothing added, and keys these models do not know kept (extra="allow"), so journals
+# written before them (or by a newer patchkit) round-trip unchanged.
+
+class DeployedFile(BaseModel):
+    """One file a deploy step wrote (`details.files`): what rollback checks and puts back.
+    `planned`: named in the intent record before the transfer, by a run that may have died
+    before the file landed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    rel: str
+    path: str
+    sha256_after: str
+    sha256_before: str | None = None  # None: there was no file (rollback removes it)
+    backup: str | None = None
+    mode_before: int | None = None
+    resumed_from: int = 0  # bytes of an interrupted transfer's part file kept
+    created_dirs: list[str] = Field(default_factory=list)  # deepest first: removed with the file, if empty
+    planned: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+def deployed_files(step: StepResult) -> list[DeployedFile]:
+    """The files a journaled deploy step wrote (or planned to)."""
+    return [DeployedFile.model_validate(f) for f in (step.details or {}).get("files", [])]
+
+
+class LaunchServer(BaseModel):
+    """A server a launch step started, as its record on the host has it (`details.servers`,
+    `details.replaced`): argv as shown (secrets redacted), env by name only."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    pid: int
+    proc_start: int | None = None
+    argv: list[str]
+    env_names: list[str] = Field(default_factory=list)
+    env: dict[str, str] | None = None  # only in records from before env values were kept out of them
+    cwd: str | None = None
+    log: str
+    command_hash: str
+    salt: str | None = None
+    started: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class LaunchDetails(BaseModel):
+    """What a launch step that started servers keeps (its StepResult.details)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    servers: list[LaunchServer] = Field(default_factory=list)  # running when the step ended
+    replaced: LaunchServer | None = None  # what ran under the step's name before: rollback restarts it
+    log: str | None = None
+    startup_s: float | None = None
+    spec_decode: dict[str, Any] | None = None  # measured: acceptance, tokens/s
+    baseline: dict[str, Any] | None = None
+    speedup: float | None = None
+    kept: str | None = None  # speculative | baseline
+    gate_failed: bool | None = None
+    stopped_after_failure: bool | None = None
+    stop: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)

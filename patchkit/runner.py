@@ -12,10 +12,11 @@ import time
 import traceback
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, Literal
 
 from patchkit import __version__
 from patchkit.agent import AgentClient
+from patchkit.agent.protocol import LOCK
 from patchkit.errors import HostError
 from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
 from patchkit.inventory import HostSpec
@@ -23,7 +24,7 @@ from patchkit.journal import DEFAULT_STATE_DIR, Journal, rollback_target
 from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
 from patchkit.redact import Redactor
-from patchkit.results import HostResult, RunRecord, StepResult, host_status
+from patchkit.results import HostResult, RunRecord, StepResult, StepStatus, host_status
 from patchkit.steps.context import EditCache, HostContext
 from patchkit.steps.registry import KINDS, kind_named
 from patchkit.transport import LocalTransport, Transport
@@ -90,7 +91,8 @@ async def session(host: HostSpec, python: str, options: Options, owner: str,
                           redact=(redactor or Redactor()).value)
         # Sent behind `hello` before its answer: one round trip for both on a slow link.
         try:
-            lock = await agent.send("lock", state_dir=journal.state_dir, timeout_s=options.lock_timeout, owner=owner)
+            lock = await agent.send(LOCK({"state_dir": journal.state_dir, "timeout_s": options.lock_timeout,
+                                          "owner": owner}))
         except HostError:
             await agent.started(python)  # the agent died: its own error says why
             raise
@@ -229,9 +231,10 @@ class Runner:
                 steps.append(await kind.state(ctx, step, await kind.plan(ctx, step), records))
             except HostError as exc:
                 steps.append(StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc)))
-        order = ["failed", "drifted", "pending"]
-        worst = next((o for o in order if any(st.status == o for st in steps)), "applied")
-        return HostResult(status=worst if worst != "applied" else "ok", steps=steps)
+        order: list[Literal["failed", "drifted", "pending"]] = ["failed", "drifted", "pending"]
+        worst: Literal["failed", "drifted", "pending", "ok"] = next(
+            (o for o in order if any(st.status == o for st in steps)), "ok")
+        return HostResult(status=worst, steps=steps)
 
     # ------------------------------------------------------------------ rollback
 
@@ -294,8 +297,11 @@ def _journal_failed(record: RunRecord, exc: HostError) -> HostResult:
                       message=f"{exc}; the journal takes no more records, so the run stopped{tail}")
 
 
-def _history_status(record: RunRecord) -> str:
-    return record.status if record.status in ("changed", "ok", "skipped", "failed") else "failed"
+_HISTORY_STATUS: dict[str, StepStatus] = {"changed": "changed", "ok": "ok", "skipped": "skipped"}
+
+
+def _history_status(record: RunRecord) -> StepStatus:
+    return _HISTORY_STATUS.get(record.status, "failed")
 
 
 def _history_line(record: RunRecord) -> str:

@@ -16,7 +16,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -27,9 +27,12 @@ from yaml.resolver import Resolver
 from patchkit.errors import UsageError
 
 try:  # libyaml: about 5x faster, which keeps a file of MAX_BYTES under a second
-    from yaml.cyaml import CParser as _CParser
+    from yaml._yaml import CParser  # what yaml.cyaml re-exports
+    _LIBYAML = True
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    _CParser = None
+    _LIBYAML = False
+
+M = TypeVar("M")  # what a document validates into (a pydantic model)
 
 MAX_BYTES = 512 << 10        # a larger recipe or inventory is refused unread
 MAX_DEPTH = 32               # nesting of mappings and lists, aliases expanded
@@ -89,7 +92,7 @@ class LoadedYaml:
             loc = loc[:-1]
         return Mark(self.file, *self.marks.get(loc, (1, 1)))
 
-    def validate(self, model: Callable[..., Any], data: Any | None = None) -> Any:
+    def validate(self, model: Callable[[Any], M], data: Any | None = None) -> M:
         """Validate with pydantic; turn its errors into one UsageError naming the place."""
         data = data if data is not None else self.data
         try:
@@ -156,7 +159,8 @@ def _shown(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return repr(value if len(value) <= 60 else value[:57] + "...")
-    return {dict: "a mapping", list: "a list"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {dict: "a mapping", list: "a list"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _misspellings(by_loc: dict[Loc, list[Any]]) -> dict[Loc, Loc]:
@@ -207,7 +211,7 @@ class _Resolver(Resolver):
     refused by name), timestamps (no field is a date, and `2024-13-45` would crash
     construction), `=` and the `!`/`&`/`*` words (tags that have no value in a recipe)."""
 
-    yaml_implicit_resolvers = {
+    yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {
         first: [(tag, regexp) for tag, regexp in resolvers
                 if tag not in {_TAG + "merge", _TAG + "timestamp", _TAG + "value", _TAG + "yaml"}]
         for first, resolvers in Resolver.yaml_implicit_resolvers.items()
@@ -219,7 +223,8 @@ class _Resolver(Resolver):
                 if regexp.match(value):
                     return tag
             return _STR
-        return super().resolve(kind, value, implicit)
+        resolved: str = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]  # untyped in the stubs
+        return resolved
 
 
 class _TooDeep(yaml.composer.ComposerError):
@@ -233,10 +238,14 @@ class _NestingComposer(Composer):
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         if self._depth >= MAX_DEPTH:
-            raise _TooDeep(None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+            event: yaml.Event = self.peek_event()  # type: ignore[attr-defined]  # the Parser's, a sibling base
+            mark: yaml.Mark = event.start_mark  # type: ignore[assignment]  # libyaml's own Mark type has the same fields
+            raise _TooDeep(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
         self._depth += 1
         try:
-            return super().compose_node(parent, index)
+            node = super().compose_node(parent, index)
+            assert node is not None  # None only at the end of a stream, never for a node asked for
+            return node
         finally:
             self._depth -= 1
 
@@ -252,11 +261,11 @@ class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, _N
         _Resolver.__init__(self)
 
 
-if _CParser is not None:
-    class _CLoader(_CParser, _Resolver):  # type: ignore[misc,valid-type]
+if _LIBYAML:
+    class _CLoader(CParser, _Resolver):
         pass
 
-_Loader: type = _CLoader if _CParser is not None else _PyLoader
+_Loader: type = _CLoader if _LIBYAML else _PyLoader
 
 
 @dataclass
@@ -309,7 +318,8 @@ def _compose(file: str, text: str) -> Node | None:
     loader = None
     try:
         loader = _Loader(text)  # PyYAML's Reader checks the characters here already
-        return loader.get_single_node()
+        node: Node | None = loader.get_single_node()
+        return node
     except _TooDeep as exc:
         raise _error(f"{_place(file, exc.problem_mark)}: {exc.problem}") from None
     except yaml.reader.ReaderError as exc:
@@ -336,7 +346,9 @@ def _char(code: Any) -> str:
     return f"U+{code:04X}" if isinstance(code, int) else repr(code)
 
 
-def _place(file: str, mark: yaml.Mark) -> str:
+def _place(file: str, mark: yaml.Mark | None) -> str:
+    if mark is None:
+        return f"{file}:1:1"
     return f"{file}:{mark.line + 1}:{mark.column + 1}"
 
 
@@ -484,7 +496,7 @@ class _Builder:
                                "merge keys (<<) are not supported: write the keys out")
         if node.tag not in (_STR, _INT, _FLOAT, _BOOL, _NULL):
             raise source_error(self.mark(node), _loc_text(loc), f"YAML tag {_short_tag(node.tag)} is not allowed")
-        return node.value
+        return str(node.value)  # a scalar node's value is its text
 
     def substitute(self, text: str, node: ScalarNode, loc: Loc, references: bool) -> Any:
         assert self.variables is not None

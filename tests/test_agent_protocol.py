@@ -19,6 +19,7 @@ import pytest
 
 from patchkit.agent import AgentClient
 from patchkit.agent.client import SKIP_LIMIT, START_MARK, agent_source
+from patchkit.agent.protocol import APPLY, HELLO, LOCATE, LOG_TAIL, MANIFEST, READ, NoArgs, Op
 from patchkit.errors import HostError
 from patchkit.journal import Journal
 from patchkit.results import RunRecord
@@ -44,7 +45,7 @@ def test_pipelined_requests_get_their_own_answers_in_any_await_order(tmp_path: P
         path.write_text(f"# {name}\n")
 
     async def work(agent: AgentClient) -> list[str]:
-        pending = [await agent.send("read", path=str(path)) for path in files.values()]
+        pending = [await agent.send(READ({"path": str(path)})) for path in files.values()]
         answers = [await p.result() for p in reversed(pending)]  # last first: earlier replies are kept
         again = await pending[0].result()  # an answer can be asked for twice
         return [a["sha256"] for a in answers] + [again["sha256"]]
@@ -56,12 +57,12 @@ def test_pipelined_requests_get_their_own_answers_in_any_await_order(tmp_path: P
 
 def test_a_patch_run_sends_only_the_agent_core_and_a_deploy_op_brings_its_files(tmp_path: Path) -> None:
     async def work(agent: AgentClient) -> tuple[set[str], set[str], dict, set[str]]:
-        await agent.call("read", path=str(tmp_path / "missing.py"))
+        await agent.call(READ({"path": str(tmp_path / "missing.py")}))
         before = set(agent._extensions)
-        manifest = await agent.call("manifest", dest=str(tmp_path / "dest"), cache_file=str(tmp_path / "c.json"))
+        manifest = await agent.call(MANIFEST({"dest": str(tmp_path / "dest"), "cache_file": str(tmp_path / "c.json")}))
         after_deploy = set(agent._extensions)
-        await agent.call("log_tail", path=str(tmp_path / "no.log"))
-        await agent.call("manifest", dest=str(tmp_path / "dest"), cache_file=str(tmp_path / "c.json"))
+        await agent.call(LOG_TAIL({"path": str(tmp_path / "no.log")}))
+        await agent.call(MANIFEST({"dest": str(tmp_path / "dest"), "cache_file": str(tmp_path / "c.json")}))
         return before, after_deploy, manifest, set(agent._extensions)
 
     before, after_deploy, manifest, after_launch = with_agent(work)
@@ -75,8 +76,8 @@ def test_a_patch_run_sends_only_the_agent_core_and_a_deploy_op_brings_its_files(
 def test_an_unknown_op_is_a_readable_error_and_the_agent_goes_on() -> None:
     async def work(agent: AgentClient) -> dict:
         with pytest.raises(HostError, match="no op 'frobnicate'"):
-            await agent.call("frobnicate")
-        return await agent.call("hello")
+            await agent.call(Op[NoArgs, Any]("frobnicate")({}))  # an op no host file declares
+        return await agent.call(HELLO({}))
 
     assert "python_version" in with_agent(work)
 
@@ -102,9 +103,9 @@ def test_a_journal_write_that_did_not_land_is_reported_at_the_next_flush(tmp_pat
         target = tmp_path / "module.py"
         target.write_text("x = 1\n")
         with pytest.raises(HostError, match="a journal write of this run failed earlier"):
-            await agent.call("apply", path=str(target), expected_sha256=sha256_hex(target), content_b64="eCA9IDIK",
-                             backup_path=str(tmp_path / "b" / "r1" / "module.py"), verify_imports=[],
-                             import_timeout_s=5)
+            await agent.call(APPLY({"path": str(target), "expected_sha256": sha256_hex(target), "content_b64": "eCA9IDIK",
+                                    "backup_path": str(tmp_path / "b" / "r1" / "module.py"), "verify_imports": [],
+                                    "import_timeout_s": 5}))
         assert target.read_text() == "x = 1\n"
 
     with_agent(work)
@@ -127,7 +128,7 @@ def test_the_agent_reads_a_version_line_without_importing_the_package(
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the local agent inherits it: locate finds pkg
 
     async def work(agent: AgentClient) -> Any:
-        return await agent.call("locate", package="pkg", modules=[])
+        return await agent.call(LOCATE({"package": "pkg", "modules": []}))
 
     located = with_agent(work)
     assert located["found"] and located["version"] == version
@@ -195,8 +196,8 @@ def test_output_before_the_start_mark_is_skipped_and_reported_even_if_it_looks_l
               + b"\n" + b"no final newline: " + MARK + reply(1, {"python": "the agent"}) + reply(2, "second"))
 
     async def work(agent: AgentClient) -> list[Any]:
-        first = await agent.send("hello")
-        return [await first.result(), await agent.call("read", path="/x")]
+        first = await agent.send(HELLO({}))
+        return [await first.result(), await agent.call(READ({"path": "/x"}))]
 
     outcome, warnings = with_fake(script, work)
     assert outcome == [{"python": "the agent"}, "second"]
@@ -211,11 +212,11 @@ def test_a_line_that_is_not_a_reply_mid_session_is_an_error_naming_the_host() ->
         script = MARK + reply(1, "hello") + junk + reply(2, "lost")
 
         async def work(agent: AgentClient) -> list[str]:
-            await agent.call("hello")
+            await agent.call(HELLO({}))
             errors = []
             for _ in range(2):  # the second request fails at once, with the same reason
                 with pytest.raises(HostError) as caught:
-                    await agent.call("read", path="/x")
+                    await agent.call(READ({"path": "/x"}))
                 errors.append(str(caught.value))
             return errors
 
@@ -229,7 +230,7 @@ def test_an_agent_that_never_starts_says_what_the_host_printed_instead() -> None
     script = b"This account is currently not available.\n"
 
     async def work(agent: AgentClient) -> Any:
-        return await agent.call("hello")
+        return await agent.call(HELLO({}))
 
     error, warnings = with_fake(script, work, stderr="")
     assert isinstance(error, HostError)
@@ -238,7 +239,7 @@ def test_an_agent_that_never_starts_says_what_the_host_printed_instead() -> None
     assert len(warnings) == 1 and "This account is currently not available." in warnings[0]
 
     async def impatient(agent: AgentClient) -> Any:
-        return await agent.call("hello", timeout=0.3)
+        return await agent.call(HELLO({}), reply_wait=0.3)
 
     error, _ = with_fake(b"Last login: never\n", impatient, eof=False)  # ... and then nothing: a hung host
     assert str(error) == "gpu-fake: no answer to hello within 0.3s (the host printed only this on stdout: 'Last login: never')"
@@ -252,8 +253,8 @@ def test_what_is_left_after_the_last_reply_and_stderr_are_reported_at_close() ->
     script = MARK + reply(1, "hello") + reply(2, "never read") + b"bye from ~/.bash_logout\n" + reply(1, "again?")
 
     async def work(agent: AgentClient) -> None:
-        await agent.call("hello")
-        await agent.send("read", path="/x")  # its reply is left unread: not stray output
+        await agent.call(HELLO({}))
+        await agent.send(READ({"path": "/x"}))  # its reply is left unread: not stray output
 
     outcome, warnings = with_fake(script, work, stderr="banner on stderr\nDeprecationWarning: ...\n")
     assert outcome is None
@@ -281,7 +282,7 @@ def test_the_real_agent_writes_its_mark_behind_what_its_interpreter_printed(tmp_
         agent = await AgentClient.start(LocalTransport(), python, "local")
         try:
             info = await agent.started(python)
-            read = await agent.call("read", path=str(target))
+            read = await agent.call(READ({"path": str(target)}))
         finally:
             await agent.close()
         return info, read, agent.warnings

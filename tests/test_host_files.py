@@ -117,17 +117,25 @@ def test_the_ops_the_control_side_routes_are_the_ops_each_host_file_registers() 
 
 
 def test_every_op_the_control_code_sends_is_declared_by_a_host_file() -> None:
+    """The control side names an op only by its constant in agent/protocol.py (typed by its
+    request and reply), and protocol.py types exactly the ops the host files declare."""
+    from patchkit.agent import protocol
+
+    assert set(protocol.OPS) == set(host_ops()), set(protocol.OPS) ^ set(host_ops())
+    constants = {name for name, value in vars(protocol).items() if isinstance(value, protocol.Op)}
     sent = set()
     for path in sorted(PACKAGE.glob("**/*.py")):
-        if HOST_DIR in path.parents:
+        if HOST_DIR in path.parents or path == PACKAGE / "agent" / "client.py":  # the client relays requests
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("call", "send", "send_file") and node.args \
-                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-                sent.add(node.args[0].value)
-    assert len(sent) > 20 and "receive_file" in sent and "read_checkpoint" in sent
-    assert sent <= set(host_ops()), sent - set(host_ops())
+                    and node.func.attr in ("call", "send", "send_file") and node.args:
+                first = node.args[0]
+                assert isinstance(first, ast.Call) and isinstance(first.func, ast.Name), \
+                    f"{path.relative_to(REPO)}:{node.lineno}: a request not made by an op of protocol.py"
+                sent.add(first.func.id)
+    assert len(sent) > 20 and "RECEIVE_FILE" in sent and "READ_CHECKPOINT" in sent
+    assert sent <= constants, sent - constants
 
 
 def test_the_journal_guard_covers_every_op_that_changes_the_host() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from patchkit.agent.client import AgentClient
+from patchkit.agent.protocol import RECEIVE_FILE
 from patchkit.errors import HostError
 from patchkit.transport import LocalTransport
 from patchkit.transport.openssh import _OpenSSHStreams
@@ -423,10 +424,11 @@ def test_a_file_refused_before_its_bytes_are_read_does_not_derail_the_files_behi
             sent = []
             for path, dest in ((first, blocker / "sub"), (second, tmp_path / "dest")):
                 data = path.read_bytes()
-                sent.append(await agent.send_file(
-                    "receive_file", path, 0, len(data), dest=str(dest), rel=path.name, offset=0, length=len(data),
-                    expected_sha256=hashlib.sha256(data).hexdigest(), mode=0o644,
-                    backup_path=str(tmp_path / "backup" / path.name), cache_file=str(tmp_path / "c.json")))
+                sent.append(await agent.send_file(RECEIVE_FILE({
+                    "dest": str(dest), "rel": path.name, "offset": 0, "length": len(data),
+                    "expected_sha256": hashlib.sha256(data).hexdigest(), "mode": 0o644,
+                    "backup_path": str(tmp_path / "backup" / path.name), "cache_file": str(tmp_path / "c.json"),
+                }), path, 0, len(data)))
             with pytest.raises(HostError) as refused:
                 await sent[0].result()
             return str(refused.value), await sent[1].result()

@@ -2,7 +2,11 @@
 
 The host side is the folder host/ beside this file, read here as text and never imported:
 its core is sent at every start, each extension with the first op it declares (see
-AGENT_EXTENSIONS and host_ops).
+AGENT_EXTENSIONS and host_ops). Requests name their op by its `Op` in protocol.py, which
+types the request and the reply.
+
+Two kinds of time limit, kept apart by name: an op's own (`timeout_s` and the like, fields of
+its request, enforced on the host) and `reply_wait`, how long this side waits for the reply.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Generic, Mapping, TypeVar, cast
 
+from patchkit.agent.protocol import HELLO, HelloReply, Request
 from patchkit.errors import HostError, HostUnreachable
 from patchkit.logs import get_logger
 from patchkit.transport.base import AgentStreams, Transport
@@ -117,6 +122,9 @@ def agent_argv(python: str, nonce: str) -> list[str]:
 
 
 STREAM_CHUNK = 1 << 20
+DEFAULT_REPLY_WAIT = 600.0  # seconds this side waits for a reply unless the call says otherwise
+
+Reply = TypeVar("Reply")
 
 
 class AgentRefused(HostError):
@@ -165,8 +173,8 @@ class AgentClient:
         self._write_lock = asyncio.Lock()
         self._read_lock = asyncio.Lock()
         self._replies: dict[Any, dict[str, Any]] = {}
-        self._hello: Pending | None = None
-        self._extensions: dict[str, list[Pending]] = {}  # extension -> the op_load requests of its files
+        self._hello: Pending[HelloReply] | None = None
+        self._extensions: dict[str, list[Pending[Any]]] = {}  # extension -> the op_load requests of its files
         self.info: dict[str, Any] = {}
         self.bytes_sent = 0
         self.on_bytes: Callable[[int], None] | None = None  # progress: total bytes streamed so far
@@ -179,52 +187,51 @@ class AgentClient:
         client = cls(streams, host, nonce)
         source = agent_source()
         client._hello = await client._send_or_explain(
-            "hello", {}, python, preamble=str(len(source)).encode() + b"\n" + source)
+            HELLO({}), python, preamble=str(len(source)).encode() + b"\n" + source)
         return client
 
     async def started(self, python: str) -> dict[str, Any]:
         """Wait for the agent's `hello` (requests may be queued behind it already)."""
         assert self._hello is not None
         try:
-            self.info = await self._hello.result(60)
+            self.info = dict(await self._hello.result(60))
         except HostUnreachable:
             raise  # found while waiting for the first answer (the OpenSSH transport): not about python
         except HostError as exc:
             raise HostError(f"cannot start {python} on {self._host}: {exc}") from None
         return self.info
 
-    async def _send_or_explain(self, op: str, args: dict[str, Any], python: str, preamble: bytes = b"") -> "Pending":
+    async def _send_or_explain(self, request: Request[Reply], python: str, preamble: bytes = b"") -> Pending[Reply]:
         try:
-            return await self._send(op, args, None, preamble)
+            return cast(Pending[Reply], await self._send(request.op, request.args, None, preamble))
         except HostError:  # the process is gone already (sudo refused, not python...)
             detail = await self._error_tail()
             await self._streams.close()
             raise HostError(f"cannot start {python} on {self._host}: {detail or 'it exited at once'}") from None
 
-    async def call(self, op: str, timeout: float | None = 600, **args: Any) -> Any:
-        return await self._request(op, args, None, timeout)
+    async def call(self, request: Request[Reply], reply_wait: float | None = DEFAULT_REPLY_WAIT) -> Reply:
+        """Send a request (`READ({"path": p})`) and wait up to `reply_wait` seconds (None: for
+        ever) for its reply."""
+        return await (await self.send(request)).result(reply_wait)
 
-    async def send(self, op: str, **args: Any) -> "Pending":
+    async def send(self, request: Request[Reply]) -> Pending[Reply]:
         """Queue a request without waiting for its answer (pipelining: the agent answers in
         order, so on a slow link several requests cost one round trip). Await `.result()`."""
-        return await self._send(op, args, None)
+        return cast(Pending[Reply], await self._send(request.op, request.args, None))
 
-    async def send_file(self, op: str, local: Path, start: int, count: int, **args: Any) -> "Pending":
+    async def send_file(self, request: Request[Reply], local: Path, start: int, count: int) -> Pending[Reply]:
         """A request followed by `count` raw bytes of `local` from `start` (a streaming op).
         Returns once the bytes are out, not when the agent has answered: the next file can
         follow at once, so a deploy of many files costs no round trip per file."""
-        return await self._send(op, args, (local, start, count))
+        return cast(Pending[Reply], await self._send(request.op, request.args, (local, start, count)))
 
-    async def _request(self, op: str, args: dict[str, Any], payload: tuple[Path, int, int] | None,
-                       timeout: float | None) -> Any:
-        return await (await self._send(op, args, payload)).result(timeout)
-
-    async def _send(self, op: str, args: dict[str, Any], payload: tuple[Path, int, int] | None,
-                    preamble: bytes = b"") -> "Pending":
+    async def _send(self, op: str, args: Mapping[str, Any], payload: tuple[Path, int, int] | None,
+                    preamble: bytes = b"") -> Pending[Any]:
         async with self._write_lock:
             extension = host_ops().get(op)
             if extension is not None and extension not in self._extensions:  # its files go first, same write
-                loads = self._extensions[extension] = []
+                loads: list[Pending[Any]] = []
+                self._extensions[extension] = loads
                 for pkg, name in AGENT_EXTENSIONS[extension]:
                     load_id = next(self._ids)
                     load = {"id": load_id, "op": "load", "args": {"name": name, "source": agent_file(pkg, name).decode()}}
@@ -243,19 +250,19 @@ class AgentClient:
                 raise HostError(f"{self._host}: connection lost during {op}: {exc}") from None
         return Pending(self, request_id, op, self._extensions.get(extension or "", []))
 
-    async def _reply(self, request_id: int, op: str, timeout: float | None) -> Any:
+    async def _reply(self, request_id: int, op: str, reply_wait: float | None) -> Any:
         async with self._read_lock:  # replies arrive in request order; keep the ones read early
             while request_id not in self._replies:
                 if self._broken:
                     raise self._broken
                 if not self._started:
                     try:
-                        await self._await_start(op, timeout)
+                        await self._await_start(op, reply_wait)
                     except HostError as exc:  # never read on: a second start would be read as the first
                         self._broken = exc
                         raise
                     continue
-                line = await self._line(op, timeout)
+                line = await self._line(op, reply_wait)
                 reply = _as_reply(line)
                 if reply is None:
                     self._broken = HostError(f"{self._host}: the agent's output is not a reply (during {op}): "
@@ -270,14 +277,14 @@ class AgentClient:
             raise AgentRefused(reply.get("error", "refused"))
         raise HostError(f"{self._host}: {op} failed: {reply.get('error', 'no reason given')}")
 
-    async def _line(self, op: str, timeout: float | None, within: float | None = None) -> bytes:
+    async def _line(self, op: str, reply_wait: float | None, within: float | None = None) -> bytes:
         """The next line of the agent's stdout; its end (EOF), a timeout or a lost connection
         as a HostError that says so (with stderr's tail, and what was skipped before the mark).
-        `within`: the whole wait this read is the rest of, for the message (default `timeout`)."""
+        `within`: the whole wait this read is the rest of, for the message (default `reply_wait`)."""
         try:
-            line = await asyncio.wait_for(self._streams.stdout.readline(), timeout)
+            line = await asyncio.wait_for(self._streams.stdout.readline(), reply_wait)
         except asyncio.TimeoutError:
-            raise HostError(f"{self._host}: no answer to {op} within {within or timeout}s"
+            raise HostError(f"{self._host}: no answer to {op} within {within or reply_wait}s"
                             f"{self._printed_instead()}") from None
         except (ConnectionError, BrokenPipeError, OSError) as exc:
             raise HostError(f"{self._host}: connection lost during {op}: {exc}") from None
@@ -287,14 +294,14 @@ class AgentClient:
                             + self._printed_instead())
         return line
 
-    async def _await_start(self, op: str, timeout: float | None) -> None:
+    async def _await_start(self, op: str, reply_wait: float | None) -> None:
         """Read up to the agent's start mark; what comes before it is not the agent's."""
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        deadline = None if reply_wait is None else loop.time() + reply_wait
         try:
             while True:
                 left = None if deadline is None else max(0.0, deadline - loop.time())
-                line = await self._line(op, left, within=timeout)
+                line = await self._line(op, left, within=reply_wait)
                 if line.endswith(self._mark):  # a banner without a final newline shares the mark's line
                     self._started = True
                     if len(line) > len(self._mark):
@@ -394,25 +401,26 @@ def _as_reply(line: bytes) -> dict[str, Any] | None:
 
 
 @dataclass
-class Pending:
+class Pending(Generic[Reply]):
     """A request sent to the agent whose answer has not been read yet."""
 
     client: AgentClient
     request_id: int
     op: str
-    needs: list["Pending"] = field(default_factory=list)  # the agent files this op's code came in
+    needs: list[Pending[Any]] = field(default_factory=list)  # the agent files this op's code came in
 
     _outcome: tuple[bool, Any] | None = None  # (ok, value or exception) once read
 
-    async def result(self, timeout: float | None = 600) -> Any:
+    async def result(self, reply_wait: float | None = DEFAULT_REPLY_WAIT) -> Reply:
+        """The reply, waiting up to `reply_wait` seconds for it (None: for ever)."""
         if self._outcome is None:
             try:
                 for load in self.needs:
-                    await load.result(timeout)  # a file that failed to load explains itself
-                self._outcome = (True, await self.client._reply(self.request_id, self.op, timeout))
+                    await load.result(reply_wait)  # a file that failed to load explains itself
+                self._outcome = (True, await self.client._reply(self.request_id, self.op, reply_wait))
             except HostError as exc:
                 self._outcome = (False, exc)
         ok, value = self._outcome
         if not ok:
             raise value
-        return value
+        return cast(Reply, value)

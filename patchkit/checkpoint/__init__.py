@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from patchkit.checkpoint.eagle3 import validate_eagle3_drafter
 from patchkit.checkpoint.reader import read_checkpoint
 
-Validator = Callable[[dict, "dict | None"], "list[str]"]
+Validator = Callable[[dict[str, Any], "dict[str, Any] | None"], "list[str]"]
 
 VALIDATORS: dict[str, Validator] = {
     "eagle3-drafter": validate_eagle3_drafter,
@@ -24,7 +25,7 @@ VALIDATORS: dict[str, Validator] = {
 READER_PATH = Path(__file__).with_name("reader.py")
 
 
-def validate(name: str, view: dict, target: dict | None = None) -> list[str]:
+def validate(name: str, view: dict[str, Any], target: dict[str, Any] | None = None) -> list[str]:
     """Run the validator called ``name`` on a ``read_checkpoint`` view; ``[]`` is valid."""
     try:
         validator = VALIDATORS[name]

@@ -20,7 +20,7 @@ Every problem is one line, prefixed by the file it concerns; all are returned at
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
@@ -32,7 +32,7 @@ NUM_AUX_HIDDEN_STATES = 3
 LAYER_PREFIXES = ("midlayer.", "layers.0.")
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64", "F8_E4M3", "F8_E5M2")
 
-Shape = list  # of int | None (None: unknown, e.g. the config value is missing)
+Shape = list[int | None]  # None: unknown, e.g. the config value is missing
 
 
 def _fmt_shape(shape: Shape) -> str:
@@ -52,17 +52,17 @@ def _add(*values: int | None) -> int | None:
     return None if any(v is None for v in values) else sum(values)  # type: ignore[arg-type]
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 class _Validation:
-    def __init__(self, view: dict, target: dict | None) -> None:
+    def __init__(self, view: dict[str, Any], target: dict[str, Any] | None) -> None:
         self.view = view if isinstance(view, dict) else {}
-        self.target = target
+        self.target: Any = target  # JSON, from the host's config file too: its type is checked (check_target)
         self.problems: list[str] = [str(p) for p in (self.view.get("problems") or [])]
         config = self.view.get("config")
-        self.config: dict | None = config if isinstance(config, dict) else None
+        self.config: dict[str, Any] | None = config if isinstance(config, dict) else None
         self._collect_tensors()
 
     # ---- the view ----------------------------------------------------------------
@@ -71,7 +71,7 @@ class _Validation:
         files = self.view.get("files") or {}
         index = self.view.get("index") or {}
         weight_map = (index.get("weight_map") or {}) if isinstance(index, dict) else {}
-        self.tensors: dict[str, tuple[str, dict]] = {}
+        self.tensors: dict[str, tuple[str, dict[str, Any]]] = {}
         unreadable = set()
         for fname in sorted(files):
             entry = files[fname]
@@ -337,7 +337,7 @@ class _Validation:
                     f"set it explicitly (valid ids are 0..{t_layers})")
 
 
-def validate_eagle3_drafter(view: dict, target: dict | None = None) -> list[str]:
+def validate_eagle3_drafter(view: dict[str, Any], target: dict[str, Any] | None = None) -> list[str]:
     """All problems of the EAGLE-3 drafter described by ``view`` (from ``read_checkpoint``),
     one line each; ``[]`` means valid. ``target``: the target model's config (or just
     ``hidden_size``, ``vocab_size``, ``num_hidden_layers``) to check the pairing against."""

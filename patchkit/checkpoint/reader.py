@@ -36,6 +36,7 @@ import json
 import os
 import struct
 import sys
+from typing import Any, Iterable  # for the type comments (this file has no annotations: see above)
 
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
@@ -62,7 +63,7 @@ class _Bad(Exception):
     """A problem with one file, already phrased for the problems list."""
 
 
-def _names(names):
+def _names(names):  # type: (Iterable[str]) -> str
     names = list(names)
     shown = ", ".join(names[:MAX_NAMES_IN_LINE])
     if len(names) > MAX_NAMES_IN_LINE:
@@ -70,18 +71,18 @@ def _names(names):
     return shown
 
 
-def _is_int(value):
+def _is_int(value):  # type: (object) -> bool
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _describe_error(exc):
+def _describe_error(exc):  # type: (BaseException) -> str
     text = str(exc).strip() or type(exc).__name__
     if len(text) > 200:
         text = text[:200] + "..."
     return text
 
 
-def _read_json_file(path, label):
+def _read_json_file(path, label):  # type: (str, str) -> dict[str, Any]
     """Parse a small JSON file; raise _Bad with a one-line reason."""
     try:
         size = os.path.getsize(path)
@@ -109,7 +110,7 @@ def _read_json_file(path, label):
     return data
 
 
-def _read_header(path, name):
+def _read_header(path, name):  # type: (str, str) -> tuple[int | None, dict[str, Any] | None, list[str]]
     """Return (size, tensors, problems) for one safetensors file.
 
     tensors is None when the header cannot be read at all. problems lists what is
@@ -199,12 +200,12 @@ def _read_header(path, name):
     return size, tensors, problems
 
 
-def _plain_name(name):
+def _plain_name(name):  # type: (object) -> bool
     return (isinstance(name, str) and name not in ("", ".", "..")
             and "/" not in name and "\\" not in name and "\0" not in name)
 
 
-def _read_index(path, view):
+def _read_index(path, view):  # type: (str, dict[str, Any]) -> list[str] | None
     """Parse the index; return the sorted shard names (or None if unusable)."""
     problems = view["problems"]
     try:
@@ -232,7 +233,7 @@ def _read_index(path, view):
     return sorted(set(clean.values()))
 
 
-def _other_weight_files(folder):
+def _other_weight_files(folder):  # type: (str) -> list[str]
     try:
         entries = sorted(os.listdir(folder))
     except OSError:
@@ -241,7 +242,7 @@ def _other_weight_files(folder):
             and not e.startswith(".")]
 
 
-def _read_checkpoint(path, view):
+def _read_checkpoint(path, view):  # type: (str, dict[str, Any]) -> None
     folder = os.path.abspath(os.path.expanduser(str(path)))
     view["path"] = folder
     problems = view["problems"]
@@ -293,13 +294,13 @@ def _read_checkpoint(path, view):
         view["layout"] = "single" if len(shards) == 1 else "multi"
 
     weight_map = (view["index"] or {}).get("weight_map", {})
-    wanted = {}
+    wanted = {}  # type: dict[str, list[str]]
     for tname, shard in weight_map.items():
         wanted.setdefault(shard, []).append(tname)
-    seen_in = {}
+    seen_in = {}  # type: dict[str, list[str]]
     for shard in shards:
         shard_path = os.path.join(folder, shard)
-        entry = {"size": None, "tensors": None}
+        entry = {"size": None, "tensors": None}  # type: dict[str, Any]
         view["files"][shard] = entry
         if not os.path.isfile(shard_path):
             names = sorted(wanted.get(shard, []))
@@ -325,11 +326,11 @@ def _read_checkpoint(path, view):
                             "%s (%s)" % (t, ", ".join(seen_in[t])) for t in duplicated)))
 
 
-def read_checkpoint(path):
+def read_checkpoint(path):  # type: (str) -> dict[str, Any]
     """Read ``path`` (a checkpoint folder) into a JSON-serialisable view; never raises
     for bad input (problems are listed in ``view["problems"]``)."""
     view = {"path": str(path), "config": None, "index": None, "layout": None,
-            "files": {}, "problems": []}
+            "files": {}, "problems": []}  # type: dict[str, Any]
     try:
         _read_checkpoint(path, view)
     except Exception as exc:  # last resort: a reader bug must not kill the host agent
@@ -338,7 +339,7 @@ def read_checkpoint(path):
     return view
 
 
-def main(argv=None):
+def main(argv=None):  # type: (list[str] | None) -> int
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         sys.stderr.write("usage: reader.py CHECKPOINT_DIR\n")

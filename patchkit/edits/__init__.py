@@ -61,7 +61,8 @@ class Edit(BaseModel):
 
     @property
     def op(self) -> EditSpec:
-        return getattr(self, self.kind)
+        spec: EditSpec = getattr(self, self.kind)
+        return spec
 
     def apply(self, source: str) -> EditResult:
         return self.op.apply(source)

@@ -15,14 +15,14 @@ from typing import Any
 
 import libcst as cst
 
-from patchkit.edits.model import (  # noqa: F401 (re-exported)
-    MODULE_SCOPE,
-    EditBug,
-    EditError,
-    EditResult,
-    EditSpec,
-    Scalar,
-    Verdict,
+from patchkit.edits.model import (  # re-exported: the edits import them from here
+    MODULE_SCOPE as MODULE_SCOPE,
+    EditBug as EditBug,
+    EditError as EditError,
+    EditResult as EditResult,
+    EditSpec as EditSpec,
+    Scalar as Scalar,
+    Verdict as Verdict,
 )
 from patchkit.edits.tree import SourceTree, Walk
 

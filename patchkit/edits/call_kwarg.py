@@ -82,7 +82,7 @@ def _append_to(args: list[cst.Arg], opening: cst.BaseParenthesizableWhitespace, 
         if indent is None and isinstance(ws, cst.ParenthesizedWhitespace):
             indent = ws.last_line
     trailing = isinstance(last.comma, cst.Comma)
-    end_ws = last.comma.whitespace_after if trailing else last.whitespace_after_arg
+    end_ws = last.comma.whitespace_after if isinstance(last.comma, cst.Comma) else last.whitespace_after_arg
     if indent is not None and isinstance(end_ws, cst.ParenthesizedWhitespace):
         # One argument per line: new argument on its own line, closing paren where it was.
         moved = cst.ParenthesizedWhitespace(first_line=end_ws.first_line, indent=True, last_line=indent)

@@ -11,10 +11,12 @@ import libcst as cst
 from patchkit.edits.base import EditError, EditResult, parse_module
 
 if TYPE_CHECKING:
+    from libcst.codemod import Codemod
+
     from patchkit.edits.specs import CodemodEdit
 
 
-def _load(spec: CodemodEdit) -> type:
+def _load(spec: CodemodEdit) -> type[cst.CSTTransformer] | type[Codemod]:
     from libcst.codemod import Codemod  # 0.3 s to import: only when a recipe uses it
 
     path = spec.module_path()
@@ -39,14 +41,16 @@ def run(spec: CodemodEdit, source: str) -> EditResult:
     module = parse_module(source)
     try:
         if issubclass(cls, Codemod):
-            transformer = cls(CodemodContext(), **spec.args)
+            codemod = cls(CodemodContext(), **spec.args)
+            transformer: object = codemod
             try:
-                new = transformer.transform_module(module)
+                new = codemod.transform_module(module)
             except SkipFile as skip:
                 return EditResult("not_found", source, f"{spec.transformer} skipped the file: {skip}")
         else:
-            transformer = cls(**spec.args)
-            new = module.visit(transformer)
+            visitor = cls(**spec.args)
+            transformer = visitor
+            new = module.visit(visitor)
     except EditError:
         raise
     except Exception as exc:

@@ -42,7 +42,7 @@ class DictSetter:
         return through(value, lambda node: self._edit(node, layout))
 
     def _edit(self, value: cst.BaseExpression, layout: Layout) -> Edited:
-        parts: list[cst.Dict] = displays(value, (cst.Dict,), "a dict literal")  # type: ignore[assignment]
+        parts: list[cst.Dict] = displays(value, (cst.Dict,), "a dict literal")
         pairs = [e for p in parts for e in p.elements if isinstance(e, cst.DictElement)]
         strings = [e.key for e in pairs] + [e.value for e in pairs]  # whose quotes to follow
         key = literal_key(self.spec.key)

@@ -29,12 +29,12 @@ from patchkit.edits.sequence import Seq, insert_item
 if TYPE_CHECKING:
     from patchkit.edits.specs import ListInsert
 
-COLLECTIONS = (cst.List, cst.Tuple, cst.Set)
+COLLECTIONS: tuple[type[cst.List | cst.Tuple | cst.Set], ...] = (cst.List, cst.Tuple, cst.Set)
 WHAT = "a list, tuple or set literal"
 
 
 def element_values(node: Seq) -> list[tuple[bool, object]]:
-    return [literal_of(e.value) if isinstance(e, cst.Element) else (False, None) for e in node.elements]  # type: ignore[union-attr]
+    return [literal_of(e.value) if isinstance(e, cst.Element) else (False, None) for e in node.elements]
 
 
 def unique(values: Sequence[object]) -> list[object]:
@@ -75,13 +75,13 @@ class Inserter:
         parts = displays(value, COLLECTIONS, WHAT)
         wanted = unique(self.spec.values)
         check_set_collisions(parts, wanted)
-        present = {literal_key(v) for part in parts for ok, v in element_values(part) if ok}  # type: ignore[arg-type]
+        present = {literal_key(v) for part in parts for ok, v in element_values(part) if ok}
         missing = [v for v in wanted if literal_key(v) not in present]
         if not missing:
             return None
         part, index, where = self._position(parts)
         node = part
-        quote = layout.quote(quote_style([e.value for p in parts for e in p.elements if isinstance(e, cst.Element)]))  # type: ignore[union-attr]
+        quote = layout.quote(quote_style([e.value for p in parts for e in p.elements if isinstance(e, cst.Element)]))
         for offset, v in enumerate(missing):
             node = insert_item(node, cst.Element(literal_node(v, quote, layout.avoid)), index + offset, layout.unit)
         added = ", ".join(repr(v) for v in missing)

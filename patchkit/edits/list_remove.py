@@ -11,7 +11,7 @@ from patchkit.edits.base import EditResult, Layout, literal_key
 from patchkit.edits.list_insert import COLLECTIONS, WHAT, check_set_collisions, element_values, unique
 from patchkit.edits.paths import Edited, displays, replace_parts, through
 from patchkit.edits.places import run_value_edit
-from patchkit.edits.sequence import remove_item
+from patchkit.edits.sequence import Seq, remove_item
 
 if TYPE_CHECKING:
     from patchkit.edits.specs import ListRemove
@@ -36,11 +36,11 @@ class Remover:
         removed: list[object] = []
         new: dict[int, cst.BaseExpression] = {}
         for part in parts:
-            values = element_values(part)  # type: ignore[arg-type]
+            values = element_values(part)
             doomed = [i for i, (ok, v) in enumerate(values) if ok and literal_key(v) in keys]
             if not doomed:
                 continue
-            node = part
+            node: Seq = part
             for i in reversed(doomed):
                 node = remove_item(node, i)
             removed.extend(values[i][1] for i in doomed)

@@ -13,12 +13,14 @@ through `+` (lists, tuples) or `|` (sets, dicts) chains: in `BASE + ["a"]` the d
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Protocol, Sequence, TypeVar
 
 import libcst as cst
 
 from patchkit.edits.base import EditError, Layout, literal_of, literal_key, python_equal, snippet
 from patchkit.edits.model import Scalar
+
+D = TypeVar("D", bound=cst.BaseExpression)  # a kind of display (list, dict...)
 
 Edited = tuple[cst.BaseExpression, str] | None  # (new node, what was done), None: already in place
 
@@ -79,9 +81,9 @@ def _child(node: cst.BaseExpression, step: Scalar) -> tuple[cst.BaseExpression, 
         if not -len(elements) <= step < len(elements):
             raise EditError(f"{kind_of(node)} has {len(elements)} elements, no index {step}")
         index = step % len(elements)
-        element = elements[index]
-        return element.value, lambda new: node.with_changes(
-            elements=_replace(elements, index, element.with_changes(value=new)))
+        item = elements[index]
+        return item.value, lambda new: node.with_changes(
+            elements=_replace(elements, index, item.with_changes(value=new)))
     if isinstance(node, cst.Call):
         index = call_arg_index(node, step)
         if index is None:
@@ -147,7 +149,7 @@ def chain(node: cst.BaseExpression, operators: tuple[type, ...]) -> list[cst.Bas
     return [node]
 
 
-def displays(node: cst.BaseExpression, kinds: tuple[type, ...], what: str) -> list[cst.BaseExpression]:
+def displays(node: cst.BaseExpression, kinds: tuple[type[D], ...], what: str) -> list[D]:
     """The displays of `kinds` in `node` or in its `+`/`|` chain; an error naming what is there."""
     parts = [p for p in chain(node, (cst.Add, cst.BitOr)) if isinstance(p, kinds)]
     if not parts:

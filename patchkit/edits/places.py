@@ -32,9 +32,12 @@ from patchkit.edits.base import (
     scope_matches,
     snippet,
 )
-from patchkit.edits.paths import Edited, ValueOp, call_arg_index, edit_at
+from patchkit.edits.paths import ValueOp, call_arg_index, edit_at
 from patchkit.edits.specs import Choose, Where
 from patchkit.edits.tree import Location, SourceTree, replacement
+
+
+Rebuilt = tuple[cst.CSTNode, str] | None  # (the rebuilt node, what was done), None: already in place
 
 
 @dataclass
@@ -137,7 +140,7 @@ class Locator(ScopedTransformer):
     def describe(self) -> str:
         raise NotImplementedError
 
-    def rebuild(self, node: cst.CSTNode) -> Edited:
+    def rebuild(self, node: cst.CSTNode) -> Rebuilt:
         """The node with the edit made (EditError: it cannot be), None when already in place."""
         raise NotImplementedError
 
@@ -349,7 +352,7 @@ class AssignmentLocator(Locator):
     def leave_AugAssign(self, original: cst.AugAssign, updated: cst.AugAssign) -> cst.AugAssign:
         return self.finish(original, updated)  # type: ignore[return-value]
 
-    def rebuild(self, node: cst.CSTNode) -> Edited:
+    def rebuild(self, node: cst.CSTNode) -> Rebuilt:
         assert isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and node.value is not None
         edited = edit_at(node.value, self.spec.path, self.op, self.layout)
         return None if edited is None else (node.with_changes(value=edited[0]), edited[1])
@@ -422,7 +425,7 @@ class CallArgLocator(CallLocator):
     def describe(self) -> str:
         return self.spec.describe_target()
 
-    def rebuild(self, node: cst.CSTNode) -> Edited:
+    def rebuild(self, node: cst.CSTNode) -> Rebuilt:
         assert isinstance(node, cst.Call)
         index = call_arg_index(node, self.spec.arg)
         if index is None:
@@ -455,7 +458,7 @@ class ReturnLocator(Locator):
     def leave_Return(self, original: cst.Return, updated: cst.Return) -> cst.Return:
         return self.finish(original, updated)  # type: ignore[return-value]
 
-    def rebuild(self, node: cst.CSTNode) -> Edited:
+    def rebuild(self, node: cst.CSTNode) -> Rebuilt:
         assert isinstance(node, cst.Return) and node.value is not None
         edited = edit_at(node.value, self.spec.path, self.op, self.layout)
         return None if edited is None else (node.with_changes(value=edited[0]), edited[1])
@@ -503,7 +506,7 @@ class DefaultLocator(Locator):
     def leave_Param(self, original: cst.Param, updated: cst.Param) -> cst.Param:
         return self.finish(original, updated)  # type: ignore[return-value]
 
-    def rebuild(self, node: cst.CSTNode) -> Edited:
+    def rebuild(self, node: cst.CSTNode) -> Rebuilt:
         assert isinstance(node, cst.Param) and node.default is not None
         edited = edit_at(node.default, self.spec.path, self.op, self.layout)
         return None if edited is None else (node.with_changes(default=edited[0]), edited[1])

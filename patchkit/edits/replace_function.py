@@ -190,7 +190,7 @@ def _wanted_statements(spec: ReplaceFunction) -> tuple[list[cst.BaseStatement], 
     header = _strip_blank_edges(parsed.header, leading=True)
     first = statements[0]
     statements[0] = first.with_changes(leading_lines=[*header, *first.leading_lines])
-    return statements, _strip_blank_edges(parsed.footer, leading=False)
+    return [*statements], _strip_blank_edges(parsed.footer, leading=False)
 
 
 def _string_value(node: cst.BaseExpression) -> bool:
@@ -235,6 +235,7 @@ def _new_block(spec: ReplaceFunction, function: cst.FunctionDef) -> tuple[cst.In
         # `indent` and `header` (the comment after the colon) are the function's: kept.
         return old.with_changes(body=statements, footer=[*footer, *trailing_blank]), kept_docstring
     # A one-line body (`def f(): return 1`) becomes a block at the module's default indent.
+    assert isinstance(old, cst.SimpleStatementSuite)
     return cst.IndentedBlock(body=statements, header=old.trailing_whitespace, footer=footer), kept_docstring
 
 

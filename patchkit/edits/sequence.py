@@ -84,6 +84,13 @@ def _has_comma(item: cst.CSTNode) -> bool:
     return isinstance(getattr(item, "comma", None), cst.Comma)
 
 
+def _comma(item: cst.CSTNode) -> cst.Comma:
+    """The item's comma, where the caller read whitespace from it (so it has one)."""
+    comma = getattr(item, "comma", None)
+    assert isinstance(comma, cst.Comma)
+    return comma
+
+
 def insert_item(node: Seq, item: Item, index: int, unit: str = "    ") -> Seq:
     """Return `node` with `item` inserted at `index`, laid out like its neighbours.
 
@@ -112,9 +119,10 @@ def insert_item(node: Seq, item: Item, index: int, unit: str = "    ") -> Seq:
         if indent is not None and isinstance(before_ws, cst.ParenthesizedWhitespace):
             # before's comment stays on before's line; comment lines stay ahead of the next item.
             elements[index - 1] = before.with_changes(
-                comma=before.comma.with_changes(whitespace_after=_line_break(indent, before_ws.first_line))
+                comma=_comma(before).with_changes(whitespace_after=_line_break(indent, before_ws.first_line))
             )
-            new_comma = cst.Comma(whitespace_after=_line_break(before_ws.last_line, _CLEAN_LINE, before_ws.empty_lines))
+            new_comma: cst.Comma | cst.MaybeSentinel = cst.Comma(
+                whitespace_after=_line_break(before_ws.last_line, _CLEAN_LINE, before_ws.empty_lines))
         else:
             new_comma = before.comma if _has_comma(before) else _inline_separator(elements)
         elements.insert(index, item.with_changes(comma=new_comma))
@@ -127,14 +135,14 @@ def insert_item(node: Seq, item: Item, index: int, unit: str = "    ") -> Seq:
         elements[-1] = last.with_changes(
             comma=cst.Comma(whitespace_after=_line_break(indent, close.first_line))
         )
-        new_comma = cst.Comma() if trailing else cst.MaybeSentinel.DEFAULT
-        elements.append(item.with_changes(comma=new_comma))
+        last_comma: cst.Comma | cst.MaybeSentinel = cst.Comma() if trailing else cst.MaybeSentinel.DEFAULT
+        elements.append(item.with_changes(comma=last_comma))
         new_close = _line_break(close.last_line, _CLEAN_LINE, close.empty_lines)
         return _with_close_ws(node.with_changes(elements=elements), new_close)
 
     # Inline (or hanging) layout: reuse the separator between the previous two items.
     if len(elements) >= 2 and _has_comma(elements[-2]):
-        sep = elements[-2].comma
+        sep = _comma(elements[-2])
         if isinstance(sep.whitespace_after, cst.ParenthesizedWhitespace):
             sep = cst.Comma(whitespace_after=_line_break(sep.whitespace_after.last_line))
     else:
@@ -200,7 +208,7 @@ def remove_item(node: Seq, index: int) -> Seq:
             prev_ws = _comma_ws(prev)
             if isinstance(prev_ws, cst.ParenthesizedWhitespace) and lines_before_next is not None:
                 elements[index - 1] = prev.with_changes(
-                    comma=prev.comma.with_changes(whitespace_after=prev_ws.with_changes(empty_lines=lines_before_next))
+                    comma=_comma(prev).with_changes(whitespace_after=prev_ws.with_changes(empty_lines=lines_before_next))
                 )
         return node.with_changes(elements=elements)
 

@@ -33,7 +33,7 @@ def label(spec: SetValue) -> str:
 
 def strings_of(value: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The value and, for a display, its items and keys: whose quotes a new value follows."""
-    items = [value]
+    items: list[object] = [value]
     for element in getattr(value, "elements", []):
         items += [getattr(element, "key", None), getattr(element, "value", None)]
     return [i for i in items if isinstance(i, cst.BaseExpression)]

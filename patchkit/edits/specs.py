@@ -48,7 +48,7 @@ class _Engine(EditSpec):
     _engine: str = ""
 
     def apply(self, source: str) -> EditResult:
-        result = import_module(f"patchkit.edits.{self._engine}").run(self, source)
+        result: EditResult = import_module(f"patchkit.edits.{self._engine}").run(self, source)
         if result.verdict == "changed":
             error = compile_error(source, result.source)
             if error is not None:
@@ -140,7 +140,7 @@ def _target_expression(text: str) -> ast.expr:
     return node
 
 
-def _check_callee(value: Any) -> Any:
+def _check_callee(value: str | list[str] | None) -> None:
     texts = [value] if isinstance(value, str) else value or []
     if not texts and value is not None:
         raise ValueError("callee: give at least one")
@@ -149,7 +149,6 @@ def _check_callee(value: Any) -> Any:
             ast.parse(text.strip(), mode="eval")
         except SyntaxError:
             raise ValueError(f"callee {text!r} is not a Python expression like f, mod.f or super().__init__") from None
-    return value
 
 
 Target = Literal["assignment", "call_arg", "return", "default"]
@@ -187,7 +186,8 @@ class Where(Choose):
     @field_validator("callee")
     @classmethod
     def _callee_is_an_expression(cls, value: str | list[str] | None) -> str | list[str] | None:
-        return _check_callee(value)
+        _check_callee(value)
+        return value
 
     @field_validator("arg")
     @classmethod
@@ -267,7 +267,8 @@ class CallKwarg(_Engine, Choose, WantsValue):
     @field_validator("callee")
     @classmethod
     def _callee_is_an_expression(cls, value: str | list[str]) -> str | list[str]:
-        return _check_callee(value)
+        _check_callee(value)
+        return value
 
     @property
     def callees(self) -> list[str]:
@@ -327,7 +328,7 @@ class ReplaceFunction(_Engine, Pick):
             raise ValueError(
                 f"body of {self.function} is not valid Python: {exc.msg} (body line {exc.lineno})"
             ) from None
-        if not tree.body:
+        if not isinstance(tree, ast.Module) or not tree.body:
             raise ValueError(f"body of {self.function} has no statements (write `pass` for an empty body)")
         return self
 

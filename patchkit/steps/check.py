@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from patchkit.agent.protocol import CHECK
 from patchkit.errors import HostError
 from patchkit.recipe import Step
 from patchkit.results import Check, RunRecord, StepResult
@@ -9,12 +10,12 @@ from patchkit.steps.context import HostContext, gate
 from patchkit.steps.kind import Planned, StepKind
 
 
-class CheckKind(StepKind):
+class CheckKind(StepKind[bool]):
     """A check changes nothing: its plan is its gate, its apply runs it, it has no state to undo."""
 
     name = "check"
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned:
+    async def plan(self, ctx: HostContext, step: Step) -> Planned[bool]:
         """data: True when the gate lets the check run (apply runs it; a plan never does)."""
         spec = step.check
         assert spec is not None
@@ -28,15 +29,15 @@ class CheckKind(StepKind):
         result.status, result.message = "skipped", "checks run on apply, not in plan"
         return Planned(result, True)
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned[bool]) -> StepResult:
         if ctx.dry_run or not planned.data:
             return planned.result
         spec = step.check
         assert spec is not None
         result = planned.result.model_copy(update={"status": "failed", "message": ""})
         try:
-            outcome = await ctx.agent.call("check", code=spec.python, timeout_s=spec.timeout_s,
-                                           timeout=spec.timeout_s + 60)
+            outcome = await ctx.agent.call(CHECK({"code": spec.python, "timeout_s": spec.timeout_s}),
+                                           reply_wait=spec.timeout_s + 60)
         except HostError as exc:
             result.message = str(exc)
             return result
@@ -54,7 +55,8 @@ class CheckKind(StepKind):
         result.message = f"{spec.message}: {reason}" if spec.message else reason
         return result
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
+    async def state(self, ctx: HostContext, step: Step, planned: Planned[bool],
+                    records: list[RunRecord]) -> StepResult:
         return StepResult(name=step.name, kind="check", status="not-applicable",
                           message="a check has no state; apply runs it")
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchkit.agent import AgentClient
 from patchkit.agent.client import Pending
+from patchkit.agent.protocol import LOCATE, JournalListReply, LocateReply
 from patchkit.edits import EditResult
 from patchkit.journal import Journal
 from patchkit.recipe import LoadedRecipe
@@ -45,8 +46,8 @@ class HostContext:
     # Journal a step that is about to change the host, before it does (see apply_deploy):
     # if the connection dies half-way, the run's record already names what may have changed.
     record_intent: Callable[[StepResult], Awaitable[None]] = _no_intent
-    _located: dict[str, Any] = field(default_factory=dict)
-    records_request: Pending | None = None  # the journal listing asked for at the run's start
+    _located: dict[str, LocateReply] = field(default_factory=dict)
+    records_request: Pending[JournalListReply] | None = None  # the journal listing asked for at the run's start
     _records: list[RunRecord] | None = None
 
     async def records(self) -> list[RunRecord]:
@@ -62,11 +63,11 @@ class HostContext:
         """Rewrite an earlier run's record (a change it left unverified, now settled)."""
         await self.journal.write(record)
 
-    async def locate(self, package: str, modules: list[str], read_first: bool = False) -> dict[str, Any]:
+    async def locate(self, package: str, modules: list[str], read_first: bool = False) -> LocateReply:
         key = f"{package}\0{read_first}\0" + "\0".join(modules)
         if key not in self._located:
-            self._located[key] = await self.agent.call("locate", package=package, modules=modules,
-                                                       read_first=read_first)
+            self._located[key] = await self.agent.call(LOCATE({"package": package, "modules": modules,
+                                                               "read_first": read_first}))
         return self._located[key]
 
 
@@ -79,10 +80,10 @@ class Gate:
     fail: str | None = None
 
 
-async def gate(ctx: HostContext, package: str | None, versions: str | None, modules: list[str] = (),
-               read_first: bool = False) -> tuple[Gate, dict[str, Any]]:
+async def gate(ctx: HostContext, package: str | None, versions: str | None, modules: Sequence[str] = (),
+               read_first: bool = False) -> tuple[Gate, LocateReply]:
     if package is None:
-        return Gate(None), {}
+        return Gate(None), {"found": False}
     located = await ctx.locate(package, list(modules), read_first)
     python = ctx.agent.info.get("python", "the target interpreter")
     if not located["found"]:

@@ -13,19 +13,24 @@ from __future__ import annotations
 import json
 import posixpath
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from patchkit.agent import AgentClient
 from patchkit.agent.client import PART_SUFFIX, Pending
+from patchkit.agent.protocol import (
+    HASH, MANIFEST, PART_INFO, READ, READ_CHECKPOINT, RECEIVE_FILE, REMOVE_FILE, RESTORE,
+    ManifestReply, ReceiveFileReply,
+)
 from patchkit.checkpoint import VALIDATORS
 from patchkit.errors import HostError, UsageError
 from patchkit.manifest import FileEntry, sha256_of, source_manifest
-from patchkit.recipe import Step
-from patchkit.results import RunRecord, StepResult
+from patchkit.recipe import DeployStep, DeployTarget, Step
+from patchkit.results import DeployedFile, RunRecord, StepResult, deployed_files
 from patchkit.steps.context import HostContext
-from patchkit.steps.kind import Planned, StepKind
+from patchkit.steps.kind import Planned, StepKind, Undone
+
+T = TypeVar("T")
 
 
 def source_path(ctx: HostContext, src: str) -> Path:
@@ -33,11 +38,12 @@ def source_path(ctx: HostContext, src: str) -> Path:
     return path if path.is_absolute() else (ctx.loaded.path.parent / path).resolve()
 
 
-def _shared(ctx: HostContext, key: str, make: Any) -> Any:
+def _shared(ctx: HostContext, key: str, make: Callable[[], T]) -> T:
     """Computed once per run for all hosts (source hashing and validation)."""
     if key not in ctx.edits.memo:
         ctx.edits.memo[key] = make()
-    return ctx.edits.memo[key]
+    shared: T = ctx.edits.memo[key]
+    return shared
 
 
 def _source(ctx: HostContext, step: Step) -> tuple[Path, list[FileEntry], list[str]]:
@@ -60,24 +66,25 @@ def _source(ctx: HostContext, step: Step) -> tuple[Path, list[FileEntry], list[s
     return src, entries, problems
 
 
-def _local_target(ctx: HostContext, target: Any) -> dict | None:
+def _local_target(ctx: HostContext, target: DeployTarget | None) -> dict[str, Any] | None:
     if target is None or target.config is not None:
         return None  # a config on the host is read there, after the copy
     return target.model_dump(exclude_none=True, exclude={"config"})
 
 
-async def _host_target(ctx: HostContext, target: Any) -> dict | None:
+async def _host_target(ctx: HostContext, target: DeployTarget | None) -> dict[str, Any] | None:
     if target is None:
         return None
     if target.config is None:
         return target.model_dump(exclude_none=True, exclude={"config"})
     import base64
 
-    read = await ctx.agent.call("read", path=target.config)
+    read = await ctx.agent.call(READ({"path": target.config}))
     if not read["exists"]:
         raise HostError(f"target config {target.config} does not exist on the host")
     try:
-        return json.loads(base64.b64decode(read["content_b64"]))
+        config: dict[str, Any] | None = json.loads(base64.b64decode(read["content_b64"]))
+        return config  # any JSON: the validator says if it is no config mapping
     except ValueError:
         raise HostError(f"target config {target.config} is not JSON") from None
 
@@ -86,7 +93,12 @@ def _cache_file(ctx: HostContext) -> str:
     return posixpath.join(ctx.journal.state_dir, "hashcache.json")
 
 
-async def plan_deploy(ctx: HostContext, step: Step) -> tuple[StepResult, list[FileEntry], dict]:
+# What a deploy's plan hands its apply and state: the result, the files to send, and the
+# host's manifest of dest (None: the plan failed before it was read).
+DeployPlan = tuple[StepResult, list[FileEntry], ManifestReply | None]
+
+
+async def plan_deploy(ctx: HostContext, step: Step) -> DeployPlan:
     spec = step.deploy
     assert spec is not None
     result = StepResult(name=step.name, kind="deploy", status="failed", file=spec.dest)
@@ -94,19 +106,19 @@ async def plan_deploy(ctx: HostContext, step: Step) -> tuple[StepResult, list[Fi
         src, entries, problems = _source(ctx, step)
     except UsageError as exc:
         result.message = str(exc)
-        return result, [], {}
+        return result, [], None
     if problems:
         result.message = f"source {src} is not a valid {spec.validate_as}; nothing sent:\n" + "\n".join(problems)
-        return result, [], {}
-    remote = await ctx.agent.call("manifest", dest=spec.dest, cache_file=_cache_file(ctx), verify_all=ctx.verify_all,
-                                  timeout=3600)
+        return result, [], None
+    remote = await ctx.agent.call(MANIFEST({"dest": spec.dest, "cache_file": _cache_file(ctx),
+                                            "verify_all": ctx.verify_all}), reply_wait=3600)
     if remote["exists"] and src.is_dir() and not remote["is_dir"]:
         result.message = f"{spec.dest} is a file on the host, the source {src} a folder"
         return result, [], remote
     if src.is_file() and remote["is_dir"]:
         result.message = f"{spec.dest} is a folder on the host; a file source needs dest to be the file's path"
         return result, [], remote
-    todo = [e for e in entries if remote["files"].get(e.rel, {}).get("sha256") != e.sha256]
+    todo = [e for e in entries if _sha256_at(remote, e.rel) != e.sha256]
     total = sum(e.size for e in entries)
     result.details = {"files_total": len(entries), "bytes_total": total,
                       "files_to_send": len(todo), "bytes_to_send": sum(e.size for e in todo)}
@@ -118,12 +130,17 @@ async def plan_deploy(ctx: HostContext, step: Step) -> tuple[StepResult, list[Fi
     return result, todo, remote
 
 
-def _dest_root(spec: Any, src: Path) -> str:
+def _sha256_at(remote: ManifestReply, rel: str) -> str | None:
+    there = remote["files"].get(rel)
+    return there["sha256"] if there else None
+
+
+def _dest_root(spec: DeployStep, src: Path) -> str:
     """The folder files land in: dest itself for a folder source; dest's parent for a file."""
     return spec.dest if src.is_dir() else posixpath.dirname(spec.dest.rstrip("/")) or "/"
 
 
-async def apply_deploy(ctx: HostContext, step: Step, planned: tuple[StepResult, list[FileEntry], dict]) -> StepResult:
+async def apply_deploy(ctx: HostContext, step: Step, planned: DeployPlan) -> StepResult:
     spec = step.deploy
     assert spec is not None
     result, todo, remote = planned
@@ -134,6 +151,7 @@ async def apply_deploy(ctx: HostContext, step: Step, planned: tuple[StepResult, 
             return await _complete_cut_off(ctx, step, result, *cut)
     if result.status != "changed" or ctx.dry_run:
         return result
+    assert remote is not None  # a change was planned from the host's manifest
     src = source_path(ctx, spec.src)
     root = _dest_root(spec, src)
     if spec.validate_as and spec.target is not None:
@@ -142,7 +160,7 @@ async def apply_deploy(ctx: HostContext, step: Step, planned: tuple[StepResult, 
         except HostError as exc:
             result.status, result.message = "failed", f"{exc}; nothing sent"
             return result
-    written: list[dict[str, Any]] = []  # the files that landed, as the host reported them
+    written: list[DeployedFile] = []  # the files that landed, as the host reported them
     backups = posixpath.join(ctx.journal.state_dir, "backups", ctx.run_id, step.name)
     backup_of = {e.rel: posixpath.join(backups, e.rel) for e in todo}
     await ctx.record_intent(_intent(result, todo, remote, root, backup_of).model_copy(update={"backup": backups}))
@@ -150,7 +168,7 @@ async def apply_deploy(ctx: HostContext, step: Step, planned: tuple[StepResult, 
     try:
         await _send_files(ctx, src, root, todo, remote, backup_of, written)
         if spec.validate_as:
-            view = await ctx.agent.call("read_checkpoint", path=spec.dest, timeout=600)
+            view = await ctx.agent.call(READ_CHECKPOINT({"path": spec.dest}), reply_wait=600)
             problems = VALIDATORS[spec.validate_as](view, await _host_target(ctx, spec.target))
             if problems:
                 raise HostError(f"{spec.dest} on the host is not a valid {spec.validate_as}:\n" + "\n".join(problems))
@@ -162,28 +180,29 @@ async def apply_deploy(ctx: HostContext, step: Step, planned: tuple[StepResult, 
         result.details = {**(result.details or {}), "files": [], "bytes_sent": sent}
         return result
     sent = _bytes_sent(todo, written)
-    result.details = {**(result.details or {}), "files": written, "bytes_sent": sent}
-    resumed = sum(1 for w in written if w["resumed_from"])
+    result.details = {**(result.details or {}), "files": [w.as_json() for w in written], "bytes_sent": sent}
+    resumed = sum(1 for w in written if w.resumed_from)
     result.message = (f"sent {len(written)} file(s), {_size(sent)}" + (f" ({resumed} resumed)" if resumed else "")
                       + (f"; {spec.validate_as} valid at {spec.dest}" if spec.validate_as else ""))
     result.backup = backups
     return result
 
 
-async def _send_files(ctx: HostContext, src: Path, root: str, todo: list[FileEntry], remote: dict[str, Any],
-                      backup_of: dict[str, str], written: list[dict[str, Any]]) -> None:
+async def _send_files(ctx: HostContext, src: Path, root: str, todo: list[FileEntry], remote: ManifestReply,
+                      backup_of: dict[str, str], written: list[DeployedFile]) -> None:
     """Stream every file, one after the other without waiting for the host's answers (it
     answers in order), then read the answers: no round trip per file. What landed goes into
     `written` even if another file failed (the caller undoes it)."""
     offsets = [await _resume_offset(ctx, root, entry.rel, _local(src, entry), entry, remote) for entry in todo]
-    pending: list[tuple[int, Pending]] = []
+    pending: list[tuple[int, Pending[ReceiveFileReply]]] = []
     failure: HostError | None = None
     for entry, offset in zip(todo, offsets):
         try:
-            pending.append((offset, await ctx.agent.send_file(
-                "receive_file", _local(src, entry), offset, entry.size - offset,
-                dest=root, rel=entry.rel, offset=offset, length=entry.size - offset, expected_sha256=entry.sha256,
-                mode=entry.mode, backup_path=backup_of[entry.rel], cache_file=_cache_file(ctx))))
+            pending.append((offset, await ctx.agent.send_file(RECEIVE_FILE({
+                "dest": root, "rel": entry.rel, "offset": offset, "length": entry.size - offset,
+                "expected_sha256": entry.sha256, "mode": entry.mode, "backup_path": backup_of[entry.rel],
+                "cache_file": _cache_file(ctx),
+            }), _local(src, entry), offset, entry.size - offset)))
         except HostError as exc:  # the connection broke: the answers that did come are still read
             failure = exc
             break
@@ -193,10 +212,10 @@ async def _send_files(ctx: HostContext, src: Path, root: str, todo: list[FileEnt
         except HostError as exc:
             failure = failure or exc
             continue
-        written.append({"rel": entry.rel, "path": done["path"], "sha256_after": done["sha256"],
-                        "sha256_before": done["sha256_before"], "backup": done["backup"],
-                        "mode_before": done.get("mode_before"),
-                        "resumed_from": offset, "created_dirs": done.get("created_dirs", [])})
+        written.append(DeployedFile(rel=entry.rel, path=done["path"], sha256_after=done["sha256"],
+                                    sha256_before=done["sha256_before"], backup=done["backup"],
+                                    mode_before=done.get("mode_before"), resumed_from=offset,
+                                    created_dirs=done.get("created_dirs", [])))
     if failure is not None:
         raise failure
 
@@ -205,26 +224,26 @@ def _local(src: Path, entry: FileEntry) -> Path:
     return src / entry.rel if src.is_dir() else src
 
 
-def _bytes_sent(todo: list[FileEntry], written: list[dict[str, Any]]) -> int:
+def _bytes_sent(todo: list[FileEntry], written: list[DeployedFile]) -> int:
     size = {entry.rel: entry.size for entry in todo}
-    return sum(size[w["rel"]] - w["resumed_from"] for w in written)
+    return sum(size[w.rel] - w.resumed_from for w in written)
 
 
-def _intent(result: StepResult, todo: list[Any], remote: dict[str, Any], root: str,
+def _intent(result: StepResult, todo: list[FileEntry], remote: ManifestReply, root: str,
             backup_of: dict[str, str]) -> StepResult:
     """The step as the journal should see it if the run dies mid-transfer: every file it is
     about to write, with what was there before. A rollback of that run puts back what did
     change (a file at its new hash) and leaves the rest (still at its old hash, or absent)."""
     planned = []
     for entry in todo:
-        before = remote["files"].get(entry.rel) or {}
-        planned.append({"rel": entry.rel, "path": posixpath.join(root, entry.rel), "sha256_after": entry.sha256,
-                        "sha256_before": before.get("sha256"), "mode_before": before.get("mode"),
-                        "backup": backup_of[entry.rel] if before else None, "resumed_from": 0,
-                        "created_dirs": [], "planned": True})
+        before = remote["files"].get(entry.rel)
+        planned.append(DeployedFile(
+            rel=entry.rel, path=posixpath.join(root, entry.rel), sha256_after=entry.sha256,
+            sha256_before=before["sha256"] if before else None, mode_before=before["mode"] if before else None,
+            backup=backup_of[entry.rel] if before else None, resumed_from=0, created_dirs=[], planned=True))
     return result.model_copy(update={
         "message": f"interrupted while sending {len(todo)} file(s)",
-        "details": {**(result.details or {}), "files": planned, "in_progress": True}})
+        "details": {**(result.details or {}), "files": [f.as_json() for f in planned], "in_progress": True}})
 
 
 def _cut_off(records: list[RunRecord], step_name: str) -> tuple[RunRecord, StepResult] | None:
@@ -247,7 +266,7 @@ async def _complete_cut_off(ctx: HostContext, step: Step, result: StepResult, re
     assert spec is not None
     if spec.validate_as:
         try:
-            view = await ctx.agent.call("read_checkpoint", path=spec.dest, timeout=600)
+            view = await ctx.agent.call(READ_CHECKPOINT({"path": spec.dest}), reply_wait=600)
             problems = VALIDATORS[spec.validate_as](view, await _host_target(ctx, spec.target))
         except HostError as exc:
             problems = [str(exc)]
@@ -257,7 +276,10 @@ async def _complete_cut_off(ctx: HostContext, step: Step, result: StepResult, re
                               f"{spec.validate_as}:\n" + "\n".join(problems) + "\n(rollback puts back what it replaced)")
             return result
     details = dict(done.details or {})
-    details["files"] = [{**f, "planned": False} for f in details.get("files", [])]
+    files = deployed_files(done)
+    for f in files:
+        f.planned = False
+    details["files"] = [f.as_json() for f in files]
     details["in_progress"] = False
     done.details = details
     done.message = f"completed by run {ctx.run_id}"
@@ -274,18 +296,17 @@ def _deployed(records: list[RunRecord], step_name: str) -> dict[str, str]:
             continue
         for done in record.live_steps():
             if done.name == step_name and done.kind == "deploy":
-                out.update({f["path"]: f["sha256_after"] for f in (done.details or {}).get("files", [])
-                            if not f.get("planned")})  # planned: a run that died before it knew
+                out.update({f.path: f.sha256_after for f in deployed_files(done)
+                            if not f.planned})  # planned: a run that died before it knew
     return out
 
 
-async def status_deploy(step: Step, planned_deploy: tuple[StepResult, list[FileEntry], dict],
-                        records: list[RunRecord]) -> StepResult:
+async def status_deploy(step: Step, planned_deploy: DeployPlan, records: list[RunRecord]) -> StepResult:
     """applied | pending | drifted: drifted means a file patchkit deployed changed on the host
     since; a new version at the source (the host untouched) is pending, not drift."""
     planned, _, remote = planned_deploy
     out = planned.model_copy(deep=True)
-    if planned.status == "failed":
+    if planned.status == "failed" or remote is None:  # no manifest: the plan failed before it
         return out
     cut = _cut_off(records, step.name)
     if cut is not None:
@@ -293,10 +314,10 @@ async def status_deploy(step: Step, planned_deploy: tuple[StepResult, list[FileE
         out.message = (f"run {cut[0].run_id} was cut off while deploying (rollback undoes what landed); "
                        f"apply completes and validates it: {planned.message}")
         return out
-    root = remote.get("dest")
+    root = remote["dest"]
     here: dict[str, str] = {}
     if root:
-        for rel, info in remote.get("files", {}).items():
+        for rel, info in remote["files"].items():
             here[posixpath.join(root, rel) if remote["is_dir"] else root] = info["sha256"]
     deployed = {path: sha for path, sha in _deployed(records, step.name).items()
                 if root and (path == root or path.startswith(root.rstrip("/") + "/"))}
@@ -316,58 +337,51 @@ async def status_deploy(step: Step, planned_deploy: tuple[StepResult, list[FileE
     return out
 
 
-async def _resume_offset(ctx: HostContext, root: str, rel: str, local: Path, entry: FileEntry, remote: dict) -> int:
-    if rel not in remote.get("parts", {}):
+async def _resume_offset(ctx: HostContext, root: str, rel: str, local: Path, entry: FileEntry,
+                         remote: ManifestReply) -> int:
+    if rel not in remote["parts"]:
         return 0
-    info = await ctx.agent.call("part_info", dest=root, rel=rel, prefix_len=entry.size)
+    info = await ctx.agent.call(PART_INFO({"dest": root, "rel": rel, "prefix_len": entry.size}))
     n = info["size"]
     if 0 < n <= entry.size and info["sha256"] == sha256_of(local, n):
         return n
     return 0
 
 
-@dataclass(frozen=True)
-class Undone:
-    """What undoing a deploy's files did: all put back (ok), or why not (nothing, or not all)."""
-
-    ok: bool
-    message: str
-
-
-async def undo_files(agent: AgentClient, written: list[dict[str, Any]], force: bool) -> Undone:
+async def undo_files(agent: AgentClient, written: list[DeployedFile], force: bool) -> Undone:
     """Put back what a deploy replaced and remove what it created (newest first), with the
     folders it created. Unless forced, all or nothing: if any file changed since the deploy
     wrote it, nothing is touched (a half-undone checkpoint is worse than either version)."""
     if written and not force:
         try:
-            current = await agent.call("hash", paths=[item["path"] for item in written], timeout=3600)
+            current = await agent.call(HASH({"paths": [item.path for item in written]}), reply_wait=3600)
         except HostError as exc:
             return Undone(False, f"NOT put back (nothing was changed): cannot hash the deployed files: {exc}")
         drifted = []
         for item in written:
-            now = current.get(item["path"])
+            now = current.get(item.path)
             # a restore is also fine if the original is back already; a removal if the file is gone
-            fine = {item["sha256_after"], item["sha256_before"] if item.get("backup") else None}
+            fine = {item.sha256_after, item.sha256_before if item.backup else None}
             if now not in fine:
-                drifted.append(f"{item['path']} changed since the deploy wrote it (sha256 "
-                               f"{(now or 'missing')[:12]}, not {item['sha256_after'][:12]})")
+                drifted.append(f"{item.path} changed since the deploy wrote it (sha256 "
+                               f"{(now or 'missing')[:12]}, not {item.sha256_after[:12]})")
         if drifted:
             return Undone(False, "NOT put back (nothing was changed): " + "; ".join(drifted)
                           + " (--force puts back anyway)")
     problems = []
     for item in reversed(written):
         try:
-            if item.get("backup"):
-                await agent.call("restore", path=item["path"], backup_path=item["backup"],
-                                 expected_current=item["sha256_after"], original_sha256=item["sha256_before"],
-                                 force=force, mode=item.get("mode_before"), timeout=3600)
+            if item.backup:
+                await agent.call(RESTORE({"path": item.path, "backup_path": item.backup,
+                                          "expected_current": item.sha256_after, "original_sha256": item.sha256_before,
+                                          "force": force, "mode": item.mode_before}), reply_wait=3600)
             else:
-                await agent.call("remove_file", path=item["path"], expected_sha256=item["sha256_after"],
-                                 force=force, remove_dirs=item.get("created_dirs") or [])
-            if item.get("planned"):  # the run died mid-transfer: its unfinished part file goes too
-                folder, name = posixpath.split(item["path"])
-                await agent.call("remove_file", path=posixpath.join(folder, f".{name}{PART_SUFFIX}"),
-                                 expected_sha256="", force=True)
+                await agent.call(REMOVE_FILE({"path": item.path, "expected_sha256": item.sha256_after, "force": force,
+                                              "remove_dirs": item.created_dirs}))
+            if item.planned:  # the run died mid-transfer: its unfinished part file goes too
+                folder, name = posixpath.split(item.path)
+                await agent.call(REMOVE_FILE({"path": posixpath.join(folder, f".{name}{PART_SUFFIX}"),
+                                              "expected_sha256": "", "force": True}))
         except HostError as exc:
             problems.append(str(exc))
     if problems:
@@ -397,21 +411,22 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-class DeployKind(StepKind):
+class DeployKind(StepKind[DeployPlan]):
     name = "deploy"
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned:
+    async def plan(self, ctx: HostContext, step: Step) -> Planned[DeployPlan]:
         result, todo, remote = await plan_deploy(ctx, step)
         return Planned(result, (result, todo, remote))
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned[DeployPlan]) -> StepResult:
         return await apply_deploy(ctx, step, planned.data)
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
+    async def state(self, ctx: HostContext, step: Step, planned: Planned[DeployPlan],
+                    records: list[RunRecord]) -> StepResult:
         return await status_deploy(step, planned.data, records)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
-        undone = await undo_files(ctx.agent, (done.details or {}).get("files", []), force=ctx.force)
+        undone = await undo_files(ctx.agent, deployed_files(done), force=ctx.force)
         message = undone.message if not undone.ok else f"{undone.message} (deployed by run {target.run_id})"
         return StepResult(name=done.name, kind="deploy", status="changed" if undone.ok else "failed",
                           file=done.file, message=message)

@@ -14,23 +14,35 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 from patchkit.recipe import Step
 from patchkit.results import RunRecord, StepResult
 from patchkit.steps.context import HostContext
 
 
+Data = TypeVar("Data")  # a kind's own plan data, between its plan and its apply or state
+
+
 @dataclass
-class Planned:
+class Planned(Generic[Data]):
     """What a kind found for one step before any change: the result a plan reports, and the
     kind's own data its apply goes on from (new file content, files to send, the server seen)."""
 
     result: StepResult
-    data: Any = None
+    data: Data
 
 
-class StepKind(ABC):
+@dataclass(frozen=True)
+class Undone:
+    """What putting back a step's change did, as a value: all of it put back (`ok`), or not
+    (the message says what was left and why). A kind's undo turns it into its StepResult."""
+
+    ok: bool
+    message: str
+
+
+class StepKind(ABC, Generic[Data]):
     name: ClassVar[str]  # the recipe key: `patch:`, `check:`, ...
 
     def warm_up(self, steps: list[Step]) -> None:
@@ -38,13 +50,14 @@ class StepKind(ABC):
         the background what planning them will need (imports), while hosts connect."""
 
     @abstractmethod
-    async def plan(self, ctx: HostContext, step: Step) -> Planned: ...
+    async def plan(self, ctx: HostContext, step: Step) -> Planned[Data]: ...
 
     @abstractmethod
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult: ...
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned[Data]) -> StepResult: ...
 
     @abstractmethod
-    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult: ...
+    async def state(self, ctx: HostContext, step: Step, planned: Planned[Data],
+                    records: list[RunRecord]) -> StepResult: ...
 
     @abstractmethod
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:

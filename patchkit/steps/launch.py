@@ -31,12 +31,16 @@ from tenacity import (
 )
 
 from patchkit.agent import AgentClient
+from patchkit.agent.protocol import (
+    HTTP, HTTP_BATCH, LAUNCH_INSPECT, LAUNCH_START, LAUNCH_STOP, LOG_TAIL,
+    HttpRequest, LaunchInspectReply, LaunchStopReply,
+)
 from patchkit.errors import HostError
-from patchkit.recipe import Health, LaunchStep, Step
+from patchkit.recipe import Health, LaunchStep, SpecDecodeGate, Step
 from patchkit.redact import Redactor
-from patchkit.results import RunRecord, StepResult
+from patchkit.results import LaunchDetails, LaunchServer, RunRecord, StepResult
 from patchkit.steps.context import HostContext
-from patchkit.steps.kind import Planned, StepKind
+from patchkit.steps.kind import Planned, StepKind, Undone
 
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -132,18 +136,22 @@ def acceptance(before: dict[str, float], after: dict[str, float]) -> dict[str, f
     }
 
 
-async def _inspect(agent: AgentClient, state_dir: str, name: str, health: Health | None) -> dict[str, Any]:
-    return await agent.call("launch_inspect", state_dir=state_dir, name=name,
-                            url=health.url if health else None,
-                            request_timeout=health.request_timeout_s if health else 5.0,
-                            timeout=(health.request_timeout_s if health else 5.0) + 60)
+async def _inspect(agent: AgentClient, state_dir: str, name: str, health: Health | None) -> LaunchInspectReply:
+    request_timeout = health.request_timeout_s if health else 5.0
+    return await agent.call(LAUNCH_INSPECT({"state_dir": state_dir, "name": name, "url": health.url if health else None,
+                                            "request_timeout": request_timeout}), reply_wait=request_timeout + 60)
+
+
+def _healthy(info: LaunchInspectReply) -> bool:
+    health = info["health"]
+    return health is not None and health["status"] == 200
 
 
 async def _log_tail(agent: AgentClient, path: str | None) -> str:
     """The errors the log mentions (root causes sit far above the last line), then its tail."""
     if not path:
         return ""
-    found = await agent.call("log_tail", path=path, lines=30)
+    found = await agent.call(LOG_TAIL({"path": path, "lines": 30}))
     errors = found.get("errors") or []
     head = ("errors in the log:\n" + "\n".join(errors) + "\n--- last lines:\n") if errors else ""
     return head + found["tail"]
@@ -160,7 +168,7 @@ async def wait_healthy(agent: AgentClient, state_dir: str, name: str, health: He
         if not info["running"]:
             tail = await _log_tail(agent, (info.get("record") or {}).get("log"))
             raise HostError(f"{name} exited before it was healthy ({info['exit']}); last lines of its log:\n{tail}")
-        return (info.get("health") or {}).get("status") == 200
+        return _healthy(info)
 
     try:
         async for attempt in AsyncRetrying(
@@ -170,7 +178,7 @@ async def wait_healthy(agent: AgentClient, state_dir: str, name: str, health: He
         ):
             with attempt:
                 healthy = await probe()
-            if not attempt.retry_state.outcome.failed:
+            if attempt.retry_state.outcome is not None and not attempt.retry_state.outcome.failed:
                 attempt.retry_state.set_result(healthy)
     except RetryError:
         probe_result = (last.get("health") or {})
@@ -182,7 +190,7 @@ async def wait_healthy(agent: AgentClient, state_dir: str, name: str, health: He
 
 
 async def _models(agent: AgentClient, url: str) -> list[str]:
-    reply = await agent.call("http", method="GET", url=base_url(url) + "/v1/models", timeout=60)
+    reply = await agent.call(HTTP({"method": "GET", "url": base_url(url) + "/v1/models"}), reply_wait=60)
     if reply.get("status") != 200:
         raise GateFailed(f"/v1/models answered {reply.get('status') or reply.get('error')}")
     return [m.get("id") for m in json.loads(reply["body"]).get("data", [])]
@@ -201,8 +209,9 @@ async def check_ready(agent: AgentClient, spec: LaunchStep, redactor: Redactor) 
         model = spec.ready.model or (await _models(agent, spec.health.url))[0]
         body = {"model": model, "prompt": spec.ready.completion.prompt,
                 "max_tokens": spec.ready.completion.max_tokens, "temperature": 0}
-        reply = await agent.call("http", method="POST", url=base_url(spec.health.url) + "/v1/completions",
-                                 body=body, timeout=300)
+        # reply_wait is this side's wait; the request itself has the host's default timeout (30 s)
+        reply = await agent.call(HTTP({"method": "POST", "url": base_url(spec.health.url) + "/v1/completions",
+                                       "body": body}), reply_wait=300)
         if reply.get("status") != 200:
             raise GateFailed(f"smoke completion failed: {reply.get('status') or reply.get('error')}: "
                              f"{_clip(redactor, reply.get('body'))}")
@@ -215,16 +224,17 @@ def _clip(redactor: Redactor, body: str | None, limit: int = 300) -> str:
     return redactor.text(body or "")[:limit]
 
 
-async def measure(agent: AgentClient, url: str, gate: Any, redactor: Redactor) -> dict[str, Any]:
+async def measure(agent: AgentClient, url: str, gate: SpecDecodeGate, redactor: Redactor) -> dict[str, Any]:
     """Run the gate's prompts; acceptance from the counters, tokens/s timed on the host."""
     root = base_url(url)
     model = gate.model or (await _models(agent, url))[0]
-    metrics_before = await agent.call("http", method="GET", url=root + "/metrics", timeout=60)
-    requests = [{"method": "POST", "url": root + "/v1/completions",
-                 "body": {"model": model, "prompt": p, "max_tokens": gate.max_tokens, "temperature": gate.temperature}}
-                for p in gate.prompts]
-    batch = await agent.call("http_batch", requests=requests, timeout=3600)
-    metrics_after = await agent.call("http", method="GET", url=root + "/metrics", timeout=60)
+    metrics_before = await agent.call(HTTP({"method": "GET", "url": root + "/metrics"}), reply_wait=60)
+    requests: list[HttpRequest] = [
+        {"method": "POST", "url": root + "/v1/completions",
+         "body": {"model": model, "prompt": p, "max_tokens": gate.max_tokens, "temperature": gate.temperature}}
+        for p in gate.prompts]
+    batch = await agent.call(HTTP_BATCH({"requests": requests}), reply_wait=3600)
+    metrics_after = await agent.call(HTTP({"method": "GET", "url": root + "/metrics"}), reply_wait=60)
     failed = [r for r in batch["results"] if r.get("status") != 200]
     if failed:
         first = failed[0]
@@ -243,18 +253,23 @@ def _log_path(ctx: HostContext, step_name: str, spec_log: str | None) -> str:
 
 
 async def _start(agent: AgentClient, state_dir: str, name: str, cmd: ServerCommand, command_hash: str,
-                 log: str) -> dict[str, Any]:
-    return await agent.call("launch_start", state_dir=state_dir, name=name, argv=cmd.argv, env=cmd.env,
-                            cwd=cmd.cwd, log_path=log, command_hash=command_hash, shown_argv=cmd.shown_argv,
-                            salt=cmd.salt)
+                 log: str) -> LaunchServer:
+    started = await agent.call(LAUNCH_START({
+        "state_dir": state_dir, "name": name, "argv": cmd.argv, "env": cmd.env, "cwd": cmd.cwd, "log_path": log,
+        "command_hash": command_hash, "shown_argv": cmd.shown_argv, "salt": cmd.salt}))
+    return LaunchServer.model_validate(started)
 
 
-async def _stop(ctx: HostContext, name: str, timeout_s: float) -> dict[str, Any]:
-    return await ctx.agent.call("launch_stop", state_dir=ctx.journal.state_dir, name=name, timeout_s=timeout_s,
-                                timeout=timeout_s + 60)
+async def _stop(ctx: HostContext, name: str, timeout_s: float) -> LaunchStopReply:
+    return await ctx.agent.call(LAUNCH_STOP({"state_dir": ctx.journal.state_dir, "name": name, "timeout_s": timeout_s}),
+                                reply_wait=timeout_s + 60)
 
 
-async def plan_launch(ctx: HostContext, step: Step) -> tuple[StepResult, dict[str, Any], ServerCommand]:
+# What a launch's plan hands its apply: the result, what the host said of the server, its command.
+LaunchPlan = tuple[StepResult, LaunchInspectReply, ServerCommand]
+
+
+async def plan_launch(ctx: HostContext, step: Step) -> LaunchPlan:
     spec = step.launch
     assert spec is not None
     result = StepResult(name=step.name, kind="launch", status="changed", file=spec.health.url)
@@ -262,13 +277,14 @@ async def plan_launch(ctx: HostContext, step: Step) -> tuple[StepResult, dict[st
     record = info.get("record") or {}
     cmd = server_command(ctx, spec.command, spec.env, spec.cwd, record.get("salt"))
     wanted = await cmd.command_hash()
-    healthy = (info.get("health") or {}).get("status") == 200
+    healthy = _healthy(info)
     if info["running"] and record.get("command_hash") == wanted and healthy:
         result.status = "ok"
         result.message = f"running and healthy (pid {record['pid']})"
     elif info["running"] and record.get("command_hash") == wanted:
+        health = info["health"]
         result.message = f"running (pid {record['pid']}) but unhealthy: " \
-                         f"{(info.get('health') or {}).get('status') or (info.get('health') or {}).get('error')}"
+                         f"{(health['status'] or health.get('error')) if health else None}"
     elif info["running"]:
         result.message = f"a different command runs as {step.name} (pid {record['pid']}): restart"
     else:
@@ -280,8 +296,7 @@ async def plan_launch(ctx: HostContext, step: Step) -> tuple[StepResult, dict[st
     return result, info, cmd
 
 
-async def apply_launch(ctx: HostContext, step: Step, planned: tuple[StepResult, dict[str, Any], ServerCommand]
-                       ) -> StepResult:
+async def apply_launch(ctx: HostContext, step: Step, planned: LaunchPlan) -> StepResult:
     spec = step.launch
     assert spec is not None
     result, info, cmd = planned
@@ -291,9 +306,10 @@ async def apply_launch(ctx: HostContext, step: Step, planned: tuple[StepResult, 
             result.message = "would start: " + result.message
         return result
     record = info.get("record") or {}
+    wanted = (result.details or {})["command_hash"]
     replaced = None
     if info["running"]:
-        if record.get("command_hash") != result.details["command_hash"] and ctx.no_restart:
+        if record.get("command_hash") != wanted and ctx.no_restart:
             result.status = "failed"
             result.message = (f"a different command runs as {step.name} (pid {record['pid']}); "
                               "--no-restart refuses to replace it")
@@ -301,13 +317,12 @@ async def apply_launch(ctx: HostContext, step: Step, planned: tuple[StepResult, 
         stopped = await _stop(ctx, step.name, spec.stop_timeout_s)
         replaced = public_record(stopped.get("record"))
     log = _log_path(ctx, step.name, spec.log)
-    started = await _start(ctx.agent, ctx.journal.state_dir, step.name, cmd, result.details["command_hash"], log)
-    servers = [started]
-    details: dict[str, Any] = {"servers": servers, "replaced": replaced, "log": log}
-    result.details = details
+    started = await _start(ctx.agent, ctx.journal.state_dir, step.name, cmd, wanted, log)
+    details = LaunchDetails(servers=[started], replaced=LaunchServer.model_validate(replaced) if replaced else None,
+                            log=log)
     try:
-        details["startup_s"] = round(await wait_healthy(ctx.agent, ctx.journal.state_dir, step.name, spec.health), 1)
-        notes = [f"healthy after {details['startup_s']}s (pid {started['pid']})"]
+        details.startup_s = round(await wait_healthy(ctx.agent, ctx.journal.state_dir, step.name, spec.health), 1)
+        notes = [f"healthy after {details.startup_s}s (pid {started.pid})"]
         ready = await check_ready(ctx.agent, spec, ctx.loaded.redactor)
         if ready:
             notes.append(ready)
@@ -318,21 +333,23 @@ async def apply_launch(ctx: HostContext, step: Step, planned: tuple[StepResult, 
         result.message = str(exc)
         try:  # also when it died: workers it started may still run in its process group
             stopped = await _stop(ctx, step.name, spec.stop_timeout_s)
-            details["stopped_after_failure"], details["stop"] = bool(stopped.get("stopped")), stopped.get("how")
+            details.stopped_after_failure, details.stop = bool(stopped.get("stopped")), stopped.get("how")
         except HostError as stop_exc:
-            details["stopped_after_failure"], details["stop"] = False, f"could not stop it: {stop_exc}"
+            details.stopped_after_failure, details.stop = False, f"could not stop it: {stop_exc}"
+        result.details = details.as_json()
         return result
     result.message = "; ".join(n for n in notes if n)
-    if details.get("gate_failed"):
+    if details.gate_failed:
         result.status = "failed"
+    result.details = details.as_json()
     return result
 
 
-async def _spec_gate(ctx: HostContext, step: Step, spec: LaunchStep, details: dict[str, Any]) -> str:
+async def _spec_gate(ctx: HostContext, step: Step, spec: LaunchStep, details: LaunchDetails) -> str:
     gate = spec.spec_decode
     assert gate is not None
     measured = await measure(ctx.agent, spec.health.url, gate, ctx.loaded.redactor)
-    details["spec_decode"] = measured
+    details.spec_decode = measured
     rate, mal = measured.get("acceptance_rate"), measured.get("mean_acceptance_length")
     if rate is None:
         raise GateFailed("no draft tokens were proposed: is speculative decoding on? "
@@ -351,87 +368,89 @@ async def _spec_gate(ctx: HostContext, step: Step, spec: LaunchStep, details: di
     return note
 
 
-async def _baseline(ctx: HostContext, step: Step, spec: LaunchStep, details: dict[str, Any]) -> str:
+async def _baseline(ctx: HostContext, step: Step, spec: LaunchStep, details: LaunchDetails) -> str:
     base = spec.baseline
-    assert base is not None and spec.spec_decode is not None
+    assert base is not None and spec.spec_decode is not None and details.spec_decode is not None
     name = f"{step.name}-baseline"
     log = _log_path(ctx, name, None)
     cmd = server_command(ctx, base.command, spec.env, spec.cwd)
     started = await _start(ctx.agent, ctx.journal.state_dir, name, cmd, await cmd.command_hash(), log)
-    details["servers"].append(started)
+    details.servers.append(started)
     await wait_healthy(ctx.agent, ctx.journal.state_dir, name, base.health)
     plain = await measure(ctx.agent, base.health.url, spec.spec_decode, ctx.loaded.redactor)
-    details["baseline"] = plain
-    spec_tps = details["spec_decode"]["tokens_per_s"] or 0.0
+    details.baseline = plain
+    spec_tps = details.spec_decode["tokens_per_s"] or 0.0
     speedup = spec_tps / plain["tokens_per_s"] if plain["tokens_per_s"] else None
-    details["speedup"] = round(speedup, 3) if speedup is not None else None
+    details.speedup = round(speedup, 3) if speedup is not None else None
     keep = base.keep if base.keep != "faster" else ("speculative" if (speedup or 0) >= 1 else "baseline")
     if keep == "speculative":
         await _stop(ctx, name, spec.stop_timeout_s)
-        details["servers"] = [s for s in details["servers"] if s["name"] != name]
+        details.servers = [s for s in details.servers if s.name != name]
     else:
         await _stop(ctx, step.name, spec.stop_timeout_s)
-        details["servers"] = [s for s in details["servers"] if s["name"] != step.name]
-    details["kept"] = keep
+        details.servers = [s for s in details.servers if s.name != step.name]
+    details.kept = keep
     note = f"speedup {speedup:.2f}x over no speculation ({plain['tokens_per_s']} tok/s); kept the {keep} server"
     if base.min_speedup is not None and (speedup or 0) < base.min_speedup:
-        details["gate_failed"] = True
+        details.gate_failed = True
         note = f"speculation is SLOWER than required: {note} (min_speedup {base.min_speedup})"
     return note
 
 
 async def undo_launch(agent: AgentClient, state_dir: str, step: StepResult, force: bool,
-                      redactor: Redactor, env: dict[str, str]) -> tuple[bool, str]:
+                      redactor: Redactor, env: dict[str, str]) -> Undone:
     """Stop the servers a run started (if they are still the ones it started); restart what it replaced.
 
     redactor and env are those of the recipe being rolled back: the journal holds no secret or
     env value, so the replaced server gets its values from there, and only if they hash to the
     command it ran.
     """
-    details = step.details or {}
+    details = LaunchDetails.model_validate(step.details or {})
     notes, ok = [], True
-    for server in details.get("servers", []):
-        info = await agent.call("launch_inspect", state_dir=state_dir, name=server["name"])
+    for server in details.servers:
+        info = await agent.call(LAUNCH_INSPECT({"state_dir": state_dir, "name": server.name}))
         current = info.get("record") or {}
         if not info["running"]:
-            notes.append(f"{server['name']} already stopped")
+            notes.append(f"{server.name} already stopped")
             continue
-        if current.get("pid") != server["pid"] and not force:
+        if current.get("pid") != server.pid and not force:
             ok = False
-            notes.append(f"{server['name']} is now pid {current.get('pid')}, not the pid {server['pid']} this run "
+            notes.append(f"{server.name} is now pid {current.get('pid')}, not the pid {server.pid} this run "
                          "started; left running (--force stops it)")
             continue
-        stopped = await agent.call("launch_stop", state_dir=state_dir, name=server["name"], timeout_s=30, timeout=120)
-        notes.append(f"stopped {server['name']} (pid {server['pid']}, {stopped['how']})")
-    previous = details.get("replaced")
+        stopped = await agent.call(LAUNCH_STOP({"state_dir": state_dir, "name": server.name, "timeout_s": 30}),
+                                   reply_wait=120)
+        notes.append(f"stopped {server.name} (pid {server.pid}, {stopped['how']})")
+    previous = details.replaced
     if previous and ok:
-        restarted, note = await _restart(agent, state_dir, previous, redactor, env)
-        ok = restarted
-        notes.append(note)
-    return ok, "; ".join(notes) or "nothing to stop"
+        restarted = await _restart(agent, state_dir, previous, redactor, env)
+        ok = restarted.ok
+        notes.append(restarted.message)
+    return Undone(ok, "; ".join(notes) or "nothing to stop")
 
 
-async def _restart(agent: AgentClient, state_dir: str, previous: dict[str, Any], redactor: Redactor,
-                   env: dict[str, str]) -> tuple[bool, str]:
-    shown = list(previous["argv"])
+async def _restart(agent: AgentClient, state_dir: str, previous: LaunchServer, redactor: Redactor,
+                   env: dict[str, str]) -> Undone:
+    shown = list(previous.argv)
     revealed = [redactor.reveal(word) for word in shown]
     unknown = sorted({name for _, names in revealed for name in names})
-    names = previous.get("env_names", sorted(previous.get("env") or {}))
+    # env_names; a record from before env values were kept out of records has only `env`
+    names = previous.env_names if "env_names" in previous.model_fields_set else sorted(previous.env or {})
     missing = [n for n in names if n not in env]
-    refused = f"the server it replaced (pid {previous['pid']}) was not restarted: "
+    refused = f"the server it replaced (pid {previous.pid}) was not restarted: "
     if unknown or missing:
         lacking = [f"<secret:{n}>" for n in unknown] + [f"env {n}" for n in missing]
-        return False, refused + (f"this recipe has no value for {', '.join(lacking)} (patchkit keeps none); "
-                                 "roll back again with the recipe or -e values it ran with")
-    cmd = ServerCommand([word for word, _ in revealed], {n: env[n] for n in names}, previous.get("cwd"), shown,
-                        previous.get("salt") or secrets.token_hex(16))
-    if await cmd.command_hash() != previous["command_hash"]:
+        return Undone(False, refused + (f"this recipe has no value for {', '.join(lacking)} (patchkit keeps none); "
+                                        "roll back again with the recipe or -e values it ran with"))
+    cmd = ServerCommand([word for word, _ in revealed], {n: env[n] for n in names}, previous.cwd, shown,
+                        previous.salt or secrets.token_hex(16))
+    if await cmd.command_hash() != previous.command_hash:
         what = [f"env {n}" for n in names] + (["its secret arguments"] if cmd.argv != shown else [])
-        return False, refused + (f"this recipe's values for {', '.join(what) or 'its command'} are not the ones "
-                                 "it ran with (patchkit keeps none of them); roll back again with the recipe or -e "
-                                 "values it ran with")
-    again = await _start(agent, state_dir, previous["name"], cmd, previous["command_hash"], previous["log"])
-    return True, f"restarted the server it replaced (pid {again['pid']})"
+        return Undone(False, refused + (f"this recipe's values for {', '.join(what) or 'its command'} are not the "
+                                        "ones it ran with (patchkit keeps none of them); roll back again with the "
+                                        "recipe or -e values it ran with"))
+    again = await _start(agent, state_dir, previous.name, cmd, previous.command_hash, previous.log)
+    return Undone(True, f"restarted the server it replaced (pid {again.pid})")
 
 
 def launch_state(planned: StepResult) -> StepResult:
@@ -450,22 +469,24 @@ def launch_state(planned: StepResult) -> StepResult:
     return out
 
 
-class LaunchKind(StepKind):
+class LaunchKind(StepKind[LaunchPlan]):
     name = "launch"
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned:
+    async def plan(self, ctx: HostContext, step: Step) -> Planned[LaunchPlan]:
         result, info, cmd = await plan_launch(ctx, step)
         return Planned(result, (result, info, cmd))
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned[LaunchPlan]) -> StepResult:
         return await apply_launch(ctx, step, planned.data)
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
+    async def state(self, ctx: HostContext, step: Step, planned: Planned[LaunchPlan],
+                    records: list[RunRecord]) -> StepResult:
         return launch_state(planned.result)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         # The journal keeps env names only: the values come from the recipe being rolled back.
         found = next((s for s in ctx.loaded.recipe.steps if s.name == done.name and s.launch), None)
         env = dict(found.launch.env) if found and found.launch else {}
-        ok, message = await undo_launch(ctx.agent, ctx.journal.state_dir, done, ctx.force, ctx.loaded.redactor, env)
-        return StepResult(name=done.name, kind="launch", status="changed" if ok else "failed", message=message)
+        undone = await undo_launch(ctx.agent, ctx.journal.state_dir, done, ctx.force, ctx.loaded.redactor, env)
+        return StepResult(name=done.name, kind="launch", status="changed" if undone.ok else "failed",
+                          message=undone.message)

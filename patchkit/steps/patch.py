@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit.agent.protocol import APPLY, READ, RESTORE, VERIFY
 from patchkit import __version__
 from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.edits import EditError, EditResult
@@ -146,7 +147,7 @@ async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
             misses.append(f"{module}: no such module")
             continue
         first = located.pop("read", None)  # once: a later step must see what this one wrote
-        read = first if first and first["path"] == path else await ctx.agent.call("read", path=path)
+        read = first if first and first["path"] == path else await ctx.agent.call(READ({"path": path}))
         if not read["exists"]:
             misses.append(f"{module}: {path} vanished")
             continue
@@ -205,16 +206,14 @@ async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResu
     await ctx.record_intent(result.model_copy(update={
         "backup": backup, "verified": False, "message": "cut off while writing or verifying"}))
     try:
-        outcome = await ctx.agent.call(
-            "apply",
-            path=result.file,
-            expected_sha256=result.sha256_before,
-            content_b64=base64.b64encode(plan.new_content).decode(),
-            backup_path=backup,
-            verify_imports=verify.import_ if verify else [],
-            import_timeout_s=verify.timeout_s if verify else 300,
-            timeout=(verify.timeout_s if verify else 300) + 120,
-        )
+        outcome = await ctx.agent.call(APPLY({
+            "path": result.file,
+            "expected_sha256": result.sha256_before,
+            "content_b64": base64.b64encode(plan.new_content).decode(),
+            "backup_path": backup,
+            "verify_imports": verify.import_ if verify else [],
+            "import_timeout_s": verify.timeout_s if verify else 300,
+        }), reply_wait=(verify.timeout_s if verify else 300) + 120)
     except HostError as exc:
         result.status, result.message = "failed", str(exc)
         return result
@@ -240,10 +239,10 @@ async def _settle_unverified(ctx: HostContext, step: Step, result: StepResult, r
     verify = step.verify
     assert result.file
     try:
-        outcome = await ctx.agent.call(
-            "verify", path=result.file, expected_sha256=done.sha256_after,
-            verify_imports=verify.import_ if verify else [], import_timeout_s=verify.timeout_s if verify else 300,
-            timeout=(verify.timeout_s if verify else 300) + 120)
+        outcome = await ctx.agent.call(VERIFY({
+            "path": result.file, "expected_sha256": done.sha256_after,
+            "verify_imports": verify.import_ if verify else [], "import_timeout_s": verify.timeout_s if verify else 300,
+        }), reply_wait=(verify.timeout_s if verify else 300) + 120)
     except HostError as exc:
         result.status, result.message = "failed", f"pending verification of run {record.run_id}: {exc}"
         return result
@@ -255,9 +254,11 @@ async def _settle_unverified(ctx: HostContext, step: Step, result: StepResult, r
         result.message = f"already in place; {cut}: verified now ({', '.join(c.name for c in result.checks)})"
         return result
     result.status = "failed"
+    assert done.backup  # a journaled change to a file names its backup (RunRecord.changed_steps)
     try:
-        await ctx.agent.call("restore", path=result.file, backup_path=done.backup, expected_current=done.sha256_after,
-                             original_sha256=done.sha256_before, force=False)
+        await ctx.agent.call(RESTORE({"path": result.file, "backup_path": done.backup,
+                                      "expected_current": done.sha256_after, "original_sha256": done.sha256_before,
+                                      "force": False}))
     except HostError as exc:
         result.message = f"{cut}, and its change fails: {outcome['failure']}; ORIGINAL NOT RESTORED: {exc}"
         return result
@@ -343,7 +344,10 @@ async def _record_view(ctx: HostContext, package: str, out: StepResult, records:
         out.message += f"; differs from {where}: {why} (patchkit audit lists every such file)"
 
 
-class PatchKind(StepKind):
+PatchData = bytes | FilesPlan | None  # one file's new content, or a multi-file plan (patch_files.py)
+
+
+class PatchKind(StepKind[PatchData]):
     name = "patch"
 
     def warm_up(self, steps: list[Step]) -> None:
@@ -354,7 +358,7 @@ class PatchKind(StepKind):
             threading.Thread(target=lambda: [importlib.import_module(name) for name in sorted(engines)],
                              name="patchkit-warm-up", daemon=True).start()
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned:
+    async def plan(self, ctx: HostContext, step: Step) -> Planned[PatchData]:
         targets = step.patch.edit.diff.targets() if step.patch and step.patch.edit.diff else []
         if len(targets) > 1 or any(p.added or p.deleted for _, _, p in targets):
             files = await plan_files(ctx, step)  # several files, or one added/removed (patch_files.py)
@@ -362,12 +366,13 @@ class PatchKind(StepKind):
         planned = await plan_patch(ctx, step)
         return Planned(planned.result, planned.new_content)
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned) -> StepResult:
+    async def apply(self, ctx: HostContext, step: Step, planned: Planned[PatchData]) -> StepResult:
         if isinstance(planned.data, FilesPlan):
             return await apply_files(ctx, step, planned.data)
         return await apply_patch(ctx, step, PatchPlan(planned.result, planned.data))
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned, records: list[RunRecord]) -> StepResult:
+    async def state(self, ctx: HostContext, step: Step, planned: Planned[PatchData],
+                    records: list[RunRecord]) -> StepResult:
         if isinstance(planned.data, FilesPlan):
             out = files_state(planned.result, records)
         else:
@@ -382,10 +387,11 @@ class PatchKind(StepKind):
             return await undo_files(ctx, done, target)
         result = StepResult(name=done.name, kind="patch", status="failed", file=done.file,
                             sha256_before=done.sha256_after, sha256_after=done.sha256_before, backup=done.backup)
+        assert done.file and done.backup  # a journaled change to a file names both (RunRecord.changed_steps)
         try:
-            outcome = await ctx.agent.call("restore", path=done.file, backup_path=done.backup,
-                                           expected_current=done.sha256_after, original_sha256=done.sha256_before,
-                                           force=ctx.force)
+            outcome = await ctx.agent.call(RESTORE({"path": done.file, "backup_path": done.backup,
+                                                    "expected_current": done.sha256_after,
+                                                    "original_sha256": done.sha256_before, "force": ctx.force}))
         except HostError as exc:
             result.message = str(exc)
             return result

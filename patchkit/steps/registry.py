@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from patchkit.steps.check import CheckKind
 from patchkit.steps.deploy import DeployKind
 from patchkit.steps.kind import StepKind
 from patchkit.steps.launch import LaunchKind
 from patchkit.steps.patch import PatchKind
 
-KINDS: dict[str, StepKind] = {kind.name: kind for kind in (PatchKind(), CheckKind(), DeployKind(), LaunchKind())}
+KINDS: dict[str, StepKind[Any]] = {kind.name: kind for kind in (PatchKind(), CheckKind(), DeployKind(), LaunchKind())}
 
 
-def kind_named(name: str) -> StepKind:
+def kind_named(name: str) -> StepKind[Any]:
     """The kind of a recipe step (`step.kind`) or of a journaled one (`StepResult.kind`)."""
     return KINDS[name]

@@ -14,7 +14,7 @@ import ctypes.util
 import glob
 import os
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Iterator
 
 LD_SO_CACHE = "/etc/ld.so.cache"
 LIBRARY_GLOBS = ("/lib*/", "/usr/lib*/", "/usr/local/lib*/", "/lib*/*/", "/usr/lib*/*/", "/usr/local/lib*/*/")
@@ -35,7 +35,7 @@ def liboqs_may_be_installed() -> bool:
 
 @contextmanager
 def quick_liboqs_probe() -> Iterator[None]:
-    real: Callable[[str], str | None] = ctypes.util.find_library
+    real = ctypes.util.find_library
     present = liboqs_may_be_installed()
 
     def find_library(name: str) -> str | None:

@@ -20,8 +20,11 @@ class ByteReader(Protocol):
 
 
 class AgentStreams(Protocol):
-    stdin: ByteWriter
-    stdout: ByteReader
+    @property
+    def stdin(self) -> ByteWriter: ...  # read-only here: a transport's own writer type fits
+
+    @property
+    def stdout(self) -> ByteReader: ...
     # Optional ability, declared: True when `write_file` can move a file's bytes into stdin
     # itself (splice(2) into ssh's stdin pipe, never through Python). False: write() them.
     supports_file_splice: ClassVar[bool]

@@ -34,6 +34,7 @@ class _LocalStreams(NoFileSplice):
 
     async def close(self) -> None:
         if self.proc.returncode is None:
+            assert self.proc.stdin is not None  # spawned with stdin=PIPE
             self.proc.stdin.close()
             try:
                 await asyncio.wait_for(self.proc.wait(), 10)

@@ -289,7 +289,7 @@ class _OpenSSHStreams:
         """Until the pipe has room (or its reader is gone: the next splice says EPIPE)."""
         loop = asyncio.get_running_loop()
         ready = loop.create_future()
-        loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+        loop.add_writer(fd, lambda: None if ready.done() else ready.set_result(None))
         try:
             await ready
         finally:

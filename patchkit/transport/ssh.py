@@ -112,7 +112,7 @@ def _parsed_known_hosts(path: str) -> asyncssh.SSHKnownHosts:
 
 
 class _Writer:
-    def __init__(self, writer: asyncssh.SSHWriter) -> None:
+    def __init__(self, writer: asyncssh.SSHWriter[bytes]) -> None:
         self._writer = writer
 
     def write(self, data: bytes) -> None:
@@ -129,12 +129,13 @@ class _Writer:
 
 
 class _Reader:
-    def __init__(self, reader: asyncssh.SSHReader) -> None:
+    def __init__(self, reader: asyncssh.SSHReader[bytes]) -> None:
         self._reader = reader
 
     async def readline(self) -> bytes:
         try:
-            return await self._reader.readline()
+            line: bytes = await self._reader.readline()
+            return line
         except asyncssh.Error as exc:
             raise _lost(exc) from None
 
@@ -142,7 +143,7 @@ class _Reader:
 class _SSHStreams(NoFileSplice):
     """The pipes of one remote process (binary)."""
 
-    def __init__(self, proc: asyncssh.SSHClientProcess, sudo_user: str | None) -> None:
+    def __init__(self, proc: asyncssh.SSHClientProcess[bytes], sudo_user: str | None) -> None:
         self.proc = proc
         self.stdin = _Writer(proc.stdin)
         self.stdout = _Reader(proc.stdout)
@@ -232,7 +233,7 @@ class SSHTransport:
         if target.identity_file:
             kwargs["client_keys"] = [os.path.expanduser(target.identity_file)]
         try:
-            options = await asyncssh.SSHClientConnectionOptions.construct(
+            options: asyncssh.SSHClientConnectionOptions = await asyncssh.SSHClientConnectionOptions.construct(
                 None, config=(), host=target.address, **kwargs)  # config=(): ~/.ssh/config, as connect() does
             if not options.config.get("Ciphers"):
                 # asyncssh's default puts chacha20-poly1305 first, which costs it about twice the
@@ -250,7 +251,7 @@ class SSHTransport:
         self._host_key_algs = self._preferred_host_key_algs(options)
         return options
 
-    def _known(self, host: str, addr: str, port: int | None) -> tuple[list, list, list]:
+    def _known(self, host: str, addr: str, port: int | None) -> tuple[list[Any], list[Any], list[Any]]:
         try:
             parsed = _parsed_known_hosts(self.known_hosts)
         except OSError as exc:
@@ -258,7 +259,7 @@ class SSHTransport:
         keys, ca_keys, revoked = asyncssh.match_known_hosts(parsed, host, addr, port)[:3]
         return list(keys), list(ca_keys), list(revoked)
 
-    def _match_known_hosts(self, host: str, addr: str, port: int | None) -> tuple[list, list, list]:
+    def _match_known_hosts(self, host: str, addr: str, port: int | None) -> tuple[list[Any], list[Any], list[Any]]:
         """asyncssh asks (with the resolved name, address and port) which keys to trust."""
         keys, ca_keys, revoked = self._known(host, addr, port)
         self._known_entries = len(keys) + len(ca_keys)

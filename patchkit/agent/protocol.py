@@ -1,0 +1,432 @@
+"""The host agent's ops as the control side sees them: each op's name, request and reply.
+
+The host files (host/) declare the ops and answer them; they are stdlib-only Python 3.8
+and never import this (nor does this import them). Here each op is one `Op` constant typed
+by its request (the op's keyword arguments, a TypedDict) and its reply (what its function
+returns, as JSON). Calling the `Op` with the request's fields makes a `Request`; the client's
+`call`, `send` and `send_file` take it and give back the reply with its type, so a call site
+that sends a wrong key or reads a reply's key that is not there is a type error (mypy), not a
+KeyError on a host.
+
+An op's own time limits are fields of its request (`timeout_s`, `import_timeout_s`, the
+`http` op's `timeout`); how long the control side waits for the reply is the client's
+`reply_wait`, never a request field.
+
+A reply is a TypedDict: no copy and no validation on the way (the agent is ours, and its
+replies are JSON by construction); the records kept in the journal are pydantic models
+(patchkit/results.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, Mapping, NotRequired, TypedDict, TypeVar, cast
+
+Args = TypeVar("Args")
+Reply = TypeVar("Reply")
+
+
+@dataclass(frozen=True)
+class Request(Generic[Reply]):
+    """One request, ready to send: `READ({"path": p})`; the client gives back a `Reply`."""
+
+    op: str
+    args: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Op(Generic[Args, Reply]):
+    """One op of the host agent: its name on the wire, typed by its request and its reply.
+    Called with the request's fields, it makes the request (checked against `Args`)."""
+
+    name: str
+
+    def __call__(self, args: Args) -> Request[Reply]:
+        return Request(self.name, cast(Mapping[str, Any], args))
+
+
+class NoArgs(TypedDict):
+    pass
+
+
+# ---------------------------------------------------------------- core: start, files, checks
+
+class HelloReply(TypedDict):
+    python: str
+    python_version: str
+    pid: int
+    uid: int
+    home: str
+    hostname: str
+
+
+class LoadArgs(TypedDict):
+    name: str
+    source: str
+
+
+class LoadReply(TypedDict):
+    loaded: str
+
+
+class ReadArgs(TypedDict):
+    path: str
+
+
+class ReadReply(TypedDict):
+    exists: bool
+    sha256: NotRequired[str]  # these only when it exists
+    content_b64: NotRequired[str]
+    mode: NotRequired[int]
+    uid: NotRequired[int]
+    gid: NotRequired[int]
+    size: NotRequired[int]
+    symlink_to: NotRequired[str]  # the file is a symlink to this
+    path: NotRequired[str]  # in locate's `read` only: the file it read
+
+
+class LocateArgs(TypedDict):
+    package: str
+    modules: list[str]
+    read_first: NotRequired[bool]
+
+
+class LocateReply(TypedDict):
+    found: bool
+    sys_path: NotRequired[list[str]]  # when not found: where the interpreter looked
+    root: NotRequired[str]
+    version: NotRequired[str | None]
+    version_source: NotRequired[str | None]
+    files: NotRequired[dict[str, str | None]]  # module -> its file
+    read: NotRequired[ReadReply]  # read_first: the first module file that exists
+
+
+class HashArgs(TypedDict):
+    paths: list[str]
+
+
+HashReply = dict[str, str | None]  # path as asked -> its sha256, None if it is no file
+
+
+class CheckResult(TypedDict):
+    name: str
+    ok: bool
+    detail: str
+
+
+class ApplyArgs(TypedDict):
+    path: str
+    expected_sha256: str
+    content_b64: str
+    backup_path: str
+    verify_imports: list[str]
+    import_timeout_s: float
+
+
+class ApplyPassed(TypedDict):
+    ok: Literal[True]
+    checks: list[CheckResult]
+    sha256_after: str
+
+
+class ApplyFailed(TypedDict):
+    ok: Literal[False]
+    checks: list[CheckResult]
+    failure: str  # why
+    restored: bool  # is the original back?
+
+
+ApplyReply = ApplyPassed | ApplyFailed  # `if reply["ok"]:` tells them apart
+
+
+class VerifyArgs(TypedDict):
+    path: str
+    expected_sha256: str | None
+    verify_imports: list[str]
+    import_timeout_s: float
+
+
+class VerifyPassed(TypedDict):
+    ok: Literal[True]
+    failure: None
+    checks: list[CheckResult]
+
+
+class VerifyFailed(TypedDict):
+    ok: Literal[False]
+    failure: str
+    checks: list[CheckResult]
+
+
+VerifyReply = VerifyPassed | VerifyFailed
+
+
+class RestoreArgs(TypedDict):
+    path: str
+    backup_path: str
+    expected_current: str | None
+    original_sha256: str | None
+    force: bool
+    mode: NotRequired[int | None]  # the original's permission bits (a deploy's files)
+
+
+class RestoreReply(TypedDict):
+    ok: bool
+    already: bool  # the file was the original already: nothing written
+
+
+class CheckArgs(TypedDict):
+    code: str
+    timeout_s: float
+
+
+class PythonRun(TypedDict):
+    returncode: int | None  # None: timed out
+    timed_out: bool
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+# ---------------------------------------------------------------- core: journal and lock
+
+class LockArgs(TypedDict):
+    state_dir: str
+    timeout_s: float
+    owner: str
+
+
+class LockReply(TypedDict):
+    path: str
+    state_dir: str  # absolute, as the host resolved it
+
+
+class JournalWriteArgs(TypedDict):
+    state_dir: str
+    recipe: str
+    run_id: str
+    record: dict[str, Any]  # a RunRecord as JSON
+
+
+class JournalWriteReply(TypedDict):
+    path: str
+
+
+class JournalListArgs(TypedDict):
+    state_dir: str
+    recipe: str | None  # None: every recipe's
+
+
+JournalListReply = list[dict[str, Any]]  # RunRecords as JSON, unvalidated (the journal reads them)
+
+
+class JournalPruneArgs(TypedDict):
+    state_dir: str
+    recipe: str
+    drop_run_ids: list[str]
+
+
+class JournalPruneReply(TypedDict):
+    dropped: int
+
+
+# ---------------------------------------------------------------- transfer (deploy)
+
+class ManifestArgs(TypedDict):
+    dest: str
+    cache_file: str
+    verify_all: NotRequired[bool]
+
+
+class RemoteFile(TypedDict):
+    size: int
+    sha256: str
+    mode: int
+
+
+class ManifestReply(TypedDict):
+    exists: bool
+    is_dir: bool
+    files: dict[str, RemoteFile]  # relative path -> what is there
+    parts: dict[str, int]  # relative path -> size of its unfinished part file
+    dest: str  # absolute
+
+
+class PartInfoArgs(TypedDict):
+    dest: str
+    rel: str
+    prefix_len: NotRequired[int | None]
+
+
+class PartInfoReply(TypedDict):
+    size: int
+    sha256: str | None
+
+
+class ReceiveFileArgs(TypedDict):
+    dest: str
+    rel: str
+    offset: int
+    length: int  # bytes that follow the request on the agent's stdin
+    expected_sha256: str
+    mode: int
+    backup_path: str
+    cache_file: str
+
+
+class ReceiveFileReply(TypedDict):
+    path: str
+    sha256: str
+    sha256_before: str | None  # None: there was no file
+    backup: str | None
+    mode_before: int | None
+    created_dirs: list[str]  # deepest first
+
+
+class RemoveFileArgs(TypedDict):
+    path: str
+    expected_sha256: str
+    force: NotRequired[bool]
+    remove_dirs: NotRequired[list[str]]
+
+
+class RemoveFileReply(TypedDict):
+    removed: bool
+    already: bool
+
+
+# ---------------------------------------------------------------- checkpoint
+
+class ReadCheckpointArgs(TypedDict):
+    path: str
+
+
+CheckpointView = dict[str, Any]  # patchkit/checkpoint/reader.py describes it
+
+
+# ---------------------------------------------------------------- processes (launch)
+
+class ServerRecordReply(TypedDict):
+    """A server the agent started, as its record on the host holds it (LaunchServer in results.py)."""
+
+    name: str
+    pid: int
+    proc_start: int | None
+    argv: list[str]  # as shown: secret arguments redacted
+    env_names: list[str]
+    cwd: str | None
+    log: str
+    command_hash: str
+    salt: str
+    started: float
+
+
+class LaunchStartArgs(TypedDict):
+    state_dir: str
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    log_path: str
+    command_hash: str
+    shown_argv: list[str]
+    salt: str
+
+
+class HttpReply(TypedDict):
+    status: int | None  # None: no answer (error says why)
+    seconds: float
+    body: NotRequired[str]
+    error: NotRequired[str]
+
+
+class LaunchInspectArgs(TypedDict):
+    state_dir: str
+    name: str
+    url: NotRequired[str | None]
+    request_timeout: NotRequired[float]
+
+
+class LaunchInspectReply(TypedDict):
+    record: dict[str, Any] | None  # the server's record (older ones may hold more keys)
+    running: bool
+    exit: str | None
+    health: HttpReply | None
+
+
+class LaunchStopArgs(TypedDict):
+    state_dir: str
+    name: str
+    timeout_s: NotRequired[float]
+
+
+class LaunchStopReply(TypedDict):
+    stopped: bool
+    how: str
+    record: NotRequired[dict[str, Any]]
+
+
+class HttpArgs(TypedDict):
+    method: str
+    url: str
+    body: NotRequired[Any]  # sent as JSON
+    timeout: NotRequired[float]  # the request's own, on the host (default 30 s); not the reply's wait
+
+
+class HttpRequest(TypedDict):
+    method: str
+    url: str
+    body: NotRequired[Any]
+
+
+class HttpBatchArgs(TypedDict):
+    requests: list[HttpRequest]
+    timeout: NotRequired[float]  # each request's own, on the host (default 300 s)
+
+
+class HttpBatchReply(TypedDict):
+    results: list[HttpReply]
+    seconds: float
+
+
+class LogTailArgs(TypedDict):
+    path: str
+    lines: NotRequired[int]
+
+
+class LogTailReply(TypedDict):
+    tail: str
+    errors: NotRequired[list[str]]
+
+
+# ---------------------------------------------------------------- the ops
+
+HELLO: Op[NoArgs, HelloReply] = Op("hello")
+LOAD: Op[LoadArgs, LoadReply] = Op("load")
+LOCATE: Op[LocateArgs, LocateReply] = Op("locate")
+READ: Op[ReadArgs, ReadReply] = Op("read")
+HASH: Op[HashArgs, HashReply] = Op("hash")
+APPLY: Op[ApplyArgs, ApplyReply] = Op("apply")
+VERIFY: Op[VerifyArgs, VerifyReply] = Op("verify")
+RESTORE: Op[RestoreArgs, RestoreReply] = Op("restore")
+CHECK: Op[CheckArgs, PythonRun] = Op("check")
+LOCK: Op[LockArgs, LockReply] = Op("lock")
+JOURNAL_WRITE: Op[JournalWriteArgs, JournalWriteReply] = Op("journal_write")
+JOURNAL_LIST: Op[JournalListArgs, JournalListReply] = Op("journal_list")
+JOURNAL_PRUNE: Op[JournalPruneArgs, JournalPruneReply] = Op("journal_prune")
+MANIFEST: Op[ManifestArgs, ManifestReply] = Op("manifest")
+PART_INFO: Op[PartInfoArgs, PartInfoReply] = Op("part_info")
+RECEIVE_FILE: Op[ReceiveFileArgs, ReceiveFileReply] = Op("receive_file")  # streaming: bytes follow
+REMOVE_FILE: Op[RemoveFileArgs, RemoveFileReply] = Op("remove_file")
+READ_CHECKPOINT: Op[ReadCheckpointArgs, CheckpointView] = Op("read_checkpoint")
+LAUNCH_START: Op[LaunchStartArgs, ServerRecordReply] = Op("launch_start")
+LAUNCH_INSPECT: Op[LaunchInspectArgs, LaunchInspectReply] = Op("launch_inspect")
+LAUNCH_STOP: Op[LaunchStopArgs, LaunchStopReply] = Op("launch_stop")
+HTTP: Op[HttpArgs, HttpReply] = Op("http")
+HTTP_BATCH: Op[HttpBatchArgs, HttpBatchReply] = Op("http_batch")
+LOG_TAIL: Op[LogTailArgs, LogTailReply] = Op("log_tail")
+
+OPS: dict[str, Op[Any, Any]] = {op.name: op for op in (
+    HELLO, LOAD, LOCATE, READ, HASH, APPLY, VERIFY, RESTORE, CHECK, LOCK, JOURNAL_WRITE, JOURNAL_LIST,
+    JOURNAL_PRUNE, MANIFEST, PART_INFO, RECEIVE_FILE, REMOVE_FILE, READ_CHECKPOINT, LAUNCH_START, LAUNCH_INSPECT,
+    LAUNCH_STOP, HTTP, HTTP_BATCH, LOG_TAIL)}
