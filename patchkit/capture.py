@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from patchkit.agent.protocol import READ
 from patchkit.cache import cache_dir
 from patchkit.errors import HostError, UsageError
 from patchkit.installed import InstalledDist, installed
@@ -112,10 +113,10 @@ async def capture_host(session: Session, dist: str, wheel: Path | None, out: lis
             capture.skipped.append(f"{changed.rel}: not a Python file (patch steps edit Python)")
             continue
         assert source is not None
-        read = await session.agent.call("read", path=changed.path)
+        read = await session.agent.call(READ({"path": changed.path}))
         capture.files.append(CapturedFile(changed.rel, found.module_of(changed),
                                           pristine_bytes(source, changed.rel, changed.record_sha256),
-                                          base64.b64decode(read["content_b64"])))
+                                          base64.b64decode(read.get("content_b64", ""))))
     out.append(capture)
     rows = [StepResult(name=f.rel, kind="file", status="ok", message="captured: differs from RECORD",
                        file=f"{found.location}/{f.rel}") for f in capture.files]

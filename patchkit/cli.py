@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fast
+    from patchkit.capture import Capture
     from patchkit.inventory import HostSpec
     from patchkit.results import RunReport
 
@@ -147,7 +148,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from patchkit.audit import audit_host
 
         works["audit"] = partial(audit_host, dist=args.dist)
-    captures: list = []
+    captures: list[Capture] = []
     if command == "capture":
         from functools import partial
 
@@ -184,7 +185,7 @@ def _exit_code(command: str, report: RunReport) -> int:
     return EXIT_OK
 
 
-def _write_capture(capture: object, output: Path, report: RunReport) -> None:  # noqa: F821
+def _write_capture(capture: Capture, output: Path, report: RunReport) -> None:
     import datetime
 
     from patchkit.capture import write_recipe
@@ -192,7 +193,7 @@ def _write_capture(capture: object, output: Path, report: RunReport) -> None:  #
 
     host = next(iter(report.hosts.values()))
     try:
-        written = write_recipe(capture, output, datetime.datetime.now(datetime.UTC))  # type: ignore[arg-type]
+        written = write_recipe(capture, output, datetime.datetime.now(datetime.UTC))
     except HostError as exc:
         host.status, host.message = "failed", str(exc)
         return

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from patchkit.agent.client import AgentClient
+from patchkit.agent.protocol import DIST_FILES
 from patchkit.errors import HostError
 
 Change = Literal["modified", "missing", "not a regular file"]
@@ -48,7 +49,7 @@ class InstalledDist(BaseModel):
 
 async def installed(agent: AgentClient, name: str, only: list[str] | None = None) -> InstalledDist:
     """The distribution `name` (or the one owning the package `name`) on the host."""
-    answer = await agent.call("dist_files", name=name, only=only)
+    answer = await agent.call(DIST_FILES({"name": name, "only": only}))
     if not answer["found"]:
         python = agent.info.get("python", "the target interpreter")
         raise HostError(f"no installed distribution {name} (nor one that owns a package {name}) "

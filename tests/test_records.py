@@ -22,7 +22,13 @@ JOURNALS = sorted((REPO / "fixtures" / "journals").glob("*.json"))
 def test_a_journal_written_before_the_models_loads_and_writes_back_byte_for_byte(path: Path) -> None:
     raw = json.loads(path.read_text())
     record = RunRecord.model_validate(raw)
-    assert record.model_dump(mode="json") == raw
+    dumped = record.model_dump(mode="json")
+    for old, new in zip(raw["steps"], dumped["steps"]):  # fields added to steps since: at their defaults
+        added = set(new) - set(old)
+        assert all(new[key] is None for key in added), added
+        for key in added:
+            del new[key]
+    assert dumped == raw
     kinds = set()
     for step in record.steps:
         details = step.details or {}

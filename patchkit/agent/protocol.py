@@ -175,6 +175,61 @@ class RestoreReply(TypedDict):
     already: bool  # the file was the original already: nothing written
 
 
+class FileToApply(TypedDict):
+    path: str
+    expected_sha256: str | None  # None: the diff adds the file (it must not exist)
+    content_b64: str | None  # None: the diff deletes the file
+    backup_path: str
+
+
+class ApplyFilesArgs(TypedDict):
+    files: list[FileToApply]
+    verify_imports: list[str]
+    import_timeout_s: float
+
+
+class ApplyFilesPassed(TypedDict):
+    ok: Literal[True]
+    checks: list[CheckResult]
+    sha256_after: dict[str, str | None]  # path as sent -> what landed (None: removed)
+
+
+class ApplyFilesFailed(TypedDict):
+    ok: Literal[False]
+    checks: list[CheckResult]
+    failure: str
+    restored: bool  # is every file back as it was?
+
+
+ApplyFilesReply = ApplyFilesPassed | ApplyFilesFailed
+
+
+class DistFilesArgs(TypedDict):
+    name: str  # a distribution, or the import name of a package one owns
+    only: list[str] | None  # just these files (as the host has them); None: every file RECORD lists
+
+
+class ChangedRecordFile(TypedDict):
+    rel: str
+    path: str
+    real: NotRequired[str]
+    change: Literal["modified", "missing", "not a regular file"]
+    record_sha256: str
+    sha256: NotRequired[str]
+
+
+class DistFilesReply(TypedDict):
+    found: bool
+    sys_path: NotRequired[list[str]]  # when not found
+    name: NotRequired[str]
+    version: NotRequired[str]
+    location: NotRequired[str]
+    checked: NotRequired[int]
+    unhashed: NotRequired[int]
+    listed: NotRequired[int]
+    changed: NotRequired[list[ChangedRecordFile]]
+
+
 class CheckArgs(TypedDict):
     code: str
     timeout_s: float
@@ -409,6 +464,8 @@ HASH: Op[HashArgs, HashReply] = Op("hash")
 APPLY: Op[ApplyArgs, ApplyReply] = Op("apply")
 VERIFY: Op[VerifyArgs, VerifyReply] = Op("verify")
 RESTORE: Op[RestoreArgs, RestoreReply] = Op("restore")
+APPLY_FILES: Op[ApplyFilesArgs, ApplyFilesReply] = Op("apply_files")
+DIST_FILES: Op[DistFilesArgs, DistFilesReply] = Op("dist_files")
 CHECK: Op[CheckArgs, PythonRun] = Op("check")
 LOCK: Op[LockArgs, LockReply] = Op("lock")
 JOURNAL_WRITE: Op[JournalWriteArgs, JournalWriteReply] = Op("journal_write")
@@ -427,6 +484,6 @@ HTTP_BATCH: Op[HttpBatchArgs, HttpBatchReply] = Op("http_batch")
 LOG_TAIL: Op[LogTailArgs, LogTailReply] = Op("log_tail")
 
 OPS: dict[str, Op[Any, Any]] = {op.name: op for op in (
-    HELLO, LOAD, LOCATE, READ, HASH, APPLY, VERIFY, RESTORE, CHECK, LOCK, JOURNAL_WRITE, JOURNAL_LIST,
+    HELLO, LOAD, LOCATE, READ, HASH, APPLY, VERIFY, RESTORE, APPLY_FILES, DIST_FILES, CHECK, LOCK, JOURNAL_WRITE, JOURNAL_LIST,
     JOURNAL_PRUNE, MANIFEST, PART_INFO, RECEIVE_FILE, REMOVE_FILE, READ_CHECKPOINT, LAUNCH_START, LAUNCH_INSPECT,
     LAUNCH_STOP, HTTP, HTTP_BATCH, LOG_TAIL)}

@@ -203,7 +203,7 @@ class ScopedTransformer(Walk, cst.CSTTransformer):
     def on_visit(self, node: cst.CSTNode) -> bool:
         return self.walk_visit(node) and super().on_visit(node)
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:  # type: ignore[override]
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:
         if not self.walk_leave(original_node):
             return updated_node
         return super().on_leave(original_node, updated_node)

@@ -292,15 +292,16 @@ def _run_locator(tree: SourceTree, locator: Locator) -> EditResult:
         rest = len(places) - len(changed)
         message += (f" ({len(changed)} of {len(places)} places changed (all: true)"
                     + (f", {rest} already in place)" if rest else ")"))
-    edits = [replacement(p.where, p.node, p.new) for p in changed]  # type: ignore[arg-type]
-    if all(edits) and tree.can_replace(edits):  # type: ignore[arg-type]
-        return EditResult("changed", tree.replace(edits)[0], message)  # type: ignore[arg-type]
+    edits = [replacement(p.where, p.node, p.new) for p in changed if p.new is not None]
+    ready = [e for e in edits if e is not None]
+    if len(ready) == len(changed) and tree.can_replace(ready):
+        return EditResult("changed", tree.replace(ready)[0], message)
     # places inside one another: the pass's own result holds every edit at once
     if len(chosen) == len(places):
         new_module = edited_all
     else:
         new_module = module.deep_replace(changed[0].node, changed[0].new)  # type: ignore[arg-type]
-    return EditResult("changed", tree.adopt(new_module), message)  # type: ignore[arg-type]
+    return EditResult("changed", tree.adopt(new_module), message)
 
 
 # ------------------------------------------------------------------ the target kinds

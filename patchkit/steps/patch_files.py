@@ -15,6 +15,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from patchkit.agent.protocol import APPLY_FILES, HASH, READ, REMOVE_FILE, RESTORE, VERIFY
 from patchkit.edits import EditError
 from patchkit.edits.specs import DiffEdit
 from patchkit.errors import HostError
@@ -55,7 +56,7 @@ async def plan_files(ctx: HostContext, step: Step) -> FilesPlan:
     reads: list[tuple[str, str, Any]] = []
     for rel, _module, patch in diff.targets():
         path = posixpath.join(root, *rel.split("/")[1:])
-        reads.append((rel, path, await ctx.agent.send("read", path=path)))
+        reads.append((rel, path, await ctx.agent.send(READ({"path": path}))))
     changes: list[FileChange] = []
     contents: dict[str, bytes | None] = {}
     misses: list[str] = []
@@ -144,14 +145,12 @@ async def apply_files(ctx: HostContext, step: Step, plan: FilesPlan) -> StepResu
                                                       "message": "cut off while writing or verifying"}))
     verify = step.verify
     try:
-        outcome = await ctx.agent.call(
-            "apply_files",
-            files=[{"path": c.file, "expected_sha256": c.sha256_before, "backup_path": c.backup,
-                    "content_b64": _b64(plan.contents[c.file])} for c in ordered],
-            verify_imports=verify.import_ if verify else [],
-            import_timeout_s=verify.timeout_s if verify else 300,
-            timeout=(verify.timeout_s if verify else 300) + 120,
-        )
+        outcome = await ctx.agent.call(APPLY_FILES({
+            "files": [{"path": c.file, "expected_sha256": c.sha256_before, "backup_path": c.backup or "",
+                       "content_b64": _b64(plan.contents[c.file])} for c in ordered],
+            "verify_imports": verify.import_ if verify else [],
+            "import_timeout_s": verify.timeout_s if verify else 300,
+        }), reply_wait=(verify.timeout_s if verify else 300) + 120)
     except HostError as exc:
         result.status, result.message = "failed", str(exc)
         return result
@@ -210,9 +209,10 @@ async def _settle(ctx: HostContext, step: Step, result: StepResult, record: RunR
     checks: list[Check] = []
     try:
         for i, change in enumerate(present):
-            outcome = await ctx.agent.call("verify", path=change.file, expected_sha256=change.sha256_after,
-                                           verify_imports=imports if i == len(present) - 1 else [],
-                                           import_timeout_s=timeout_s, timeout=timeout_s + 120)
+            outcome = await ctx.agent.call(VERIFY({
+                "path": change.file, "expected_sha256": change.sha256_after,
+                "verify_imports": imports if i == len(present) - 1 else [], "import_timeout_s": timeout_s,
+            }), reply_wait=timeout_s + 120)
             checks += [Check.model_validate(c) for c in outcome["checks"]]
             if not outcome["ok"]:
                 failure = outcome["failure"]
@@ -284,7 +284,7 @@ async def undo_files(ctx: HostContext, done: StepResult, target: RunRecord) -> S
                         files=[c.model_copy(update={"sha256_before": c.sha256_after, "sha256_after": c.sha256_before})
                                for c in changed])
     try:
-        now = await ctx.agent.call("hash", paths=[c.file for c in changed])
+        now = await ctx.agent.call(HASH({"paths": [c.file for c in changed]}))
     except HostError as exc:
         result.message = str(exc)
         return result
@@ -313,10 +313,12 @@ async def _put_back(ctx: HostContext, change: FileChange, force: bool) -> bool:
     """One file as it was before the change: its backup back, or removed (a file the diff
     added); True when something changed. Refused when the file drifted (unless force)."""
     if change.sha256_before is None:
-        outcome = await ctx.agent.call("remove_file", path=change.file, expected_sha256=change.sha256_after,
-                                       force=force)
-        return bool(outcome["removed"])
-    outcome = await ctx.agent.call("restore", path=change.file, backup_path=change.backup,
-                                   expected_current=change.sha256_after, original_sha256=change.sha256_before,
-                                   force=force)
+        assert change.sha256_after is not None  # a file the diff added: what it holds now
+        removed = await ctx.agent.call(REMOVE_FILE({"path": change.file, "expected_sha256": change.sha256_after,
+                                                    "force": force}))
+        return bool(removed["removed"])
+    assert change.backup is not None  # a file the run changed or deleted was backed up first
+    outcome = await ctx.agent.call(RESTORE({"path": change.file, "backup_path": change.backup,
+                                            "expected_current": change.sha256_after,
+                                            "original_sha256": change.sha256_before, "force": force}))
     return not outcome["already"]
