@@ -239,6 +239,11 @@ class Step(Strict):
     def kind(self) -> str:
         return next(k for k in STEP_KINDS if getattr(self, k) is not None)
 
+    @property
+    def checks(self) -> Verify:
+        """What a patch step verifies after its write: `verify`, or the defaults (no imports)."""
+        return self.verify or Verify()
+
 
 STEP_KINDS = ("patch", "check", "deploy", "launch")
 

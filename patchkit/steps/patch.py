@@ -199,7 +199,7 @@ async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResu
         return result
     assert plan.new_content is not None and result.file and result.sha256_before
     backup = ctx.journal.backup_path(ctx.run_id, step.name, result.file)
-    verify = step.verify
+    verify = step.checks
     # In the journal before the write (same round trip, pipelined): a run cut off after the
     # host wrote the file still names it and its backup, so it can be rolled back. The agent
     # refuses the write if this record did not land.
@@ -211,9 +211,9 @@ async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResu
             "expected_sha256": result.sha256_before,
             "content_b64": base64.b64encode(plan.new_content).decode(),
             "backup_path": backup,
-            "verify_imports": verify.import_ if verify else [],
-            "import_timeout_s": verify.timeout_s if verify else 300,
-        }), reply_wait=(verify.timeout_s if verify else 300) + 120)
+            "verify_imports": verify.import_,
+            "import_timeout_s": verify.timeout_s,
+        }), reply_wait=verify.timeout_s + 120)
     except HostError as exc:
         result.status, result.message = "failed", str(exc)
         return result
@@ -236,13 +236,13 @@ async def _settle_unverified(ctx: HostContext, step: Step, result: StepResult, r
                              done: StepResult) -> StepResult:
     """The file holds what run `record` wrote, but that run was cut off before its checks were
     recorded: run them now; on failure put its original back, as that run would have."""
-    verify = step.verify
+    verify = step.checks
     assert result.file
     try:
         outcome = await ctx.agent.call(VERIFY({
             "path": result.file, "expected_sha256": done.sha256_after,
-            "verify_imports": verify.import_ if verify else [], "import_timeout_s": verify.timeout_s if verify else 300,
-        }), reply_wait=(verify.timeout_s if verify else 300) + 120)
+            "verify_imports": verify.import_, "import_timeout_s": verify.timeout_s,
+        }), reply_wait=verify.timeout_s + 120)
     except HostError as exc:
         result.status, result.message = "failed", f"pending verification of run {record.run_id}: {exc}"
         return result

@@ -143,14 +143,14 @@ async def apply_files(ctx: HostContext, step: Step, plan: FilesPlan) -> StepResu
     ordered = [c for c in result.files if c.file in plan.contents]
     await ctx.record_intent(result.model_copy(update={"verified": False,
                                                       "message": "cut off while writing or verifying"}))
-    verify = step.verify
+    verify = step.checks
     try:
         outcome = await ctx.agent.call(APPLY_FILES({
             "files": [{"path": c.file, "expected_sha256": c.sha256_before, "backup_path": c.backup or "",
                        "content_b64": _b64(plan.contents[c.file])} for c in ordered],
-            "verify_imports": verify.import_ if verify else [],
-            "import_timeout_s": verify.timeout_s if verify else 300,
-        }), reply_wait=(verify.timeout_s if verify else 300) + 120)
+            "verify_imports": verify.import_,
+            "import_timeout_s": verify.timeout_s,
+        }), reply_wait=verify.timeout_s + 120)
     except HostError as exc:
         result.status, result.message = "failed", str(exc)
         return result
@@ -199,9 +199,9 @@ async def _settle(ctx: HostContext, step: Step, result: StepResult, record: RunR
     """The files hold what run `record` wrote, but it was cut off before its checks were
     recorded: run them now (each file's syntax, the imports once); on failure put every
     original back, as that run would have."""
-    verify = step.verify
-    imports = verify.import_ if verify else []
-    timeout_s = verify.timeout_s if verify else 300
+    verify = step.checks
+    imports = verify.import_
+    timeout_s = verify.timeout_s
     cut = f"run {record.run_id} was cut off before its checks were recorded"
     files = done.files or []
     present = [c for c in files if c.sha256_after is not None]  # a removed file has nothing to check
