@@ -228,3 +228,14 @@ def test_a_file_this_python_cannot_read_takes_the_plain_route() -> None:
     assert result.verdict == "changed"
     assert result.source == NEWER_SYNTAX.replace("limit = 1", "limit = 2")
     assert tree.SourceTree.of(NEWER_SYNTAX).spans is None
+
+
+def test_every_edit_names_the_module_that_computes_it() -> None:
+    """The warm-up thread imports each recipe edit's engine while hosts connect: it must exist."""
+    import importlib
+
+    from patchkit.edits import EDIT_KINDS
+
+    for kind, spec in EDIT_KINDS.items():
+        engine = spec.model_construct().engine
+        assert importlib.util.find_spec(f"patchkit.edits.{engine}") is not None, (kind, engine)

@@ -442,6 +442,10 @@ class DiffEdit(_Engine):
                                                         f"compile ({error}); nothing changed", outcome.hunks)
         return outcome
 
+    @property
+    def engine(self) -> str:
+        return "hunk_locate"  # where its work is done (`_engine` names it in messages)
+
     def apply(self, source: str) -> EditResult:
         """One file's diff on its source (several files: a patch step applies each by `apply_to`)."""
         targets = self.targets()

@@ -344,6 +344,15 @@ async def _record_view(ctx: HostContext, package: str, out: StepResult, records:
         out.message += f"; differs from {where}: {why} (patchkit audit lists every such file)"
 
 
+def _import_quietly(names: list[str]) -> None:
+    """Ahead of time only: an import that fails here fails again, with its message, where used."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S112 - reported by the import that needs it
+            continue
+
+
 PatchData = bytes | FilesPlan | None  # one file's new content, or a multi-file plan (patch_files.py)
 
 
@@ -355,8 +364,8 @@ class PatchKind(StepKind[PatchData]):
         an import the plan then makes waits for it (Python's import lock)."""
         engines = {f"patchkit.edits.{step.patch.edit.op.engine}" for step in steps if step.patch}
         if engines - set(sys.modules):
-            threading.Thread(target=lambda: [importlib.import_module(name) for name in sorted(engines)],
-                             name="patchkit-warm-up", daemon=True).start()
+            threading.Thread(target=_import_quietly, args=(sorted(engines),), name="patchkit-warm-up",
+                             daemon=True).start()
 
     async def plan(self, ctx: HostContext, step: Step) -> Planned[PatchData]:
         targets = step.patch.edit.diff.targets() if step.patch and step.patch.edit.diff else []
