@@ -92,7 +92,7 @@ def bake(spec: BakeSpec, run_id: str, work: Callable[[HostSpec, bool], RunReport
                "--entrypoint", "sleep", spec.image, "infinity")
     try:
         scheme = "docker" if engine.label.startswith("docker") else "podman"
-        host = HostSpec(name=name, address=f"{scheme}://{name}", engine=spec.engine,
+        host = HostSpec(name="bake", address=f"{scheme}://{name}", engine=spec.engine,
                         engine_args=list(spec.engine_args), python=spec.python, state_dir=spec.state_dir)
         say(f"bake: container {name} from {spec.image} (no network); the plan:")
         plan = work(host, True)
@@ -107,7 +107,8 @@ def bake(spec: BakeSpec, run_id: str, work: Callable[[HostSpec, bool], RunReport
         say(f"bake: wrote {spec.tag} ({spec.image} + {applied.recipe}, its journal inside: "
             "status and rollback work in containers started from it)")
         return applied, True
-    finally:
+    finally:  # `stop -t 0` first: `sleep` as PID 1 ignores SIGTERM, and podman's rm -f waits 10 s for it
+        engine.run("stop", "-t", "0", name, check=False)
         engine.run("rm", "-f", name, check=False)
 
 
