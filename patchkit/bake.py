@@ -103,13 +103,24 @@ def bake(spec: BakeSpec, run_id: str, work: Callable[[HostSpec, bool], RunReport
         if _failed(applied):
             say(f"bake: a step failed: no image written ({spec.tag})")
             return applied, False
-        engine.run("commit", *changes(entrypoint, cmd), name, spec.tag)
+        done = engine.run("commit", *changes(entrypoint, cmd), name, spec.tag, check=False)
+        if done.returncode != 0:
+            raise BakeFailed(_commit_failed(engine.label, done.stderr))
         say(f"bake: wrote {spec.tag} ({spec.image} + {applied.recipe}, its journal inside: "
             "status and rollback work in containers started from it)")
         return applied, True
     finally:  # `stop -t 0` first: `sleep` as PID 1 ignores SIGTERM, and podman's rm -f waits 10 s for it
         engine.run("stop", "-t", "0", name, check=False)
         engine.run("rm", "-f", name, check=False)
+
+
+def _commit_failed(engine: str, stderr: str) -> str:
+    why = " ".join(stderr.strip().splitlines()[-2:]) or "no message"
+    if "decode(): eof" in stderr.lower():  # podman <= 4.x behind DOCKER_HOST: /commit wants a JSON body
+        return (f"bake: `{engine} commit` failed: {why}: the Docker API answering (podman's system service) "
+                "refuses a commit without a request body, which the docker CLI does not send (podman issue "
+                "#26261); bake with --engine podman on that machine. No image written")
+    return f"bake: `{engine} commit` failed: {why}. No image written"
 
 
 def _failed(report: RunReport) -> bool:

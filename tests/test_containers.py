@@ -131,6 +131,9 @@ class Engine:
         entry.update(extra)
         return entry
 
+    def server_version(self) -> str:
+        return self.run("version", "--format", "{{.Server.Version}}").stdout.strip()
+
     def bake_args(self) -> list[str]:
         run_args = [f"--run-arg={a}" for a in images.ULIMIT_ARGS]  # bake adds --network none itself
         if self.kind == "podman":
@@ -309,8 +312,8 @@ def test_a_container_stopped_mid_run_fails_its_host_and_a_rerun_converges(engine
     assert cut.returncode == 1, cut
     host = cut.hosts()["c1"]
     assert host["status"] == "failed", cut
-    nap = steps(cut, "c1")["nap"]
-    assert nap["status"] == "failed" and "agent exited" in nap["message"], cut
+    assert host["message"].startswith("c1: ") and ("connection lost" in host["message"]
+                                                    or "agent exited" in host["message"]), cut
 
     engine.run("start", name)
     rerun = patchkit(engine, "apply", str(recipe), "-i", inv, "--json")
@@ -365,6 +368,16 @@ def test_bake_then_status_in_containers_of_the_baked_and_the_original_image(engi
     try:
         baked = patchkit(engine, "bake", TOY_RECIPE, "--from", images.TOY_IMAGE, "-t", tag, "--json",
                          *engine.bake_args())
+        if engine.kind == "docker" and engine.server_version().startswith("4."):
+            # podman 4.x's Docker API refuses the docker CLI's body-less /commit (podman #26261): the
+            # bake does all its work, then says so in one line and leaves nothing behind.
+            assert baked.returncode == 1, baked
+            assert baked.hosts()["bake"]["status"] == "changed"
+            assert baked.stderr.strip().splitlines()[-1].startswith("patchkit: bake: `docker commit` failed: "), baked
+            assert "podman issue #26261" in baked.stderr and "No image written" in baked.stderr
+            assert engine.run("image", "inspect", tag, check=False).returncode != 0
+            assert "patchkit-bake-" not in engine.run("ps", "-a", "--format", "{{.Names}}").stdout
+            return
         assert baked.returncode == 0, baked
         assert baked.hosts()["bake"]["status"] == "changed"
         assert "the plan:" in baked.stderr and f"wrote {tag}" in baked.stderr
