@@ -19,8 +19,8 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from patchkit.errors import HostError
 from patchkit.inventory import HostSpec
@@ -56,7 +56,7 @@ class Engine:
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         argv = [self.spec.engine, *self.spec.engine_args, *args]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S,
+            done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S,
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise BakeFailed(f"bake: `{self.label} {args[0]}` did not finish within {ENGINE_TIMEOUT_S:g}s") from None
@@ -92,8 +92,9 @@ def bake(spec: BakeSpec, run_id: str, work: Callable[[HostSpec, bool], RunReport
                "--entrypoint", "sleep", spec.image, "infinity")
     try:
         scheme = "docker" if engine.label.startswith("docker") else "podman"
-        host = HostSpec(name="bake", address=f"{scheme}://{name}", engine=spec.engine,
-                        engine_args=list(spec.engine_args), python=spec.python, state_dir=spec.state_dir)
+        host = HostSpec.model_validate({"name": "bake", "address": f"{scheme}://{name}", "engine": spec.engine,
+                                        "engine_args": list(spec.engine_args), "python": spec.python,
+                                        "state_dir": spec.state_dir})
         say(f"bake: container {name} from {spec.image} (no network); the plan:")
         plan = work(host, True)
         if _failed(plan):

@@ -77,7 +77,7 @@ class HostSpec(BaseModel):
 
     name: str = ""
     address: str | None = None
-    port: int | None = Field(None, ge=1, le=65535)
+    port: int | None = Field(default=None, ge=1, le=65535)
     user: str | None = None
     python: str | None = None
     identity_file: str | None = None
@@ -120,7 +120,7 @@ class HostSpec(BaseModel):
 class Defaults(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    port: int | None = Field(None, ge=1, le=65535)
+    port: int | None = Field(default=None, ge=1, le=65535)
     user: str | None = None
     python: str | None = None
     identity_file: str | None = None

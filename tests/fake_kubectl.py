@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     head, remote = args[2:args.index("--")], args[args.index("--") + 1:]
     pod = next(a for i, a in enumerate(head) if not a.startswith("-") and (i == 0 or head[i - 1] not in ("-n", "-c")))
     state = subprocess.run([*PODMAN, "container", "inspect", "--format", "{{.State.Running}}", pod],
-                           capture_output=True, text=True)
+                           check=False, capture_output=True, text=True)
     if state.returncode != 0:
         print(f'Error from server (NotFound): pods "{pod}" not found', file=sys.stderr)
         return 1

@@ -23,14 +23,20 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from fixtures import containers as images
-from patchkit.inventory import Defaults, HostSpec, PodSelector, load_inventory, parse_container_address
+from patchkit.inventory import (
+    Defaults,
+    HostSpec,
+    PodSelector,
+    parse_container_address,
+)
 from patchkit.transport.container import ContainerTarget
 from patchkit.transport.container_errors import classify
 from patchkit.transport.kubectl import get_pods_argv, pods_from_json
@@ -69,7 +75,7 @@ def podman_service(built_images: None) -> Iterator[str]:
         deadline = time.monotonic() + 20
         while not sock.exists():
             if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"podman system service did not start: {proc.stderr.read() if proc.stderr else ''}",
+                pytest.fail(f"podman system service did not start: {proc.stderr.read().decode() if proc.stderr else ''}",
                             pytrace=False)
             time.sleep(0.1)
         yield f"unix://{sock}"
@@ -104,7 +110,7 @@ class Engine:
         return [images.podman_binary(), *images.ENGINE_ARGS, *args]
 
     def run(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(self.argv(*args), capture_output=True, text=True, env=self.env, input=input,
+        done = subprocess.run(self.argv(*args), check=False, capture_output=True, text=True, env=self.env, input=input,
                               timeout=120)
         if check and done.returncode != 0:
             raise AssertionError(f"{self.argv(*args)} failed: {done.stderr}")
@@ -117,7 +123,7 @@ class Engine:
         return name
 
     def read(self, container: str, path: str) -> bytes:
-        done = subprocess.run(self.argv("exec", container, "cat", path), capture_output=True, env=self.env,
+        done = subprocess.run(self.argv("exec", container, "cat", path), check=False, capture_output=True, env=self.env,
                               timeout=60)
         assert done.returncode == 0, done.stderr
         return done.stdout
@@ -166,7 +172,7 @@ def inventory(tmp_path: Path, hosts: dict[str, dict[str, Any]], name: str = "inv
 
 def patchkit(engine: Engine | None, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> Result:
     run_env = env or (engine.env if engine else dict(os.environ))
-    proc = subprocess.run([PATCHKIT, *args], capture_output=True, text=True, timeout=timeout, env=run_env)
+    proc = subprocess.run([PATCHKIT, *args], check=False, capture_output=True, text=True, timeout=timeout, env=run_env)
     result = Result(list(args), proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, str(result)
     return result
@@ -544,14 +550,14 @@ def test_get_pods_argv() -> None:
     ('error: unable to upgrade connection: container not found ("engine")', "not_found"),
     ("Error from server (BadRequest): container engine is not valid for pod vllm-0", "not_found"),
     ("error: cannot exec into a container in a completed pod; current phase is Succeeded", "not_running"),
-    ("error: Internal error occurred: error executing command in container: failed to exec in container: failed to "
-     'start exec "abc": OCI runtime exec failed: exec failed: unable to start container process: exec: "python3": '
-     "executable file not found in $PATH: unknown", "no_python"),
+    (("error: Internal error occurred: error executing command in container: failed to exec in container: failed to "
+      'start exec "abc": OCI runtime exec failed: exec failed: unable to start container process: exec: "python3": '
+      "executable file not found in $PATH: unknown"), "no_python"),
     ("The connection to the server localhost:8080 was refused - did you specify the right host or port?",
      "engine_unreachable"),
     ('error: context "prod-eu" does not exist', "engine_unreachable"),
-    ('Error from server (Forbidden): pods "vllm-0" is forbidden: User "ci" cannot create resource "pods/exec" in '
-     'API group "" in the namespace "serving"', "forbidden"),
+    (('Error from server (Forbidden): pods "vllm-0" is forbidden: User "ci" cannot create resource "pods/exec" in '
+      'API group "" in the namespace "serving"'), "forbidden"),
     ('Error: no container with name or ID "x" found: no such container', "not_found"),
     ("Error response from daemon: No such container: x", "not_found"),
     ("Error response from daemon: container 4f2a is not running", "not_running"),

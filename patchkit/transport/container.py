@@ -28,7 +28,12 @@ from dataclasses import dataclass, replace
 
 from patchkit.inventory import CONTAINER_SCHEMES, ContainerAddress, HostSpec
 from patchkit.transport.base import NoFileSplice
-from patchkit.transport.container_errors import ContainerFailure, Where, container_failure, failure_from
+from patchkit.transport.container_errors import (
+    ContainerFailure,
+    Where,
+    container_failure,
+    failure_from,
+)
 
 READ_LIMIT = 1 << 26  # replies carry whole files
 STDERR_LINES = 200
@@ -164,7 +169,7 @@ class _ContainerStreams(NoFileSplice):
             await asyncio.wait_for(self.proc.wait(), 5)
             if self._pump is not None:
                 await asyncio.wait_for(asyncio.shield(self._pump), 5)
-        except (asyncio.TimeoutError, ValueError):
+        except (TimeoutError, ValueError):
             pass
         return list(self._stderr)
 
@@ -202,13 +207,13 @@ class _ContainerStreams(NoFileSplice):
                 assert proc.stdin is not None
                 proc.stdin.close()
                 await asyncio.wait_for(proc.wait(), CLOSE_TIMEOUT_S)
-            except (asyncio.TimeoutError, OSError):
+            except (TimeoutError, OSError):
                 proc.kill()
                 await proc.wait()
         if self._pump is not None and not self._pump.done():
             try:
                 await asyncio.wait_for(self._pump, 5)
-            except (asyncio.TimeoutError, ValueError):
+            except (TimeoutError, ValueError):
                 pass
 
 

@@ -59,17 +59,17 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((kind, re.compile(pat
     # podman: `can only create exec sessions on running containers: container state improper`;
     # Docker: `Container x is not running`, `is paused`; kubectl: `cannot exec into a container in
     # a completed pod; current phase is Succeeded`, `pod has no running containers`...
-    ("not_running", r"can only create exec sessions on running containers|is not running|is paused|"
-                    r"cannot exec into a container in a completed pod|container state improper"),
+    ("not_running", (r"can only create exec sessions on running containers|is not running|is paused|"
+                     r"cannot exec into a container in a completed pod|container state improper")),
     # runc/crun through podman, docker, CRI: `exec: "python3": executable file not found in $PATH`,
     # `exec: "/usr/bin/python9": stat /usr/bin/python9: no such file or directory`
-    ("no_python", r"executable file not found|exec: \"[^\"]*\": stat [^:]*: no such file or directory|"
-                  r"oci runtime attempted to invoke a command that was not found"),
+    ("no_python", (r"executable file not found|exec: \"[^\"]*\": stat [^:]*: no such file or directory|"
+                   r"oci runtime attempted to invoke a command that was not found")),
     ("no_user", r"unable to find user|no matching entries in passwd file"),
     # docker without a daemon; kubectl without an API server
-    ("engine_unreachable", r"cannot connect to the docker daemon|is the docker daemon running|"
-                           r"the connection to the server .* was refused|unable to connect to the server|"
-                           r"error loading config file|context .* does not exist|no configuration has been provided"),
+    ("engine_unreachable", (r"cannot connect to the docker daemon|is the docker daemon running|"
+                            r"the connection to the server .* was refused|unable to connect to the server|"
+                            r"error loading config file|context .* does not exist|no configuration has been provided")),
     ("forbidden", r"\(forbidden\)|permission denied while trying to connect"),
 ))
 

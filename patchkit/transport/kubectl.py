@@ -85,10 +85,10 @@ def pods_from_json(document: str | dict[str, Any], container: str | None) -> lis
     """The pods of a `kubectl get pods -o json` document (a List, or a single Pod), in its order."""
     doc = json.loads(document) if isinstance(document, str) else document
     if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
+        raise ValueError("not a JSON object")  # noqa: TRY004 - a bad document, as json.loads says
     items = doc.get("items") if doc.get("kind") != "Pod" else [doc]
     if not isinstance(items, list):
-        raise ValueError("no `items` list")
+        raise ValueError("no `items` list")  # noqa: TRY004
     return [pod_state(item, container) for item in items if isinstance(item, dict)]
 
 
@@ -111,7 +111,7 @@ def resolve_selector(group: str, selector: PodSelector, defaults: Defaults) -> t
         raise HostError(f"group {group}: kubectl `{argv[0]}` is not on this machine (not in PATH); install it "
                         "or set `engine:` to its path")
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=GET_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=GET_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise HostError(f"group {group}: `kubectl get pods` gave no answer within {GET_TIMEOUT_S:g}s") from None
     if done.returncode != 0:
