@@ -11,9 +11,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Annotated, Callable, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from patchkit.errors import UsageError
 from patchkit.yamlsource import load_yaml
@@ -152,17 +161,28 @@ class PodSelector(BaseModel):
     kubeconfig: str | None = None
     context: str | None = None
 
-    @model_validator(mode="after")
-    def _names(self) -> PodSelector:
-        for what, value in (("namespace", self.namespace), ("container", self.container)):
-            if value is not None and not _K8S_NAME.fullmatch(value):
-                raise ValueError(f"{what} {value!r} is not a Kubernetes name (lower-case letters, digits, '-' and '.')")
-        return self
+    @field_validator("namespace", "container")
+    @classmethod
+    def _kubernetes_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not _K8S_NAME.fullmatch(value):
+            raise ValueError(f"{info.field_name} {value!r} is not a Kubernetes name "
+                             "(lower-case letters, digits, '-' and '.')")
+        return value
 
     def host_settings(self) -> dict[str, object]:
         """What a pod of this group takes from the selector (over the inventory's defaults)."""
         keep = ("python", "state_dir", "engine", "engine_args", "kubeconfig", "context")
         return {k: v for k, v in self.model_dump(include=set(keep)).items() if v is not None}
+
+
+def _group_kind(members: object) -> str:
+    return "selector" if isinstance(members, (dict, PodSelector)) else "list"
+
+
+# A group: a list of hosts and groups, or a mapping (a pod selector). Told apart by shape, so an
+# error names the list item or the selector's key, not both union members.
+GroupMembers = Annotated[Union[Annotated[list[str], Tag("list")], Annotated[PodSelector, Tag("selector")]],
+                         Discriminator(_group_kind)]
 
 
 @dataclass(frozen=True)
@@ -180,8 +200,8 @@ SelectorResolver = Callable[[str, PodSelector, "Defaults"], tuple[list[HostSpec]
 class Inventory(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    hosts: dict[str, HostSpec] = Field(default_factory=dict)
-    groups: dict[str, list[str] | PodSelector] = Field(default_factory=dict)
+    hosts: dict[str, HostSpec]  # may be empty ({}) when a selector group brings the hosts
+    groups: dict[str, GroupMembers] = Field(default_factory=dict)
     defaults: Defaults = Field(default_factory=Defaults)
 
     @field_validator("groups")
@@ -204,7 +224,8 @@ class Inventory(BaseModel):
     @model_validator(mode="after")
     def _some_host(self) -> Inventory:
         if not self.hosts and not any(isinstance(g, PodSelector) for g in self.groups.values()):
-            raise ValueError("hosts: an inventory needs at least one host (or a group with a k8s_selector)")
+            raise ValueError("hosts: an inventory needs at least one host (or a group with a k8s_selector; "
+                             "then write `hosts: {}`)")
         return self
 
     def resolved(self) -> dict[str, HostSpec]:

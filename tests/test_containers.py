@@ -34,12 +34,13 @@ from fixtures import containers as images
 from patchkit.inventory import (
     Defaults,
     HostSpec,
+    Inventory,
     PodSelector,
     parse_container_address,
 )
 from patchkit.transport.container import ContainerTarget
 from patchkit.transport.container_errors import classify
-from patchkit.transport.kubectl import get_pods_argv, pods_from_json
+from patchkit.transport.kubectl import get_pods_argv, pod_host, pods_from_json
 from tests.helpers import PATCHKIT, RECIPES, Result
 
 REPO = Path(__file__).resolve().parent.parent
@@ -452,6 +453,50 @@ def test_a_bad_container_address_is_one_line_naming_its_place(tmp_path: Path, ad
     line = out.stderr.strip()
     assert len(line.splitlines()) == 1 and line.startswith(f"patchkit: {inv}:3:5: hosts.c1.address"), line
     assert problem in line
+
+
+@pytest.mark.parametrize("groups, where, problem", [
+    ("  pods: {k8s_selector: app=x, namespace: Bad_NS}\n", "3:31: groups.pods.namespace",
+     "namespace 'Bad_NS' is not a Kubernetes name"),
+    ("  pods: {k8s_selector: app=x, namespaec: y}\n", "3:31: groups.pods", "unknown key 'namespaec'"),
+    ("  pods: {namespace: y}\n", "3:3: groups.pods", "missing required key 'k8s_selector'"),
+    ("  pods: [3]\n", "3:10: groups.pods[0]", "expected a string, got 3"),
+])
+def test_a_bad_selector_group_is_one_line_naming_its_place(tmp_path: Path, groups: str, where: str,
+                                                           problem: str) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("hosts: {}\ngroups:\n" + groups)
+    out = patchkit(None, "history", "-i", str(inv))
+    assert out.returncode == 2, out
+    line = out.stderr.strip()
+    assert len(line.splitlines()) == 1 and line.startswith(f"patchkit: {inv}:{where}: {problem}"), out
+
+
+def test_selector_groups_are_resolved_through_the_resolver_given() -> None:
+    inventory = Inventory.model_validate({
+        "hosts": {"gpu-1": {"address": "gpu-1.internal"}, "web": {"address": "podman://web"}},
+        "groups": {"pods": {"k8s_selector": "app=vllm", "namespace": "serving", "container": "vllm"},
+                   "both": ["web", "pods"]},
+        "defaults": {"python": "/opt/venv/bin/python", "context": "prod"},
+    })
+    asked: list[str] = []
+
+    def resolve(group: str, selector: PodSelector, defaults: Defaults) -> tuple[list[HostSpec], list[str]]:
+        asked.append(group)
+        pods = pods_from_json(POD_LIST, selector.container)
+        return ([pod_host(group, selector, defaults, p.name) for p in pods if p.reason is None],
+                [f"{p.name}: {p.reason}" for p in pods if p.reason])
+
+    chosen = inventory.select(["both"], resolve)
+    assert [h.name for h in chosen.hosts] == ["web", "serving/vllm-7d9f-a1", "serving/vllm-7d9f-b2"]
+    pod = chosen.hosts[1]
+    assert (pod.address, pod.python, pod.context, pod.scheme) == (
+        "k8s://serving/vllm-7d9f-a1/vllm", "/opt/venv/bin/python", "prod", "k8s")
+    assert len(chosen.notes) == 5 and asked == ["pods"]
+    everything = inventory.select(None, resolve)  # no -l: every host, and every selector's pods
+    assert [h.name for h in everything.hosts][:2] == ["gpu-1", "web"] and len(everything.hosts) == 4
+    assert [h.name for h in inventory.select(["gpu-1"], resolve).hosts] == ["gpu-1"]
+    assert asked == ["pods", "pods"]  # a selector not named is never resolved
 
 
 def test_addresses_parse_into_schemes() -> None:
