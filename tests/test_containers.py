@@ -412,6 +412,27 @@ def test_bake_then_status_in_containers_of_the_baked_and_the_original_image(engi
 
 
 @containers
+def test_a_baked_image_starts_as_its_source_did(built_images: None, tmp_path: Path) -> None:
+    """The bake container only sleeps (--entrypoint sleep); TAG gets IMAGE's ENTRYPOINT and CMD back."""
+    podman = Engine("podman")
+    source = f"localhost/pk-test-entry-{uuid.uuid4().hex[:8]}"
+    tag = f"{source}-baked"
+    (tmp_path / "Containerfile").write_text(
+        f"FROM {images.TOY_IMAGE}\nENTRYPOINT [\"python3\", \"-c\"]\n"
+        "CMD [\"import toyllm.config.model as m; print('dtypes', m._FLOAT16_DTYPES)\"]\n")
+    try:
+        podman.run("build", "--network", "none", "-t", source, "-f", str(tmp_path / "Containerfile"), str(tmp_path))
+        baked = patchkit(None, "bake", TOY_RECIPE, "--from", source, "-t", tag, "--steps", "fp32-dtype",
+                         *podman.bake_args())
+        assert baked.returncode == 0, baked
+        ran = podman.run("run", "--rm", *images.RUN_ARGS, tag).stdout
+        assert ran.strip() == "dtypes ('float16', 'bfloat16', 'float32')"  # its own CMD, patched
+        assert podman.run("run", "--rm", *images.RUN_ARGS, source).stdout.strip() == "dtypes ('float16', 'bfloat16')"
+    finally:
+        podman.run("rmi", "-f", tag, source, check=False)
+
+
+@containers
 def test_bake_with_a_failed_verification_writes_no_image(engine: Engine, tmp_path: Path) -> None:
     recipe = tmp_path / "bad.yaml"
     recipe.write_text(json.dumps({"name": "bad", "steps": [
