@@ -196,6 +196,11 @@ def test_apply_reapply_status_rollback_in_a_container(engine: Engine, tmp_path: 
     before = {p: engine.read(name, p) for p in (SPECULATIVE, MODEL)}
     inv = inventory(tmp_path, {"c1": engine.host_entry(name)})
 
+    plan = patchkit(engine, "plan", TOY_RECIPE, "-i", inv, "--json")
+    assert plan.returncode == 0, plan
+    assert '+                "kimi_k2",' in steps(plan, "c1")["eagle3-whitelist"]["diff"]
+    assert {p: engine.read(name, p) for p in before} == before  # a plan writes nothing
+
     applied = patchkit(engine, "apply", TOY_RECIPE, "-i", inv, "--json")
     assert applied.returncode == 0, applied
     host = applied.hosts()["c1"]
@@ -364,6 +369,18 @@ def test_engine_errors_are_one_line_each_and_other_hosts_go_on(engine: Engine, t
         assert hosts[name]["status"] == "failed"
         assert message.startswith(start), (name, message)
         assert "\n" not in message and "Traceback" not in message
+
+
+@containers
+def test_docker_without_its_service_is_one_line(built_images: None, tmp_path: Path) -> None:
+    inv = inventory(tmp_path, {"d1": {"address": "docker://web", "engine": DOCKER}})
+    sock = tmp_path / "nobody-listens.sock"
+    out = patchkit(None, "apply", TOY_RECIPE, "-i", inv, "--json",
+                   env=dict(os.environ, DOCKER_HOST=f"unix://{sock}"))
+    assert out.returncode == 1, out
+    assert out.hosts()["d1"]["message"] == (
+        f"d1: docker cannot reach its service: Cannot connect to the Docker daemon at unix://{sock}. "
+        "Is the docker daemon running?"), out
 
 
 # ---------------------------------------------------------------------- bake
@@ -684,6 +701,12 @@ def test_pods_through_a_fake_kubectl(fake_kubectl: tuple[Path, Path, dict[str, s
         gets = [argv for argv in map(json.loads, log.read_text().splitlines()) if "get" in argv]
         assert gets == [["--kubeconfig", "/etc/fake/kubeconfig", "--context", "fake-ctx", "get", "pods", "-l",
                          "app=vllm", "-n", "serving", "-o", "json"]]
+
+        podman.run("stop", "-t", "0", other)
+        stopped = patchkit(None, "status", TOY_RECIPE, "-i", str(inv), "-l", "fleet", "--json", env=env)
+        assert stopped.hosts()[f"serving/{other}"]["message"] == (
+            f"serving/{other}: pod serving/{other} is not running (kubectl: cannot exec into a container in a "
+            "completed pod; current phase is Succeeded)"), stopped
 
         refused = dict(env, FAKE_KUBECTL_REFUSE="The connection to the server 10.0.0.1:6443 was refused - did you "
                                                 "specify the right host or port?")
