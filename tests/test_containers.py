@@ -324,8 +324,8 @@ def test_a_container_stopped_mid_run_fails_its_host_and_a_rerun_converges(engine
     assert cut.returncode == 1, cut
     host = cut.hosts()["c1"]
     assert host["status"] == "failed", cut
-    assert host["message"].startswith("c1: ") and ("connection lost" in host["message"]
-                                                    or "agent exited" in host["message"]), cut
+    assert host["message"].startswith("c1: "), cut
+    assert "(the container was stopped or removed?)" in host["message"], cut  # how the exec ended
 
     engine.run("start", name)
     rerun = patchkit(engine, "apply", str(recipe), "-i", inv, "--json")
@@ -688,9 +688,11 @@ def test_pods_through_a_fake_kubectl(fake_kubectl: tuple[Path, Path, dict[str, s
         assert one.hosts()["one"]["status"] == "changed"
         assert one.hosts()["gone"]["message"].startswith("gone: pod serving/pk-test-no-such-pod not found (kubectl: "
                                                          'pods "pk-test-no-such-pod" not found)'), one
-        execs = [json.loads(line) for line in log.read_text().splitlines()]
-        assert execs[0][:4] == ["--kubeconfig", "/etc/fake/kubeconfig", "--context", "fake-ctx"]
-        assert execs[0][4:10] == ["exec", "-i", "-n", "serving", running, "-c"]
+        execs = [json.loads(line) for line in log.read_text().splitlines()]  # both hosts at once: any order
+        mine = next(argv for argv in execs if running in argv)
+        assert mine[:4] == ["--kubeconfig", "/etc/fake/kubeconfig", "--context", "fake-ctx"]
+        assert mine[4:12] == ["exec", "-i", "-n", "serving", running, "-c", "vllm", "--"]
+        assert len(execs) == 2  # one exec per pod per run
 
         fleet = patchkit(None, "status", TOY_RECIPE, "-i", str(inv), "-l", "fleet", "--json", env=env)
         assert fleet.returncode == 3, fleet  # `other` is pending

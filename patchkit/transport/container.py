@@ -139,6 +139,34 @@ class ContainerTransport:
             await streams.close()
 
 
+class _Stdin:
+    """The exec's stdin; a broken pipe says how the exec ended (the container stopped...)."""
+
+    def __init__(self, streams: _ContainerStreams) -> None:
+        assert streams.proc.stdin is not None
+        self._streams = streams
+        self._writer = streams.proc.stdin
+
+    def write(self, data: bytes) -> None:
+        if not self._writer.is_closing():  # closing: the exec is gone, drain() says why
+            self._writer.write(data)
+
+    async def drain(self) -> None:
+        """Before the agent's first line a broken pipe is not an error yet: the exec failed (no
+        such container...) and the reader says why, from the engine's stderr."""
+        try:
+            if self._writer.is_closing():
+                raise ConnectionResetError("closed")
+            await self._writer.drain()
+        except (ConnectionError, OSError):
+            if not self._streams.answered:
+                return
+            raise ConnectionResetError(await self._streams.ended()) from None
+
+    def close(self) -> None:
+        self._writer.close()
+
+
 class _ContainerStreams(NoFileSplice):
     """The pipes of one exec process; its first empty read asks the engine's stderr why."""
 
@@ -147,11 +175,20 @@ class _ContainerStreams(NoFileSplice):
         self.transport = transport
         self.proc = proc
         self.where = where
-        self.stdin: asyncio.StreamWriter = proc.stdin
+        self.stdin = _Stdin(self)  # write/drain
         self.stdout = self  # readline
         self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
-        self._answered = False  # a line of stdout arrived: the exec started the interpreter
+        self.answered = False  # a line of stdout arrived: the exec started the interpreter
         self._pump: asyncio.Task[None] | None = asyncio.create_task(self._read_stderr())
+
+    async def ended(self) -> str:
+        """Why the exec is gone, for a broken pipe: its exit status, and what that usually means."""
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), 2)
+        except TimeoutError:
+            return f"{self.where.engine} exec stopped reading"
+        meaning = " (the container was stopped or removed?)" if code in (137, 143, 255) or code < 0 else ""
+        return f"{self.where.engine} exec exited with {code}{meaning}"
 
     async def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -177,9 +214,9 @@ class _ContainerStreams(NoFileSplice):
         assert self.proc.stdout is not None
         line = await self.proc.stdout.readline()
         if line:
-            self._answered = True
+            self.answered = True
             return line
-        if not self._answered:  # the exec itself failed: the engine says why on stderr
+        if not self.answered:  # the exec itself failed: the engine says why on stderr
             failure = failure_from(await self._stderr_lines(), self.where)
             if failure is not None:
                 raise failure
@@ -190,7 +227,7 @@ class _ContainerStreams(NoFileSplice):
 
     async def error_tail(self) -> str:
         lines = await self._stderr_lines()
-        if not self._answered:
+        if not self.answered:
             failure = failure_from(lines, self.where)
             if failure is not None:  # the client prefixes the host's name itself
                 return str(failure).removeprefix(f"{self.where.host}: ")
