@@ -147,10 +147,13 @@ class Engine:
             return [f"--engine-arg={a}" for a in images.ENGINE_ARGS] + run_args
         return ["--engine", DOCKER, *run_args]
 
+    def remove(self, name: str, check: bool = True) -> None:
+        """At once: `sleep` as PID 1 ignores SIGTERM, and podman's rm -f would wait 10 s for it."""
+        self.run("rm", "-f", *(["-t", "0"] if self.kind == "podman" else []), name, check=check)
+
     def cleanup(self) -> None:
         for name in self.started:
-            self.run("rm", "-f", "-t", "0", name, check=False) if self.kind == "podman" else \
-                self.run("rm", "-f", name, check=False)
+            self.remove(name, check=False)
 
 
 @pytest.fixture(params=["podman", "docker"])
@@ -232,12 +235,18 @@ def test_apply_reapply_status_rollback_in_a_container(engine: Engine, tmp_path: 
 
 
 @containers
-def test_the_human_report_says_once_that_container_changes_are_lost(engine: Engine, tmp_path: Path) -> None:
+def test_the_report_says_once_that_container_changes_are_lost_and_they_are(engine: Engine, tmp_path: Path) -> None:
     name = engine.start()
     inv = inventory(tmp_path, {"c1": engine.host_entry(name)})
     out = patchkit(engine, "apply", TOY_RECIPE, "-i", inv)
     assert out.returncode == 0, out
     assert out.stdout.count("lost when the container is recreated") == 1, out
+    # ... and it is: the same name, recreated from the same image, is pending again
+    engine.remove(name)
+    engine.run("run", "-d", "--name", name, *images.RUN_ARGS, images.TOY_IMAGE, "sleep", "infinity")
+    status = patchkit(engine, "status", TOY_RECIPE, "-i", inv, "--json")
+    assert status.returncode == 3, status
+    assert steps(status, "c1")["eagle3-whitelist"]["status"] == "pending"
 
 
 @containers
@@ -425,6 +434,8 @@ def test_bake_then_status_in_containers_of_the_baked_and_the_original_image(engi
         assert rolled.returncode == 0, rolled  # the journal came with the image
         assert engine.read(from_baked, SPECULATIVE) == engine.read(from_original, SPECULATIVE)
     finally:
+        engine.cleanup()  # its containers first: rmi -f would stop them with a 10 s grace
+        engine.started.clear()
         engine.run("rmi", "-f", tag, check=False)
 
 
