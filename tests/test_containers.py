@@ -313,7 +313,7 @@ def test_a_container_stopped_mid_run_fails_its_host_and_a_rerun_converges(engine
         {"name": "fp32-dtype", "patch": {"package": "toyllm", "modules": ["toyllm.config.model"],
                                          "edit": {"list_insert": {"names": ["_FLOAT16_DTYPES"], "values": ["float32"]}}},
          "verify": {"import": ["toyllm.config"]}},
-        {"name": "nap", "check": {"python": "import time\ntime.sleep({{ nap }})\n"}},
+        {"name": "nap", "check": {"python": "import time\nopen('/tmp/napping', 'w').close()\ntime.sleep({{ nap }})\n"}},
         {"name": "eagle3-whitelist", "patch": {"package": "toyllm", "modules": ["toyllm.config.speculative"],
                                                "edit": {"list_insert": {"names": ["eagle3_target_supported"],
                                                                         "within": "SpeculativeConfig._verify_args",
@@ -324,9 +324,10 @@ def test_a_container_stopped_mid_run_fails_its_host_and_a_rerun_converges(engine
     proc = subprocess.Popen([PATCHKIT, "apply", str(recipe), "-i", inv, "--json", "-e", "nap=60", "-l", "c1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=engine.env)
     deadline = time.monotonic() + 60
-    while b"float32" not in engine.read(name, MODEL):  # the first patch is in: the run naps now
+    while engine.run("exec", name, "test", "-e", "/tmp/napping", check=False).returncode != 0:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.2)
+        time.sleep(0.2)  # until the first patch is in, verified and recorded, and the run naps
+    assert b"float32" in engine.read(name, MODEL)
     engine.run("kill", name)
     out, err = proc.communicate(timeout=60)
     cut = Result([], proc.returncode, out, err)
@@ -334,7 +335,8 @@ def test_a_container_stopped_mid_run_fails_its_host_and_a_rerun_converges(engine
     host = cut.hosts()["c1"]
     assert host["status"] == "failed", cut
     assert host["message"].startswith("c1: "), cut
-    assert "(the container was stopped or removed?)" in host["message"], cut  # how the exec ended
+    # how the exec ended, whichever pipe noticed first (a write: connection lost; a read: agent exited)
+    assert "exec exited with 137 (the container was stopped or removed?)" in host["message"], cut
 
     engine.run("start", name)
     rerun = patchkit(engine, "apply", str(recipe), "-i", inv, "--json")

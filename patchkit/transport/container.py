@@ -232,8 +232,8 @@ class _ContainerStreams(NoFileSplice):
             if failure is not None:  # the client prefixes the host's name itself
                 return str(failure).removeprefix(f"{self.where.host}: ")
         tail = [line for line in lines if line.strip()][-ERROR_TAIL_LINES:]
-        if self.proc.returncode not in (None, 0) and not tail:
-            return f"{self.where.engine} exec exited with {self.proc.returncode} (the container stopped?)"
+        if self.proc.returncode not in (None, 0):  # how the exec ended, then what it said
+            tail.insert(0, await self.ended())
         return "\n".join(tail)
 
     async def close(self) -> None:
