@@ -487,6 +487,48 @@ def test_bake_from_a_missing_image_is_one_line(built_images: None) -> None:
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+@containers
+def test_the_dockerfile_alternative_runs_patchkit_apply_in_a_build(built_images: None, tmp_path: Path) -> None:
+    """README's `RUN patchkit apply ...` (the local transport inside the build): a failed
+    verification fails the build; a good recipe's journal is in the image, so `status` in a
+    container of it, over podman://, says applied."""
+    podman = Engine("podman")
+    context = tmp_path / "context"
+    shutil.copytree(REPO / "patchkit", context / "patchkit", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(TOY_RECIPE, context / "good.yaml")
+    (context / "bad.yaml").write_text(json.dumps({"name": "bad", "steps": [
+        {"name": "fp32-dtype", "patch": {"package": "toyllm", "modules": ["toyllm.config.model"],
+                                         "edit": {"list_insert": {"names": ["_FLOAT16_DTYPES"], "values": ["float32"]}}},
+         "verify": {"import": ["toyllm.no_such_module"]}}]}))
+    tag = f"localhost/pk-test-dockerfile-{uuid.uuid4().hex[:8]}"
+
+    def build(recipe: str) -> subprocess.CompletedProcess[str]:
+        (context / "Containerfile").write_text(
+            f"FROM {images.DEPS_IMAGE}\n"  # the toyllm image with patchkit's dependencies
+            "COPY patchkit /opt/patchkit/patchkit\n"
+            f"COPY {recipe} /tmp/patchkit/recipe.yaml\n"
+            f"RUN PYTHONPATH=/opt/patchkit:{images.DEPS_IN_IMAGE} python3 -m patchkit apply /tmp/patchkit/recipe.yaml"
+            " -e python=python3\n")
+        return podman.run("build", "--network", "none", *images.ULIMIT_ARGS, "-t", tag, "-f",
+                          str(context / "Containerfile"), str(context), check=False)
+
+    try:
+        failed = build("bad.yaml")
+        assert failed.returncode != 0, failed.stdout
+        assert "toyllm.no_such_module" in failed.stdout + failed.stderr
+        assert podman.run("image", "inspect", tag, check=False).returncode != 0  # no image
+        built = build("good.yaml")
+        assert built.returncode == 0, built.stderr
+        name = podman.start(tag)
+        inv = inventory(tmp_path, {"c1": podman.host_entry(name)})
+        status = patchkit(podman, "status", TOY_RECIPE, "-i", inv, "--json")
+        assert status.returncode == 0, status
+        assert steps(status, "c1")["eagle3-whitelist"]["status"] == "applied"
+    finally:
+        podman.cleanup()
+        podman.run("rmi", "-f", tag, check=False)
+
+
 # ---------------------------------------------------------------------- inventory
 
 
