@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from fixtures import containers as images
+from patchkit.errors import HostError
 from patchkit.inventory import (
     Defaults,
     HostSpec,
@@ -40,7 +41,12 @@ from patchkit.inventory import (
 )
 from patchkit.transport.container import ContainerTarget
 from patchkit.transport.container_errors import classify
-from patchkit.transport.kubectl import get_pods_argv, pod_host, pods_from_json
+from patchkit.transport.kubectl import (
+    get_pods_argv,
+    pod_host,
+    pods_from_json,
+    resolve_selector,
+)
 from tests.helpers import PATCHKIT, RECIPES, Result
 
 REPO = Path(__file__).resolve().parent.parent
@@ -363,6 +369,7 @@ def test_engine_errors_are_one_line_each_and_other_hosts_go_on(engine: Engine, t
         "nopython": engine.host_entry(nopy),
         "badpython": engine.host_entry(good, python="/opt/no/python3"),
         "noengine": engine.host_entry(good, engine="/opt/no/engine"),
+        "nouser": engine.host_entry(good, user="nobody9"),
     })
     out = patchkit(engine, "apply", TOY_RECIPE, "-i", inv, "--json")
     assert out.returncode == 1, out
@@ -374,6 +381,9 @@ def test_engine_errors_are_one_line_each_and_other_hosts_go_on(engine: Engine, t
         "nopython": f"nopython: no interpreter python3 in container {nopy} (",
         "badpython": f"badpython: no interpreter /opt/no/python3 in container {good} (",
         "noengine": "noengine: the container engine `/opt/no/engine` is not on this machine",
+        # podman names the user; podman's Docker API only answers `unable to upgrade to tcp, received 500`
+        "nouser": f"nouser: container {good} has no user nobody9" if engine.kind == "podman" else
+                  "cannot start python3 on nouser: nouser: agent exited during hello: docker exec exited with 1: ",
     }
     for name, start in expect.items():
         message = hosts[name]["message"]
@@ -577,7 +587,7 @@ def test_selector_groups_are_resolved_through_the_resolver_given() -> None:
     def resolve(group: str, selector: PodSelector, defaults: Defaults) -> tuple[list[HostSpec], list[str]]:
         asked.append(group)
         pods = pods_from_json(POD_LIST, selector.container)
-        return ([pod_host(group, selector, defaults, p.name) for p in pods if p.reason is None],
+        return ([pod_host(selector, defaults, p.name) for p in pods if p.reason is None],
                 [f"{p.name}: {p.reason}" for p in pods if p.reason])
 
     chosen = inventory.select(["both"], resolve)
@@ -673,6 +683,14 @@ def test_selector_resolution_keeps_running_pods_and_says_why_others_are_left_out
     sidecar = {p.name: p.reason for p in pods_from_json(POD_LIST, "sidecar")}
     assert sidecar["vllm-7d9f-b2"] is None
     assert sidecar["vllm-7d9f-a1"] == "has no container sidecar (containers: vllm)"
+
+
+def test_a_selector_without_kubectl_is_one_line() -> None:
+    selector = PodSelector(k8s_selector="app=vllm", engine="/opt/no/kubectl")
+    with pytest.raises(HostError) as caught:
+        resolve_selector("fleet", selector, Defaults())
+    assert str(caught.value) == ("group fleet: kubectl `/opt/no/kubectl` is not on this machine (not in PATH); "
+                                 "install it or set `engine:` to its path")
 
 
 def test_get_pods_argv() -> None:

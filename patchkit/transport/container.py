@@ -231,10 +231,10 @@ class _ContainerStreams(NoFileSplice):
             failure = failure_from(lines, self.where)
             if failure is not None:  # the client prefixes the host's name itself
                 return str(failure).removeprefix(f"{self.where.host}: ")
-        tail = [line for line in lines if line.strip()][-ERROR_TAIL_LINES:]
+        tail = "; ".join([line.strip() for line in lines if line.strip()][-ERROR_TAIL_LINES:])  # one line
         if self.proc.returncode not in (None, 0):  # how the exec ended, then what it said
-            tail.insert(0, await self.ended())
-        return "\n".join(tail)
+            return await self.ended() + (f": {tail}" if tail else "")
+        return tail
 
     async def close(self) -> None:
         self.transport._live.discard(self)

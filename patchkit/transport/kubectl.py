@@ -92,7 +92,7 @@ def pods_from_json(document: str | dict[str, Any], container: str | None) -> lis
     return [pod_state(item, container) for item in items if isinstance(item, dict)]
 
 
-def pod_host(group: str, selector: PodSelector, defaults: Defaults, pod: str) -> HostSpec:
+def pod_host(selector: PodSelector, defaults: Defaults, pod: str) -> HostSpec:
     """The host of one pod: the inventory's defaults, then the selector's settings."""
     merged: dict[str, object] = {k: v for k, v in defaults.model_dump().items() if v is not None}
     merged.update(selector.host_settings())
@@ -124,7 +124,7 @@ def resolve_selector(group: str, selector: PodSelector, defaults: Defaults) -> t
         pods = pods_from_json(done.stdout, selector.container)
     except ValueError as exc:
         raise HostError(f"group {group}: kubectl get pods printed no pod list ({exc})") from None
-    hosts = [pod_host(group, selector, defaults, p.name) for p in pods if p.reason is None]
+    hosts = [pod_host(selector, defaults, p.name) for p in pods if p.reason is None]
     notes = [f"group {group}: pod {selector.namespace}/{p.name} left out: {p.reason}" for p in pods if p.reason]
     if not pods:
         notes.append(f"group {group}: no pod matches -l {selector.k8s_selector} in namespace {selector.namespace}")
