@@ -461,7 +461,8 @@ def test_a_baked_image_starts_as_its_source_did(built_images: None, tmp_path: Pa
         f"FROM {images.TOY_IMAGE}\nENTRYPOINT [\"python3\", \"-c\"]\n"
         "CMD [\"import toyllm.config.model as m; print('dtypes', m._FLOAT16_DTYPES)\"]\n")
     try:
-        podman.run("build", "--network", "none", "-t", source, "-f", str(tmp_path / "Containerfile"), str(tmp_path))
+        podman.run("build", "--layers=false", "--network", "none", "-t", source, "-f", str(tmp_path / "Containerfile"),
+                   str(tmp_path))
         baked = patchkit(None, "bake", TOY_RECIPE, "--from", source, "-t", tag, "--steps", "fp32-dtype",
                          *podman.bake_args())
         assert baked.returncode == 0, baked
@@ -519,7 +520,7 @@ def test_the_dockerfile_alternative_runs_patchkit_apply_in_a_build(built_images:
             f"COPY {recipe} /tmp/patchkit/recipe.yaml\n"
             f"RUN PYTHONPATH=/opt/patchkit:{images.DEPS_IN_IMAGE} python3 -m patchkit apply /tmp/patchkit/recipe.yaml"
             " -e python=python3\n")
-        return podman.run("build", "--network", "none", *images.ULIMIT_ARGS, "-t", tag, "-f",
+        return podman.run("build", "--layers=false", "--network", "none", *images.ULIMIT_ARGS, "-t", tag, "-f",
                           str(context / "Containerfile"), str(context), check=False)
 
     try:
