@@ -6,7 +6,8 @@ It understands just what patchkit sends, and stands in for a cluster like this:
   `podman --runtime runc --cgroup-manager=cgroupfs exec -i POD ARGV...`: the pod is the podman
   container named POD (the namespace and CONTAINER are only recorded). The agent path, stdin
   to stdout, is therefore real; what a real kubelet does between kubectl and the container is
-  not exercised. When podman has no such container it answers as kubectl does:
+  not exercised. Without -c it notes `Defaulted container "vllm" out of: vllm, sidecar` on
+  stderr, as kubectl does for a pod of several containers. When podman has no such container it answers as kubectl does:
   `Error from server (NotFound): pods "POD" not found`, exit 1; a stopped container gives
   kubectl's `error: cannot exec into a container in a completed pod; current phase is Succeeded`.
 - `... get pods -l SEL -n NS -o json` prints the file $FAKE_KUBECTL_PODS (a captured pod
@@ -56,6 +57,8 @@ def main(argv: list[str]) -> int:
     if state.stdout.strip() != "true":
         print("error: cannot exec into a container in a completed pod; current phase is Succeeded", file=sys.stderr)
         return 1
+    if "-c" not in head:  # as kubectl does on a pod of several containers
+        print('Defaulted container "vllm" out of: vllm, sidecar', file=sys.stderr, flush=True)
     os.execvp(PODMAN[0], [*PODMAN, "exec", "-i", pod, *remote])
     return 127  # pragma: no cover
 

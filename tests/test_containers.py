@@ -774,6 +774,7 @@ def test_pods_through_a_fake_kubectl(fake_kubectl: tuple[Path, Path, dict[str, s
         assert steps(fleet, f"serving/{running}")["eagle3-whitelist"]["status"] == "applied"
         assert steps(fleet, f"serving/{other}")["eagle3-whitelist"]["status"] == "pending"
         assert "pod serving/vllm-pending left out: phase Pending" in fleet.stderr
+        assert all(h["warnings"] == [] for h in fleet.hosts().values()), fleet  # kubectl's `Defaulted container`
         gets = [argv for argv in map(json.loads, log.read_text().splitlines()) if "get" in argv]
         assert gets == [["--kubeconfig", "/etc/fake/kubeconfig", "--context", "fake-ctx", "get", "pods", "-l",
                          "app=vllm", "-n", "serving", "-o", "json"]]

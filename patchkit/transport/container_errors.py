@@ -76,6 +76,15 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((kind, re.compile(pat
 _USER = re.compile(r"unable to find user ([^:\s]+)")
 
 
+# What an engine says on stderr about a working exec: not the agent's session, never reported.
+# kubectl without -c on a pod of several containers: `Defaulted container "vllm" out of: vllm, sidecar`.
+_ENGINE_NOTES = re.compile(r'Defaulted container "[^"]*" out of: ')
+
+
+def is_engine_note(line: str) -> bool:
+    return _ENGINE_NOTES.match(line) is not None
+
+
 def classify(lines: list[str]) -> str | None:
     """The kind of failure these stderr lines show, None if none."""
     text = "\n".join(lines).lower()
