@@ -74,6 +74,9 @@ def built_images() -> None:
 @pytest.fixture(scope="session")
 def podman_service(built_images: None) -> Iterator[str]:
     """`podman system service` on a fresh socket, for the docker CLI; stopped at the end."""
+    if shutil.which("docker") is None:
+        pytest.fail("the docker CLI is not installed (machines of our kind have it in /usr/local/bin; Debian's "
+                    "docker.io brings it with a daemon this tier does not need)", pytrace=False)
     folder = Path(tempfile.mkdtemp(prefix="patchkit-podman-sock-"))
     sock = folder / "podman.sock"
     proc = subprocess.Popen([images.podman_binary(), *images.ENGINE_ARGS, "system", "service", "--time=0",
