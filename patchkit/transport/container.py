@@ -33,6 +33,7 @@ from patchkit.transport.container_errors import (
     Where,
     container_failure,
     failure_from,
+    is_engine_note,
 )
 
 READ_LIMIT = 1 << 26  # replies carry whole files
@@ -223,7 +224,8 @@ class _ContainerStreams(NoFileSplice):
         return b""
 
     async def stderr_text(self) -> str:
-        return "\n".join(await self._stderr_lines())
+        """The exec's stderr without the engine's own notes (kubectl's `Defaulted container ...`)."""
+        return "\n".join(line for line in await self._stderr_lines() if not is_engine_note(line))
 
     async def error_tail(self) -> str:
         lines = await self._stderr_lines()
