@@ -807,6 +807,16 @@ def test_pods_through_a_fake_kubectl(fake_kubectl: tuple[Path, Path, dict[str, s
         assert gets == [["--kubeconfig", "/etc/fake/kubeconfig", "--context", "fake-ctx", "get", "pods", "-l",
                          "app=vllm", "-n", "serving", "-o", "json"]]
 
+        src = tmp_path / "drafter"
+        src.mkdir()
+        (src / "model.safetensors").write_bytes(os.urandom(1 << 20))
+        ship = tmp_path / "ship.yaml"
+        ship.write_text(json.dumps({"name": "ship", "steps": [
+            {"name": "ship", "deploy": {"src": str(src), "dest": "/models/drafter"}}]}))
+        shipped = patchkit(None, "apply", str(ship), "-i", str(inv), "-l", "one", "--json", env=env)
+        assert shipped.hosts()["one"]["status"] == "changed", shipped  # the bytes through kubectl's stdin
+        assert podman.read(running, "/models/drafter/model.safetensors") == (src / "model.safetensors").read_bytes()
+
         podman.run("stop", "-t", "0", other)
         stopped = patchkit(None, "status", TOY_RECIPE, "-i", str(inv), "-l", "fleet", "--json", env=env)
         assert stopped.hosts()[f"serving/{other}"]["message"] == (
