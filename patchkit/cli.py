@@ -77,6 +77,23 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("recipe")
     validate.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
     sub.add_parser("schema", help="JSON Schema of the recipe format")
+    bake = sub.add_parser("bake", help="apply a recipe in a container from IMAGE and commit it as TAG (verified; "
+                                       "nothing written if a step fails)")
+    bake.add_argument("recipe", help="recipe YAML file")
+    bake.add_argument("--from", dest="image", required=True, metavar="IMAGE", help="the image to patch")
+    bake.add_argument("-t", "--tag", required=True, metavar="TAG", help="the patched image's name")
+    bake.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
+                      help="set a recipe variable; python=PATH picks the interpreter in the image")
+    bake.add_argument("--steps", help="only these steps: NAME[,...]")
+    bake.add_argument("--engine", default="podman", help="podman (default), docker, or the path of either")
+    bake.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
+                      help="an argument the engine takes before its command (e.g. --engine-arg=--runtime=runc)")
+    bake.add_argument("--run-arg", action="append", default=[], metavar="ARG",
+                      help="an argument for the engine's `run` (e.g. --run-arg=--ulimit=nofile=1024:1024)")
+    bake.add_argument("--state-dir", help="journal folder in the image (default ~/.local/state/patchkit)")
+    bake.add_argument("--json", action="store_true", help="the apply's JSON document on stdout")
+    bake.add_argument("--log-format", choices=["console", "json"], default="console")
+    bake.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     return p
 
 
@@ -115,9 +132,18 @@ def _dispatch(args: argparse.Namespace) -> int:
     from patchkit import logs
 
     logs.configure(args.log_format, args.verbose, redact=loaded.redactor.value if loaded else None)
-    hosts = _hosts(args)
     if loaded:
         loaded.recipe.select(_split(args.steps))  # unknown step names: usage error before contacting anyone
+    if args.command == "bake":
+        assert loaded
+        return _bake(args, loaded, overrides)
+    from patchkit.errors import HostError
+
+    try:
+        hosts = _hosts(args)
+    except HostError as exc:  # a selector group kubectl could not list
+        print(f"patchkit: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
     from patchkit.journal import new_run_id
     from patchkit.runner import Options, Runner
@@ -206,9 +232,53 @@ def _split(value: str | None) -> list[str] | None:
 
 def _hosts(args: argparse.Namespace) -> list[HostSpec]:
     from patchkit.inventory import load_inventory, local_inventory
+    from patchkit.transport.kubectl import resolve_selector
 
     inventory = load_inventory(args.inventory) if args.inventory else local_inventory()
-    return inventory.select(_split(args.limit))
+    selected = inventory.select(_split(args.limit), resolve_selector)
+    for note in selected.notes:
+        print(f"patchkit: {note}", file=sys.stderr)
+    return selected.hosts
+
+
+def _bake(args: argparse.Namespace, loaded: "LoadedRecipe", overrides: dict) -> int:  # noqa: F821 - lazy import
+    """patchkit bake: plan, then apply, in a container of IMAGE; commit it as TAG if all went well."""
+    import asyncio
+
+    from patchkit.bake import BakeSpec, bake
+    from patchkit.errors import HostError
+    from patchkit.inventory import HostSpec
+    from patchkit.journal import new_run_id
+    from patchkit.report import print_human, print_json
+    from patchkit.results import RunReport
+    from patchkit.runner import Options, Runner
+
+    spec = BakeSpec(image=args.image, tag=args.tag, engine=args.engine, engine_args=list(args.engine_arg),
+                    run_args=list(args.run_arg), python=overrides.get("python"), state_dir=args.state_dir)
+    run_id = new_run_id()
+
+    def work(host: HostSpec, dry_run: bool) -> RunReport:
+        options = Options(steps=_split(args.steps), dry_run=dry_run, python=overrides.get("python"),
+                          concurrency=1, progress=not args.json or sys.stderr.isatty(), changes_note=False)
+        runner = Runner(loaded, options, run_id if not dry_run else new_run_id(), "plan" if dry_run else "apply")
+        results = asyncio.run(runner.on_hosts([host], runner.apply))
+        report = RunReport(recipe=loaded.recipe.name, run_id=runner.run_id, dry_run=dry_run,
+                           command="plan" if dry_run else "bake", hosts=results)
+        if not (args.json and dry_run):  # --json: one document on stdout, the apply's
+            (print_json if args.json else print_human)(report)
+        return report
+
+    def say(text: str) -> None:
+        print(f"patchkit: {text}", file=sys.stderr, flush=True)
+
+    try:
+        report, written = bake(spec, run_id, work, say)
+    except HostError as exc:
+        say(str(exc))
+        return EXIT_FAILED
+    if report is not None and args.json and not written and report.dry_run:
+        print_json(report)  # the failed plan is the document
+    return EXIT_OK if written else EXIT_FAILED
 
 
 if __name__ == "__main__":

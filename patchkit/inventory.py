@@ -1,16 +1,80 @@
-"""Inventories: which hosts, how to reach them, which interpreter and state dir they use."""
+"""Inventories: which hosts, how to reach them, which interpreter and state dir they use.
+
+An address names the way in: none or `local` is this machine, `podman://CONTAINER`,
+`docker://CONTAINER` and `k8s://NAMESPACE/POD[/CONTAINER]` are containers and pods (one
+`exec -i` per run, the agent on its stdin), anything else an SSH host. A group is a list of
+hosts and groups, or a Kubernetes label selector resolved to running pods at run time.
+"""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Callable, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from patchkit.errors import UsageError
 from patchkit.yamlsource import load_yaml
 
 LOCAL_ADDRESSES = {None, "", "local"}
+
+# How a host is reached, by its address: the transport table in runner.py is keyed by these.
+Scheme = Literal["local", "ssh", "podman", "docker", "k8s"]
+CONTAINER_SCHEMES: dict[str, str] = {"podman": "podman", "docker": "docker", "k8s": "kubectl"}  # -> engine
+_CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # podman/docker names and ids
+_K8S_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?")  # RFC 1123: namespaces, pods, containers
+ADDRESS_FORMS = "podman://CONTAINER, docker://CONTAINER or k8s://NAMESPACE/POD[/CONTAINER]"
+
+
+@dataclass(frozen=True)
+class ContainerAddress:
+    """A parsed container address: `podman://C`, `docker://C`, `k8s://NS/POD[/CONTAINER]`."""
+
+    scheme: Literal["podman", "docker", "k8s"]
+    container: str  # the container's name or id; for k8s the pod
+    namespace: str | None = None  # k8s only
+    pod_container: str | None = None  # k8s only: the container in the pod (-c), None: the pod's default
+
+    def __str__(self) -> str:
+        if self.scheme != "k8s":
+            return f"{self.scheme}://{self.container}"
+        tail = f"/{self.pod_container}" if self.pod_container else ""
+        return f"k8s://{self.namespace}/{self.container}{tail}"
+
+
+def parse_container_address(address: str) -> ContainerAddress | None:
+    """The container an address names; None for a local or SSH address. ValueError (one line,
+    naming the form wanted) for a malformed one."""
+    if "://" not in address:
+        return None
+    scheme, _, rest = address.partition("://")
+    if scheme not in CONTAINER_SCHEMES:
+        raise ValueError(f"address {address!r}: unknown scheme {scheme + '://'!r}; containers are {ADDRESS_FORMS}, "
+                         "an SSH host is a bare name or address")
+    if scheme == "k8s":
+        parts = rest.split("/")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise ValueError(f"address {address!r}: want k8s://NAMESPACE/POD or k8s://NAMESPACE/POD/CONTAINER")
+        for what, part in zip(("namespace", "pod", "container"), parts):
+            if not _K8S_NAME.fullmatch(part):
+                raise ValueError(f"address {address!r}: {what} {part!r} is not a Kubernetes name "
+                                 "(lower-case letters, digits, '-' and '.')")
+        return ContainerAddress("k8s", parts[1], parts[0], parts[2] if len(parts) == 3 else None)
+    if not _CONTAINER_NAME.fullmatch(rest):
+        raise ValueError(f"address {address!r}: want {scheme}://CONTAINER, a container name or id "
+                         "(letters, digits, '_', '.', '-')")
+    return ContainerAddress("podman" if scheme == "podman" else "docker", rest)
 
 # Which SSH client reaches a host: the embedded asyncssh (default) or the system OpenSSH `ssh`
 # (its own config and auth features, and a faster data path for bulk deploys).
@@ -22,7 +86,7 @@ class HostSpec(BaseModel):
 
     name: str = ""
     address: str | None = None
-    port: int | None = Field(None, ge=1, le=65535)
+    port: int | None = Field(default=None, ge=1, le=65535)
     user: str | None = None
     python: str | None = None
     identity_file: str | None = None
@@ -30,16 +94,42 @@ class HostSpec(BaseModel):
     state_dir: str | None = None
     become: bool = False
     ssh_client: SSHClient = "asyncssh"
+    # Containers and pods (podman://, docker://, k8s://): the engine binary (default podman,
+    # docker or kubectl, found on PATH), arguments it takes before its command (`--runtime
+    # runc`, `--cgroup-manager=cgroupfs`, `--kubeconfig` is below), kubectl's config and context.
+    engine: str | None = None
+    engine_args: list[str] = Field(default_factory=list)
+    kubeconfig: str | None = None
+    context: str | None = None
+
+    @field_validator("address")
+    @classmethod
+    def _address_form(cls, address: str | None) -> str | None:
+        if address is not None:
+            parse_container_address(address)
+        return address
 
     @property
     def is_local(self) -> bool:
         return self.address in LOCAL_ADDRESSES
 
+    @property
+    def container(self) -> ContainerAddress | None:
+        return None if self.address is None else parse_container_address(self.address)
+
+    @property
+    def scheme(self) -> Scheme:
+        """How the host is reached (the key of runner.py's transport table)."""
+        if self.is_local:
+            return "local"
+        container = self.container
+        return "ssh" if container is None else container.scheme
+
 
 class Defaults(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    port: int | None = Field(None, ge=1, le=65535)
+    port: int | None = Field(default=None, ge=1, le=65535)
     user: str | None = None
     python: str | None = None
     identity_file: str | None = None
@@ -47,57 +137,140 @@ class Defaults(BaseModel):
     state_dir: str | None = None
     become: bool | None = None
     ssh_client: SSHClient | None = None
+    engine: str | None = None
+    engine_args: list[str] | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+
+
+class PodSelector(BaseModel):
+    """A group of pods: those matching a label selector in a namespace, resolved at run time
+    (`kubectl get pods -l SELECTOR -n NAMESPACE -o json`; pods not running are left out, each
+    with the reason). Each pod becomes a host `NAMESPACE/POD` at `k8s://NAMESPACE/POD[/CONTAINER]`
+    with the inventory's defaults, then what is set here."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    k8s_selector: str = Field(min_length=1)
+    namespace: str = "default"
+    container: str | None = None  # the container in each pod (-c); None: the pod's default
+    python: str | None = None
+    state_dir: str | None = None
+    engine: str | None = None  # kubectl
+    engine_args: list[str] | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+
+    @field_validator("namespace", "container")
+    @classmethod
+    def _kubernetes_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not _K8S_NAME.fullmatch(value):
+            raise ValueError(f"{info.field_name} {value!r} is not a Kubernetes name "
+                             "(lower-case letters, digits, '-' and '.')")
+        return value
+
+    def host_settings(self) -> dict[str, object]:
+        """What a pod of this group takes from the selector (over the inventory's defaults)."""
+        keep = ("python", "state_dir", "engine", "engine_args", "kubeconfig", "context")
+        return {k: v for k, v in self.model_dump(include=set(keep)).items() if v is not None}
+
+
+def _group_kind(members: object) -> str:
+    return "selector" if isinstance(members, (dict, PodSelector)) else "list"
+
+
+# A group: a list of hosts and groups, or a mapping (a pod selector). Told apart by shape, so an
+# error names the list item or the selector's key, not both union members.
+GroupMembers = Annotated[Union[Annotated[list[str], Tag("list")], Annotated[PodSelector, Tag("selector")]],
+                         Discriminator(_group_kind)]
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The hosts chosen, and notes on what a selector left out (shown before the run)."""
+
+    hosts: list[HostSpec]
+    notes: list[str]
+
+
+# Resolves a selector group to its running pods' hosts, and notes on the pods left out.
+SelectorResolver = Callable[[str, PodSelector, "Defaults"], tuple[list[HostSpec], list[str]]]
 
 
 class Inventory(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    hosts: dict[str, HostSpec] = Field(min_length=1)
-    groups: dict[str, list[str]] = Field(default_factory=dict)
+    hosts: dict[str, HostSpec]  # may be empty ({}) when a selector group brings the hosts
+    groups: dict[str, GroupMembers] = Field(default_factory=dict)
     defaults: Defaults = Field(default_factory=Defaults)
 
     @field_validator("groups")
     @classmethod
-    def _groups_name_hosts(cls, groups: dict[str, list[str]], info: ValidationInfo) -> dict[str, list[str]]:
+    def _groups_name_hosts(cls, groups: dict[str, list[str] | PodSelector],
+                           info: ValidationInfo) -> dict[str, list[str] | PodSelector]:
         hosts = info.data.get("hosts")
         if hosts is None:  # hosts did not validate: that is the error to report
             return groups
         for group, members in groups.items():
             if group in hosts:
                 raise ValueError(f"group {group!r} has the name of a host")
+            if isinstance(members, PodSelector):
+                continue
             for member in members:
                 if member not in hosts and member not in groups:
                     raise ValueError(f"group {group!r} names unknown host {member!r}")
         return groups
 
+    @model_validator(mode="after")
+    def _some_host(self) -> Inventory:
+        if not self.hosts and not any(isinstance(g, PodSelector) for g in self.groups.values()):
+            raise ValueError("hosts: an inventory needs at least one host (or a group with a k8s_selector; "
+                             "then write `hosts: {}`)")
+        return self
+
     def resolved(self) -> dict[str, HostSpec]:
         out = {}
         for name, host in self.hosts.items():
-            merged = {k: v for k, v in self.defaults.model_dump().items() if v is not None}
+            merged = self.merged_defaults()
             merged.update(host.model_dump(exclude_unset=True))
             merged["name"] = name
             out[name] = HostSpec.model_validate(merged)
         return out
 
-    def select(self, limit: list[str] | None) -> list[HostSpec]:
+    def merged_defaults(self) -> dict[str, object]:
+        return {k: v for k, v in self.defaults.model_dump().items() if v is not None}
+
+    def select(self, limit: list[str] | None, resolve: SelectorResolver | None = None) -> Selected:
+        """The hosts `-l` names (all hosts and selector groups without it). A selector group is
+        resolved with `resolve` (a UsageError without one)."""
         hosts = self.resolved()
-        if not limit:
-            return list(hosts.values())
-        chosen: list[str] = []
+        chosen: dict[str, HostSpec] = {}
+        notes: list[str] = []
 
         def add(name: str, trail: tuple[str, ...]) -> None:
             if name in hosts:
-                if name not in chosen:
-                    chosen.append(name)
+                chosen.setdefault(name, hosts[name])
             elif name in self.groups and name not in trail:
-                for member in self.groups[name]:
+                members = self.groups[name]
+                if isinstance(members, PodSelector):
+                    if resolve is None:
+                        raise UsageError(f"group {name!r} is a k8s_selector: it is resolved by kubectl at run time")
+                    pods, left_out = resolve(name, members, self.defaults)
+                    notes.extend(left_out)
+                    for pod in pods:
+                        chosen.setdefault(pod.name, pod)
+                    return
+                for member in members:
                     add(member, trail + (name,))
             elif name not in self.groups:
                 raise UsageError(f"-l: {name!r} is neither a host nor a group of the inventory")
 
+        if not limit:
+            chosen.update(hosts)
+            limit = [g for g, members in self.groups.items() if isinstance(members, PodSelector)]
         for name in limit:
             add(name, ())
-        return [hosts[n] for n in chosen]
+        return Selected(list(chosen.values()), notes)
 
 
 def load_inventory(path: str | Path) -> Inventory:

@@ -56,6 +56,9 @@ def print_human(report: RunReport, out: TextIO = sys.stdout) -> None:
         if result.steps and result.message:
             table.add_row("", "", "", result.message)
     console.print(table)
+    for host, result in report.hosts.items():
+        for notice in result.notices:
+            console.print(Text(f"note: {host}: {notice}", style="yellow"))
     counts: dict[str, int] = {}
     for result in report.hosts.values():
         counts[result.status] = counts.get(result.status, 0) + 1

@@ -57,6 +57,7 @@ class HostResult(BaseModel):
     steps: list[StepResult] = Field(default_factory=list)
     exec_requests: int = 0
     warnings: list[str] = Field(default_factory=list)  # e.g. a login shell's banner, skipped (agent/client.py)
+    notices: list[str] = Field(default_factory=list)  # what the user should know, e.g. changes a container loses
 
 
 class RunReport(BaseModel):

@@ -19,7 +19,7 @@ from patchkit.agent import AgentClient
 from patchkit.agent.protocol import LOCK
 from patchkit.errors import HostError
 from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
-from patchkit.inventory import HostSpec
+from patchkit.inventory import HostSpec, Scheme
 from patchkit.journal import DEFAULT_STATE_DIR, Journal, rollback_target
 from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
@@ -48,6 +48,7 @@ class Options:
     no_restart: bool = False  # launch: refuse to replace a server running a different command
     verify_all: bool = False  # deploy: re-hash every file instead of trusting size+mtime caches
     accept_new_host_keys: bool = False  # SSH: record unknown host keys (a changed key is still refused)
+    changes_note: bool = True  # apply: say once per host when its changes last only as long as it (containers)
 
 
 @dataclass
@@ -58,12 +59,14 @@ class Session:
     journal: Journal
 
 
-def transport_for(host: HostSpec, accept_new_host_keys: bool = False) -> Transport:
-    if host.is_local:
-        return LocalTransport()
+def _local_transport(host: HostSpec, options: Options) -> Transport:
+    return LocalTransport()
+
+
+def _ssh_transport(host: HostSpec, options: Options) -> Transport:
     from patchkit.transport.ssh_common import SSHTarget
 
-    target = SSHTarget.from_host(host, accept_new_host_keys)  # all an SSH transport knows of the host
+    target = SSHTarget.from_host(host, options.accept_new_host_keys)  # all an SSH transport knows of the host
     if host.ssh_client == "openssh":
         from patchkit.transport.openssh import OpenSSHTransport  # the system `ssh`, opted in per host
 
@@ -75,6 +78,26 @@ def transport_for(host: HostSpec, accept_new_host_keys: bool = False) -> Transpo
     return SSHTransport(target)
 
 
+def _container_transport(host: HostSpec, options: Options) -> Transport:
+    from patchkit.transport.container import CHANGES_NOTE, ContainerTarget, ContainerTransport
+
+    return ContainerTransport(ContainerTarget.from_host(host), CHANGES_NOTE if options.changes_note else None)
+
+
+# How a host is reached, by its address's scheme (HostSpec.scheme).
+TRANSPORTS: dict[Scheme, Callable[[HostSpec, Options], Transport]] = {
+    "local": _local_transport,
+    "ssh": _ssh_transport,
+    "podman": _container_transport,
+    "docker": _container_transport,
+    "k8s": _container_transport,
+}
+
+
+def transport_for(host: HostSpec, options: Options | None = None) -> Transport:
+    return TRANSPORTS[host.scheme](host, options or Options())
+
+
 def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Options) -> str:
     return options.python or host.python or (loaded.recipe.python if loaded else None) or "python3"
 
@@ -83,7 +106,7 @@ def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Option
 async def session(host: HostSpec, python: str, options: Options, owner: str,
                   redactor: Redactor | None = None, warnings: list[str] | None = None) -> AsyncIterator[Session]:
     """The host's agent, locked; `warnings` gets what it reported (skipped output) once it is closed."""
-    transport = transport_for(host, options.accept_new_host_keys)
+    transport = transport_for(host, options)
     agent: AgentClient | None = None
     try:
         agent = await AgentClient.start(transport, python, host.name)
@@ -201,6 +224,10 @@ class Runner:
                 # writes it before it reads its next request; its answer is checked at the end.
                 await s.journal.write(record, wait=False)
         status = host_status(record.steps)
+        notices = []
+        note = getattr(s.transport, "changes_note", None)  # a transport's optional word on its changes (base.py)
+        if note and status == "changed" and not self.options.dry_run:
+            notices.append(note)
         if not self.options.dry_run:
             record.finished, record.status = time.time(), status
             try:
@@ -208,7 +235,7 @@ class Runner:
                 await s.journal.prune(recipe.name, recipe.keep_runs)  # waits for the writes too
             except HostError as exc:
                 return _journal_failed(record, exc)
-        return HostResult(status=status, steps=record.steps)
+        return HostResult(status=status, steps=record.steps, notices=notices)
 
     async def _run_step(self, ctx: HostContext, step: Step) -> StepResult:
         kind = kind_named(step.kind)

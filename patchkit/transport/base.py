@@ -54,6 +54,9 @@ class NoFileSplice:
 
 
 class Transport(Protocol):
+    """Optional ability, read with getattr: `changes_note: str | None`, what `apply` tells the
+    user once per host it changed when changes there do not outlive the host (containers)."""
+
     name: str
     exec_requests: int  # processes started on the host so far (each SSH exec costs a login shell)
 
