@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fast
     from patchkit.capture import Capture
     from patchkit.inventory import HostSpec
+    from patchkit.recipe import LoadedRecipe
     from patchkit.results import RunReport
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
@@ -241,7 +242,7 @@ def _hosts(args: argparse.Namespace) -> list[HostSpec]:
     return selected.hosts
 
 
-def _bake(args: argparse.Namespace, loaded: "LoadedRecipe", overrides: dict) -> int:  # noqa: F821 - lazy import
+def _bake(args: argparse.Namespace, loaded: LoadedRecipe, overrides: dict[str, str]) -> int:
     """patchkit bake: plan, then apply, in a container of IMAGE; commit it as TAG if all went well."""
     import asyncio
 
