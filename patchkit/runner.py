@@ -10,9 +10,10 @@ from __future__ import annotations
 import getpass
 import time
 import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable, Literal
+from typing import Literal
 
 from patchkit import __version__
 from patchkit.agent import AgentClient
@@ -26,7 +27,7 @@ from patchkit.recipe import LoadedRecipe, Step
 from patchkit.redact import Redactor
 from patchkit.results import HostResult, RunRecord, StepResult, StepStatus, host_status
 from patchkit.steps.context import EditCache, HostContext
-from patchkit.steps.registry import KINDS, kind_named
+from patchkit.steps.registry import kind_named
 from patchkit.transport import LocalTransport, Transport
 
 log = get_logger("patchkit")
@@ -68,7 +69,9 @@ def _ssh_transport(host: HostSpec, options: Options) -> Transport:
 
     target = SSHTarget.from_host(host, options.accept_new_host_keys)  # all an SSH transport knows of the host
     if host.ssh_client == "openssh":
-        from patchkit.transport.openssh import OpenSSHTransport  # the system `ssh`, opted in per host
+        from patchkit.transport.openssh import (
+            OpenSSHTransport,  # the system `ssh`, opted in per host
+        )
 
         return OpenSSHTransport(target)
     from patchkit.transport.ssh import (
@@ -79,7 +82,11 @@ def _ssh_transport(host: HostSpec, options: Options) -> Transport:
 
 
 def _container_transport(host: HostSpec, options: Options) -> Transport:
-    from patchkit.transport.container import CHANGES_NOTE, ContainerTarget, ContainerTransport
+    from patchkit.transport.container import (
+        CHANGES_NOTE,
+        ContainerTarget,
+        ContainerTransport,
+    )
 
     return ContainerTransport(ContainerTarget.from_host(host), CHANGES_NOTE if options.changes_note else None)
 
@@ -168,9 +175,6 @@ class Runner:
                      seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
             return result
 
-        if self.loaded and self.command in ("apply", "plan", "status"):
-            for name, kind in KINDS.items():
-                kind.warm_up([step for step in self.loaded.recipe.steps if step.kind == name])
         policy = FanOutPolicy(self.options.concurrency, self.options.serial, self.options.max_fail)
         self.progress = progress_for(hosts, self.options.progress)
         return await fan_out(hosts, one, policy, self.progress, self.interrupt)

@@ -230,12 +230,45 @@ def test_a_file_this_python_cannot_read_takes_the_plain_route() -> None:
     assert tree.SourceTree.of(NEWER_SYNTAX).spans is None
 
 
-def test_every_edit_names_the_module_that_computes_it() -> None:
-    """The warm-up thread imports each recipe edit's engine while hosts connect: it must exist."""
-    import importlib
+@pytest.mark.parametrize(("spec", "words"), [
+    ({"set_value": {"names": ["self.limit"], "within": "Config.method", "occurrence": 1, "expr": "await helper()"}},
+     "'await' outside async function, line 19"),
+    ({"set_value": {"names": ["limit"], "within": "Config", "expr": "(yield)"}}, "'yield' outside function, line 15"),
+    ({"set_value": {"names": ["nested"], "within": "top.inner", "expr": "await y"}},
+     "'await' outside async function, line 66"),
+    ({"set_value": {"names": ["count"], "expr": "await helper()"}}, "'await' outside function, line 5"),
+])
+def test_a_result_that_does_not_compile_is_caught_compiling_only_what_changed(spec: dict[str, Any], words: str) -> None:
+    """The fast route compiles the changed def (or statement) alone, inside `if 1:` blocks as
+    deep as it sits; what it catches, and the line it names, is what compiling the file gives."""
+    from patchkit.edits import EditBug
 
-    from patchkit.edits import EDIT_KINDS
+    messages = []
+    for fast in (True, False):
+        tree.FAST = fast
+        tree._CACHE.clear()
+        with pytest.raises(EditBug, match="does not compile") as caught:
+            Edit.model_validate(spec).apply(TRICKY)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1] and words in messages[0], messages
 
-    for kind, spec in EDIT_KINDS.items():
-        engine = spec.model_construct().engine
-        assert importlib.util.find_spec(f"patchkit.edits.{engine}") is not None, (kind, engine)
+
+def test_the_compile_check_of_a_splice_is_the_unit_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spliced result is compiled as its unit (a few lines), not as the whole file."""
+    compiled: list[int] = []
+    real = compile
+
+    def counting(source: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(source, str) and args and args[0] == "<patched>":
+            compiled.append(len(source.splitlines()))
+        return real(source, *args, **kwargs)
+
+    import builtins
+
+    monkeypatch.setattr(builtins, "compile", counting)
+    for spec, lines in (({"set_value": {"names": ["count"], "value": 3}}, 1),  # a module-level statement
+                        ({"set_value": {"names": ["retries"], "value": 1}}, 1 + 41)):  # `if 1:` + Config.method
+        del compiled[:]
+        tree._CACHE.clear()
+        assert Edit.model_validate(spec).apply(TRICKY).verdict == "changed"
+        assert compiled == [lines]

@@ -37,18 +37,13 @@ class EditSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)  # a recipe's `names: [1]` is not ["1"]
 
-    @property
-    def engine(self) -> str:
-        """The module under patchkit.edits that computes this edit."""
-        return getattr(self, "_engine", "") or "model"
-
     def apply(self, source: str) -> EditResult:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
-def _compiles(source: str) -> SyntaxError | None:
+def _compiles(source: str, flags: int = 0) -> SyntaxError | None:
     try:
-        compile(source, "<patched>", "exec", dont_inherit=True)
+        compile(source, "<patched>", "exec", flags=flags, dont_inherit=True)
     except SyntaxError as exc:
         return exc
     except ValueError as exc:  # a NUL byte
@@ -66,16 +61,17 @@ def _parses(source: str) -> SyntaxError | None:
     return None
 
 
-def compile_error(before: str, after: str) -> str | None:
+def compile_error(before: str, after: str, first_line: int = 1, flags: int = 0) -> str | None:
     """Why `after` (an edit of `before`) is not Python, as this interpreter compiles it; None
     when it is. Judged against the original: a file that already fails to compile here
     (newer syntax, `return` at module level) is held only to parsing, or not at all when
     this Python cannot parse it either (the host's own syntax check still runs before
-    anything is kept)."""
-    error = _compiles(after)
+    anything is kept). `before`/`after` may be one statement of a file (tree.py), starting
+    at its line `first_line`, compiled with the file's `from __future__` flags."""
+    error = _compiles(after, flags)
     if error is None:
         return None
-    if _compiles(before) is not None:
+    if _compiles(before, flags) is not None:
         if _parses(before) is not None:
             return None
         error = _parses(after)
@@ -86,4 +82,5 @@ def compile_error(before: str, after: str) -> str | None:
         lines = after.splitlines()
         if 0 < error.lineno <= len(lines):
             line = f": `{lines[error.lineno - 1].strip()[:120]}`"
-    return f"{error.msg}, line {error.lineno}{line}"
+    number = error.lineno + first_line - 1 if error.lineno else error.lineno
+    return f"{error.msg}, line {number}{line}"

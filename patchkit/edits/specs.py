@@ -50,7 +50,9 @@ class _Engine(EditSpec):
     def apply(self, source: str) -> EditResult:
         result: EditResult = import_module(f"patchkit.edits.{self._engine}").run(self, source)
         if result.verdict == "changed":
-            error = compile_error(source, result.source)
+            from patchkit.edits.tree import result_compile_error  # the engines import libcst anyway
+
+            error = result_compile_error(source, result.source)
             if error is not None:
                 raise self.not_python(error)
         return result
@@ -441,10 +443,6 @@ class DiffEdit(_Engine):
                 return FileOutcome("not_found", source, f"{path}: the diff applies, but the result does not "
                                                         f"compile ({error}); nothing changed", outcome.hunks)
         return outcome
-
-    @property
-    def engine(self) -> str:
-        return "hunk_locate"  # where its work is done (`_engine` names it in messages)
 
     def apply(self, source: str) -> EditResult:
         """One file's diff on its source (several files: a patch step applies each by `apply_to`)."""

@@ -42,10 +42,26 @@ class SpansUnknown(Exception):
     """The CST and `ast` statements do not line up (a syntax this Python cannot parse)."""
 
 
+@dataclasses.dataclass
+class Unit:
+    """What of an edited text must be compiled again: the code of the statement that holds
+    the change (the outermost def around it, else the changed statement itself), before and
+    after, each a complete compile unit (`if 1:` lines open the blocks it sits in)."""
+
+    old: str
+    new: str
+    first_line: int  # the file's line of the unit's first line of code (headers counted off)
+
+
 class SourceTree:
     def __init__(self, text: str, module: cst.Module) -> None:
         self.text = text
         self.module = module
+        # Set on a text spliced from another: the statements to compile instead of the file
+        # (the rest is the other text's, byte for byte).
+        self.units: list[Unit] | None = None
+        self.parent: SourceTree | None = None
+        self._spliced: list[tuple[int, int, int]] | None = None
         self._spans: dict[int, tuple[int, int]] | None | bool = False  # False: not computed yet
         self._line_starts: list[int] | None = None
 
@@ -109,12 +125,77 @@ class SourceTree:
         text = None
         if FAST and spans is not None and "\r" not in self.text and all(id(e.statement) in spans for e in edits):
             text = self._splice(edits)
-        module = _rebuilt(self.module, edits)
-        return (text if text is not None else module.code), self._next(text, module)
+        module, rebuilt = _rebuilt(self.module, edits)
+        tree = self._next(text, module)
+        tree.parent = self
+        if text is not None and spans is not None and self._spliced is not None:
+            tree.units = self._units(edits, rebuilt, self._spliced, text)
+        return tree.text, tree
+
+    def _units(self, edits: Sequence[Replacement], rebuilt: dict[int, cst.CSTNode],
+               spliced: list[tuple[int, int, int]], text: str) -> list[Unit] | None:
+        """The compile units of a splice: with one edit, cut from the two texts (no printing);
+        with several, printed from the trees. None: compile the file."""
+        spans = self.spans
+        assert spans is not None
+        units = []
+        for edit in edits:
+            index, unit = next(((i, n) for i, n in enumerate(edit.path) if isinstance(n, cst.FunctionDef)),
+                               (len(edit.path) - 1, edit.statement))
+            if id(unit) not in spans:
+                return None
+            blocks = sum(isinstance(n, (cst.IndentedBlock, cst.Match)) for n in edit.path[:index])
+            indents = edit.indents[:blocks]
+            head = "".join("".join(indents[:i]) + "if 1:\n" for i in range(blocks))
+            first, last = spans[id(unit)][0] - _leading_lines(unit), spans[id(unit)][1]
+            if len(edits) == 1:
+                starts = self.line_starts()
+                at, old_len, new_len = spliced[0]
+                start = starts[first]
+                end = max(starts[last + 1] if last + 1 < len(starts) else len(self.text), at + old_len)
+                old, new = self.text[start:end], text[start:end + new_len - old_len]
+            else:
+                old, new = self._code(unit, indents), self._code(rebuilt[id(unit)], indents)
+            units.append(Unit(head + old, head + new, first - blocks))
+        return units
+
+    def compile_error(self) -> str | None:
+        """Why this edited text is not Python (model.compile_error), compiling only its units
+        when it was spliced: the rest is the original's, already read by this interpreter."""
+        from patchkit.edits.model import compile_error
+
+        parent = self.parent
+        if self.units is None or parent is None:
+            return None if parent is None else compile_error(parent.text, self.text)
+        flags = parent.future_flags()
+        for unit in self.units:
+            error = compile_error(unit.old, unit.new, unit.first_line, flags)
+            if error is not None:
+                return error
+        return None
+
+    def future_flags(self) -> int:
+        """The compiler flags of the file's `from __future__` imports (a unit compiled alone
+        must be read as the file is)."""
+        import __future__
+
+        flags = 0
+        for statement in self.module.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                break
+            for small in statement.body:
+                if isinstance(small, cst.ImportFrom) and isinstance(small.module, cst.Name) \
+                        and small.module.value == "__future__" and not isinstance(small.names, cst.ImportStar):
+                    for alias in small.names:
+                        feature = getattr(__future__, str(alias.evaluated_name), None)
+                        flags |= getattr(feature, "compiler_flag", 0)
+        return flags
 
     def adopt(self, module: cst.Module) -> str:
         """The code of an edited tree, printed whole; kept for the next edit of the text."""
-        return self._next(None, module).text
+        tree = self._next(None, module)
+        tree.parent = self
+        return tree.text
 
     @staticmethod
     def _next(text: str | None, module: cst.Module) -> SourceTree:
@@ -123,9 +204,12 @@ class SourceTree:
         return tree
 
     def _splice(self, edits: Sequence[Replacement]) -> str | None:
+        """The new text, or None; `_spliced` says where each edit went: (offset, old length,
+        new length)."""
+        self._spliced = None
         spans = self.spans
         assert spans is not None
-        starts, pieces, end = self.line_starts(), [], len(self.text)
+        starts, pieces, end, spliced = self.line_starts(), [], len(self.text), []
         for edit in sorted(edits, key=lambda e: spans[id(e.statement)][0], reverse=True):
             first = spans[id(edit.statement)][0] - _leading_lines(edit.statement)
             if first < 1:
@@ -135,7 +219,9 @@ class SourceTree:
             if not self.text.startswith(old, at) or at + len(old) > end:
                 return None  # not where ast says: print the module instead
             pieces.append(new + self.text[at + len(old):end])
+            spliced.append((at, len(old), len(new)))
             end = at
+        self._spliced = spliced
         return self.text[:end] + "".join(reversed(pieces))
 
     def _code(self, node: cst.CSTNode, indents: Sequence[str]) -> str:
@@ -150,6 +236,17 @@ def _leading_lines(node: cst.CSTNode) -> int:
     if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
         return len(node.leading_lines)
     return 0
+
+
+def result_compile_error(before: str, after: str) -> str | None:
+    """Why `after`, an edit's result for `before`, is not Python: the edit's own units when
+    this module spliced it, else the whole file (model.compile_error)."""
+    from patchkit.edits.model import compile_error
+
+    tree = _CACHE.get(after)
+    if tree is not None and tree.parent is not None and tree.parent.text == before:
+        return tree.compile_error()
+    return compile_error(before, after)
 
 
 def remember(tree: SourceTree) -> None:
@@ -172,8 +269,9 @@ class Replacement:
         return self.path[-1]
 
 
-def _rebuilt(module: cst.Module, edits: Sequence[Replacement]) -> cst.Module:
-    """The module with each path's last node replaced: only the nodes on the paths are rebuilt."""
+def _rebuilt(module: cst.Module, edits: Sequence[Replacement]) -> tuple[cst.Module, dict[int, cst.CSTNode]]:
+    """The module with each path's last node replaced: only the nodes on the paths are rebuilt
+    (and each rebuilt node, by the id of the node it replaces)."""
     new: dict[int, cst.CSTNode] = {id(e.statement): e.new for e in edits}
     parents: dict[int, cst.CSTNode] = {}
     depth: dict[int, int] = {}
@@ -195,7 +293,7 @@ def _rebuilt(module: cst.Module, edits: Sequence[Replacement]) -> cst.Module:
             changed.sort(key=lambda k: depth[k], reverse=True)
     result = new.get(id(module), module)
     assert isinstance(result, cst.Module)
-    return result
+    return result, new
 
 
 def _with_child(parent: cst.CSTNode, old_id: int, child: cst.CSTNode) -> cst.CSTNode:

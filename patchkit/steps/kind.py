@@ -45,10 +45,6 @@ class Undone:
 class StepKind(ABC, Generic[Data]):
     name: ClassVar[str]  # the recipe key: `patch:`, `check:`, ...
 
-    def warm_up(self, steps: list[Step]) -> None:
-        """Called once before hosts are contacted, with this kind's steps of the run: start in
-        the background what planning them will need (imports), while hosts connect."""
-
     @abstractmethod
     async def plan(self, ctx: HostContext, step: Step) -> Planned[Data]: ...
 

@@ -5,17 +5,14 @@ from __future__ import annotations
 import base64
 import difflib
 import hashlib
-import importlib
 import json
 import os
 import re
-import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.agent.protocol import APPLY, READ, RESTORE, VERIFY
 from patchkit import __version__
+from patchkit.agent.protocol import APPLY, READ, RESTORE, VERIFY
 from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.edits import EditError, EditResult
 from patchkit.errors import HostError
@@ -24,7 +21,13 @@ from patchkit.recipe import Step
 from patchkit.results import Check, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
 from patchkit.steps.kind import Planned, StepKind
-from patchkit.steps.patch_files import FilesPlan, apply_files, files_state, plan_files, undo_files
+from patchkit.steps.patch_files import (
+    FilesPlan,
+    apply_files,
+    files_state,
+    plan_files,
+    undo_files,
+)
 from patchkit.steps.upstream import with_upstream_note
 
 
@@ -344,28 +347,11 @@ async def _record_view(ctx: HostContext, package: str, out: StepResult, records:
         out.message += f"; differs from {where}: {why} (patchkit audit lists every such file)"
 
 
-def _import_quietly(names: list[str]) -> None:
-    """Ahead of time only: an import that fails here fails again, with its message, where used."""
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001, S112 - reported by the import that needs it
-            continue
-
-
 PatchData = bytes | FilesPlan | None  # one file's new content, or a multi-file plan (patch_files.py)
 
 
 class PatchKind(StepKind[PatchData]):
     name = "patch"
-
-    def warm_up(self, steps: list[Step]) -> None:
-        """The edit engines (libcst: 0.1 s to import) load on a thread while the agents start;
-        an import the plan then makes waits for it (Python's import lock)."""
-        engines = {f"patchkit.edits.{step.patch.edit.op.engine}" for step in steps if step.patch}
-        if engines - set(sys.modules):
-            threading.Thread(target=_import_quietly, args=(sorted(engines),), name="patchkit-warm-up",
-                             daemon=True).start()
 
     async def plan(self, ctx: HostContext, step: Step) -> Planned[PatchData]:
         targets = step.patch.edit.diff.targets() if step.patch and step.patch.edit.diff else []
