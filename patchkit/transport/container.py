@@ -26,6 +26,7 @@ import shutil
 from collections import deque
 from dataclasses import dataclass, replace
 
+from patchkit.transport.pipes import start_piped
 from patchkit.inventory import CONTAINER_SCHEMES, ContainerAddress, HostSpec
 from patchkit.transport.base import NoFileSplice
 from patchkit.transport.container_errors import (
@@ -36,7 +37,6 @@ from patchkit.transport.container_errors import (
     is_engine_note,
 )
 
-READ_LIMIT = 1 << 26  # replies carry whole files
 STDERR_LINES = 200
 CLOSE_TIMEOUT_S = 10.0
 ERROR_TAIL_LINES = 5
@@ -120,14 +120,7 @@ class ContainerTransport:
         self.exec_requests += 1
         command = target.command(argv)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                limit=READ_LIMIT,
-                start_new_session=True,  # Ctrl-C goes to patchkit, which finishes the request in progress
-            )
+            proc = await start_piped(command)
         except OSError as exc:
             raise container_failure("engine_missing", replace(target.where, engine=target.engine),
                                     detail=exc.strerror or str(exc)) from None

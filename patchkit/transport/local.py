@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+from patchkit.transport.pipes import start_piped
 from patchkit.errors import HostError
 from patchkit.transport.base import NoFileSplice
 
@@ -52,14 +53,7 @@ class LocalTransport:
     async def spawn(self, argv: list[str]) -> _LocalStreams:
         self.exec_requests += 1
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=os.environ.copy(),
-                limit=1 << 26,  # replies carry whole files
-            )
+            proc = await start_piped(argv, own_session=False)
         except FileNotFoundError:
             raise HostError(f"interpreter {argv[0]} not found") from None
         except PermissionError:

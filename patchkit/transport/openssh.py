@@ -36,6 +36,7 @@ from typing import ClassVar
 
 from tenacity import retry_if_exception_type
 
+from patchkit.transport.pipes import start_piped
 from patchkit.errors import HostError
 from patchkit.logs import get_logger
 from patchkit.transport.openssh_errors import PERMANENTLY_ADDED, classify, openssh_failure, resolve
@@ -51,7 +52,6 @@ from patchkit.transport.ssh_common import (
     with_become,
 )
 
-READ_LIMIT = 1 << 26  # replies carry whole files
 REPLAY_LIMIT = 8 << 20  # what is kept for a retry until the agent first answers (its source + a few requests)
 STDERR_LINES = 200
 PIPE_SIZE = 1 << 20  # ssh's stdin pipe while a file is spliced into it
@@ -176,14 +176,7 @@ class _OpenSSHStreams:
 
     async def start(self) -> None:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self._argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                limit=READ_LIMIT,
-                start_new_session=True,  # Ctrl-C goes to patchkit, which finishes the request in progress
-            )
+            proc = await start_piped(self._argv)
         except OSError as exc:
             raise HostError(f"{self._transport.target.name}: cannot run {self._argv[0]}: {exc.strerror or exc}") from None
         self.proc, self._broken = proc, False
