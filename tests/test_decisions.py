@@ -101,3 +101,15 @@ def test_live_changes_and_unverified_steps() -> None:
     cut.rolled_back_steps = ["add"]  # voided by a later run: the verified one is live again
     assert unverified_step([verified, cut], "add", FILE) is None
     assert active_changes([verified, cut])[("add", FILE)].run_id == "r1"
+
+
+def test_the_recipe_s_step_kinds_are_the_registry_s() -> None:
+    """A recipe key for every registered kind and a kind for every recipe key: a kind added
+    to one and not the other is caught here, not by a user's recipe."""
+    from patchkit.recipe import STEP_KINDS, Step
+    from patchkit.steps.registry import KINDS
+
+    assert set(STEP_KINDS) == set(KINDS)
+    assert all(name in Step.model_fields for name in KINDS)
+    for name, kind in KINDS.items():
+        assert kind.name == name
