@@ -159,6 +159,7 @@ class Health(Strict):
 class Completion(Strict):
     prompt: str = "Hello"
     max_tokens: int = Field(8, ge=1)
+    timeout_s: float = Field(240, gt=0, description="how long the completion may take (a first request compiles)")
 
 
 class Ready(Strict):

@@ -174,3 +174,52 @@ def test_workers_of_a_server_that_died_are_stopped_with_it(tmp_path: Path) -> No
     assert not alive(worker), f"worker {worker} of the dead server still runs"
     assert step["details"]["stopped_after_failure"] is True, step["details"]
     assert "left of its group" in step["details"]["stop"]
+
+
+SLOW_SERVER = '''
+import json, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Handler(BaseHTTPRequestHandler):
+    def _send(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send({"data": [{"id": "m"}]})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(2)  # a first completion that takes its time
+        self._send({"choices": [{"text": "hi"}]})
+
+    def log_message(self, *args):
+        pass
+
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+'''
+
+
+@pytest.mark.parametrize(("timeout_s", "passes"), [(1, False), (6, True)])
+def test_the_smoke_completion_is_given_its_own_timeout(tmp_path: Path, timeout_s: float, passes: bool) -> None:
+    """`ready.completion.timeout_s` is the request's limit on the host (not the host's 30 s
+    default): a 2 s completion fails a 1 s limit and passes a 6 s one."""
+    port = free_port()
+    server = tmp_path / "slow.py"
+    server.write_text(SLOW_SERVER)
+    recipe = write_recipe(tmp_path / "r.yaml", [sys.executable, str(server), str(port)], port)
+    doc = json.loads(recipe.read_text())
+    doc["steps"][0]["launch"]["ready"] = {"completion": {"prompt": "Hi", "max_tokens": 2, "timeout_s": timeout_s}}
+    recipe.write_text(json.dumps(doc))
+    state = tmp_path / "state"
+    try:
+        code, report = patchkit(state, "apply", str(recipe))
+        step = step_of(report)
+        assert (code == 0) == passes, step
+        if not passes:
+            assert "smoke completion failed" in step["message"] and "timed out" in step["message"], step
+    finally:
+        patchkit(state, "rollback", str(recipe))

@@ -209,9 +209,9 @@ async def check_ready(agent: AgentClient, spec: LaunchStep, redactor: Redactor) 
         model = spec.ready.model or (await _models(agent, spec.health.url))[0]
         body = {"model": model, "prompt": spec.ready.completion.prompt,
                 "max_tokens": spec.ready.completion.max_tokens, "temperature": 0}
-        # reply_wait is this side's wait; the request itself has the host's default timeout (30 s)
+        wait = spec.ready.completion.timeout_s  # the request's own limit on the host; this side waits longer
         reply = await agent.call(HTTP({"method": "POST", "url": base_url(spec.health.url) + "/v1/completions",
-                                       "body": body}), reply_wait=300)
+                                       "body": body, "timeout": wait}), reply_wait=wait + 60)
         if reply.get("status") != 200:
             raise GateFailed(f"smoke completion failed: {reply.get('status') or reply.get('error')}: "
                              f"{_clip(redactor, reply.get('body'))}")
