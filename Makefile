@@ -22,7 +22,7 @@ system-deps:
 	@scripts/install-system-deps.sh
 
 ## The cached real-vLLM environment and tiny models the realenv tiers use (one-off, minutes).
-test-inputs: setup
+test-inputs: setup system-deps
 	$(PY) fixtures/prepare.py
 
 ## The main job on the embedded default: a local sandbox with real vLLM 0.16.0,
