@@ -272,3 +272,17 @@ def test_the_compile_check_of_a_splice_is_the_unit_s(monkeypatch: pytest.MonkeyP
         tree._CACHE.clear()
         assert Edit.model_validate(spec).apply(TRICKY).verdict == "changed"
         assert compiled == [lines]
+
+
+def test_the_kept_trees_stay_within_their_budget() -> None:
+    """Trees cost ~290 times their text: big texts push the oldest out, the newest stays."""
+    big = ["".join(f"v{n}_{i} = {i}\n" for i in range(40_000)) for n in range(4)]  # ~0.5 MB each
+    for text in big:
+        tree.SourceTree.of(text)
+    kept = list(tree._CACHE)
+    assert kept[-1] == big[-1] and sum(map(len, kept)) <= tree._KEEP_TEXT + len(big[-1])
+    assert len(kept) < len(big)
+    small = [f"x = {i}\n" for i in range(10)]
+    for text in small:
+        tree.SourceTree.of(text)
+    assert len(tree._CACHE) == tree._KEEP and list(tree._CACHE)[-1] == small[-1]

@@ -30,7 +30,10 @@ from libcst._nodes.internal import (
 
 from patchkit.edits.model import EditError
 
-_KEEP = 6  # trees of distinct texts kept per process: a run's versions of a few files
+# Trees kept per process, by text: a run's few versions of a few files. A tree costs ~290
+# times its text in memory (87 MB for the 7,255-line gpu_model_runner.py), hence a budget.
+_KEEP = 6
+_KEEP_TEXT = 1_200_000  # characters of text, the newest tree always kept
 FAST = True  # False: the plain route always (tests compare the two)
 _CACHE: OrderedDict[str, SourceTree] = OrderedDict()
 
@@ -252,7 +255,7 @@ def result_compile_error(before: str, after: str) -> str | None:
 def remember(tree: SourceTree) -> None:
     _CACHE[tree.text] = tree
     _CACHE.move_to_end(tree.text)
-    while len(_CACHE) > _KEEP:
+    while len(_CACHE) > 1 and (len(_CACHE) > _KEEP or sum(map(len, _CACHE)) > _KEEP_TEXT):
         _CACHE.popitem(last=False)
 
 
