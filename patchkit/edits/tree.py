@@ -397,6 +397,22 @@ def _has_blocks(node: ast.stmt) -> bool:
     return any(isinstance(getattr(node, name, None), list) for name in ("body", "orelse", "handlers", "cases"))
 
 
+_STATEMENT, _BLOCK = 1, 2  # flags
+_ROLES: dict[type, int] = {}
+
+
+def _role(cls: type) -> int:
+    """What a node class is to a walk, found once per class (ABC isinstance checks cost a pass
+    more than the visit itself): a statement, a block that indents, or both (a match indents
+    its cases)."""
+    role = _ROLES.get(cls)
+    if role is None:
+        role = (_STATEMENT if issubclass(cls, Statement) else 0) | \
+            (_BLOCK if issubclass(cls, (cst.IndentedBlock, cst.Match)) else 0)
+        _ROLES[cls] = role
+    return role
+
+
 class Walk:
     """What a pass keeps while it visits: the nodes down to here, the blocks' indentation,
     and (when pruning) which statements it may skip. Mixed into visitors and transformers."""
@@ -412,8 +428,8 @@ class Walk:
         if FAST and tree is not None and needles and tree.spans is not None:
             self._walk_lines = tree.needle_lines(needles)
 
-    def _worth_visiting(self, node: cst.CSTNode) -> bool:
-        if self._walk_lines is None or self._walk_tree is None or not isinstance(node, Statement):
+    def _worth_visiting(self, node: cst.CSTNode, statement: bool) -> bool:
+        if self._walk_lines is None or self._walk_tree is None or not statement:
             return True
         span = self._walk_tree.spans.get(id(node)) if self._walk_tree.spans is not None else None
         if span is None:
@@ -441,19 +457,22 @@ class Walk:
 
     def enter(self, node: cst.CSTNode) -> bool:
         self._walk_path.append(node)
-        if isinstance(node, Statement):
+        role = _role(type(node))
+        if role & _STATEMENT:
             self._walk_statements.append(len(self._walk_path) - 1)
-        if isinstance(node, (cst.IndentedBlock, cst.Match)):  # a match indents its cases itself
+        if role & _BLOCK:
             module = self._walk_path[0]
             default = module.default_indent if isinstance(module, cst.Module) else "    "
-            self._walk_indents.append(default if node.indent is None else node.indent)
-        return self._worth_visiting(node)
+            indent = node.indent  # type: ignore[attr-defined]
+            self._walk_indents.append(default if indent is None else indent)
+        return self._worth_visiting(node, bool(role & _STATEMENT))
 
     def leave(self, node: cst.CSTNode) -> None:
         self._walk_path.pop()
-        if isinstance(node, Statement):
+        role = _role(type(node))
+        if role & _STATEMENT:
             self._walk_statements.pop()
-        if isinstance(node, (cst.IndentedBlock, cst.Match)):
+        if role & _BLOCK:
             self._walk_indents.pop()
 
     def where(self) -> Location | None:
