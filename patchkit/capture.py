@@ -227,7 +227,7 @@ def write_recipe(capture: Capture, out: Path, when: datetime.datetime) -> list[P
         packages.setdefault(f.rel.split("/")[0], []).append(f)
     stamp = when.strftime("%Y-%m-%d %H:%M:%S UTC")
     steps: list[dict[str, Any]] = []
-    written: list[Path] = []
+    patches: dict[Path, str] = {}
     for package, files in sorted(packages.items()):
         files = [f for f in files if f.module]  # a .py that is no module (a script's copy): nothing to import-check
         modules = [f.module for f in files if f.module]
@@ -237,8 +237,7 @@ def write_recipe(capture: Capture, out: Path, when: datetime.datetime) -> list[P
         edit = builtin_edit(texts[0][1], texts[0][2]) if len(texts) == 1 else None
         if edit is None:
             patch = out.with_name(f"{out.stem}-{package}.patch")
-            patch.write_text("".join(git_diff(f.rel, old, new) for f, old, new in texts))
-            written.append(patch)
+            patches[patch] = "".join(git_diff(f.rel, old, new) for f, old, new in texts)
             edit = {"diff": {"file": patch.name}}
         steps.append({
             "name": f"{package}-captured",
@@ -257,5 +256,23 @@ def write_recipe(capture: Capture, out: Path, when: datetime.datetime) -> list[P
         "steps": steps,
     }
     # every list is its own object: safe_dump writes no anchors or aliases
-    out.write_text(yaml.safe_dump(recipe, sort_keys=False, width=100, allow_unicode=True))
-    return [out, *written]
+    outputs = {**patches, out: yaml.safe_dump(recipe, sort_keys=False, width=100, allow_unicode=True)}
+    taken = [str(path) for path in outputs if path.exists()]
+    if taken:  # never over a recipe or patch someone may have edited
+        one = len(taken) == 1
+        raise CaptureRefused(f"{', '.join(taken)} already exist{'s' if one else ''}: remove "
+                             f"{'it' if one else 'them'} or pick another -o; nothing written")
+    written: list[Path] = []
+    try:
+        for path, text in outputs.items():
+            path.write_text(text)
+            written.append(path)
+    except OSError as exc:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise CaptureRefused(f"cannot write {exc.filename}: {exc.strerror}; nothing written") from None
+    return [out, *patches]
+
+
+class CaptureRefused(HostError):
+    """The recipe cannot be written where -o says (the host was read, nothing was changed)."""

@@ -184,6 +184,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         if len(hosts) != 1:
             raise UsageError(f"capture reads one host; -l names {len(hosts)}: pick one")
+        if not Path(args.output).parent.is_dir():
+            raise UsageError(f"-o {args.output}: no folder {Path(args.output).parent} to write the recipe in")
         works["capture"] = partial(capture_host, dist=args.dist, wheel=Path(args.wheel) if args.wheel else None,
                                    out=captures)
     work = works[command]

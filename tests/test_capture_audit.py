@@ -219,3 +219,14 @@ def test_capture_of_edits_no_op_describes_is_a_diff_that_applies_byte_for_byte(b
         "vllm/envs.py": PATCHED, REL: PATCHED}
     assert run_patchkit(*args(box, "rollback", str(recipe)), timeout=120).returncode == 0
     assert audit(box).hosts()["local"]["steps"] == []
+
+
+def test_capture_never_writes_over_a_file_and_says_where_it_cannot_write(box: dict[str, Path]) -> None:
+    subprocess.run(["sed", "-i", SED, str(box["file"])], check=True)
+    kept = box["work"] / "mine.yaml"
+    kept.write_text("my own recipe\n")
+    over = run_patchkit(*args(box, "capture", "vllm", "-o", str(kept), "--json"), timeout=120)
+    assert over.returncode == 1 and "already exists" in over.hosts()["local"]["message"], over
+    assert kept.read_text() == "my own recipe\n"
+    nowhere = run_patchkit(*args(box, "capture", "vllm", "-o", str(box["work"] / "no" / "r.yaml")))
+    assert nowhere.returncode == 2 and "no folder" in nowhere.stderr and "Traceback" not in nowhere.stderr
