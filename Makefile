@@ -7,7 +7,7 @@ SHELL  := bash
 # pip here warns about every configured index folder it cannot use; keep real errors only.
 QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true
 
-.PHONY: setup system-deps test-inputs demo typecheck test test-fast clean
+.PHONY: setup system-deps test-inputs demo typecheck test test-unit test-fast clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "make: creating $(VENV) and installing patchkit with its test dependencies (pip, ~30 s, ~150 MB)" >&2
@@ -39,7 +39,11 @@ typecheck: setup
 test: setup typecheck system-deps test-inputs
 	$(PY) -m pytest
 
-## Only the tiers that need no real vLLM environment and no wheels.
+## The pure tier (tests/unit): no sshd, podman, vLLM or wheel download; for your own loop.
+test-unit: setup
+	$(PY) -m pytest tests/unit -m "unit and not wheels and not realenv" -q
+
+## Every tier but the real-vLLM one (still starts sshd and podman).
 test-fast: setup system-deps
 	$(PY) -m pytest -m "not realenv and not wheels"
 

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import (  # noqa: F401 - sandbox_fixture: the `sandbox` fixture
+from tests.helpers import (  # noqa: F401 - sandbox_fixture: the `sandbox` fixture
     TOY_MODEL,
     TOY_SPECULATIVE,
     Sandbox,

@@ -1471,7 +1471,7 @@ class TestResultsCompile:
 
         monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path))
         monkeypatch.setattr(engine, "run", lambda spec, source: EditResult("changed", "x = [\n", "added"))
-        step = next(s for s in load_recipe(Path(__file__).parents[1] / "recipes" / "kimi_eagle3.yaml").recipe.steps
+        step = next(s for s in load_recipe(Path(__file__).parents[2] / "recipes" / "kimi_eagle3.yaml").recipe.steps
                     if s.name == "eagle3-whitelist")
         result = patch._compute_edit(step, "0" * 64, "x = []\n")
         assert result.verdict == "not_found" and result.message.startswith("patchkit bug: the list_insert edit")

@@ -17,7 +17,7 @@ from fixtures.make_drafter import make_drafter, write_target_config
 from fixtures.vllm_envs import make_sandbox
 from tests.helpers import PATCHKIT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "kimi_eagle3.yaml"
 
 pytestmark = [pytest.mark.realenv, pytest.mark.timeout(1800)]

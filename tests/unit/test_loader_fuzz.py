@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import pytest
 import yaml
-from helpers import PATCHKIT, REPO
+from tests.helpers import PATCHKIT, REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loadercheck import check_message, time_limit

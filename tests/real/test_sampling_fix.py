@@ -29,7 +29,7 @@ from fixtures.vllm_envs import make_sandbox, release_file
 from patchkit.recipe import load_recipe
 from tests.helpers import PATCHKIT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "vllm_cpu_spec_sampling_fix.yaml"
 RELPATH = "vllm/utils/cpu_triton_utils.py"
 FUNCTION = "_expand_kernel_impl"

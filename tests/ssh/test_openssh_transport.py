@@ -1,6 +1,6 @@
 """`ssh_client: openssh`: the system OpenSSH client against real sshd servers on 127.0.0.1.
 
-The same promises as the asyncssh transport (tests/test_ssh.py), kept by another client: one
+The same promises as the asyncssh transport (tests/ssh/test_ssh.py), kept by another client: one
 exec per host per run, argv quoted, host keys checked (unknown refused unless accept-new,
 changed always refused), readable connection errors, connection set-up retried and nothing
 else. The real `patchkit` executable runs with HOME pointing at the test's own dir, so
@@ -40,8 +40,8 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
     sshd_root,
     testbed,
 )
-from tests.test_deploy import assert_deployed, deploy_recipe, home_python
-from tests.test_ssh import (_wait_for, alias_config, argv_as_received_twice, check_become, check_life_cycle,
+from tests.ssh.test_deploy import assert_deployed, deploy_recipe, home_python
+from tests.ssh.test_ssh import (_wait_for, alias_config, argv_as_received_twice, check_become, check_life_cycle,
                             check_login_shell_banner, needs_system_python, patched)
 
 pytestmark = [pytest.mark.timeout(120)]

@@ -11,7 +11,7 @@ import pytest
 from patchkit.recipe import load_recipe
 from patchkit.steps import patch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SOURCE = 'class SpeculativeConfig:\n    def _verify_args(self):\n        eagle3_target_supported = ["llama", "afmoe"]\n'
 
 

@@ -32,7 +32,7 @@ from patchkit.checkpoint import VALIDATORS, read_checkpoint, reader_source, vali
 from patchkit.checkpoint import reader as reader_module
 from patchkit.checkpoint.eagle3 import validate_eagle3_drafter
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 READER = REPO / "patchkit" / "checkpoint" / "reader.py"
 SHARD1, SHARD2 = SHARD_NAMES
 

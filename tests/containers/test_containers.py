@@ -49,7 +49,7 @@ from patchkit.transport.kubectl import (
 )
 from tests.helpers import PATCHKIT, RECIPES, Result
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FAKE_KUBECTL = REPO / "tests" / "fake_kubectl.py"
 SPECULATIVE = f"{images.SITE_PACKAGES}/toyllm/config/speculative.py"
 MODEL = f"{images.SITE_PACKAGES}/toyllm/config/model.py"

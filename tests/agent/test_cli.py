@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import (  # noqa: F401 - sandbox_fixture: the `sandbox` fixture
+from tests.helpers import (  # noqa: F401 - sandbox_fixture: the `sandbox` fixture
     REPO,
     TOY_MODEL,
     TOY_SPECULATIVE,

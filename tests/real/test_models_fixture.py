@@ -20,7 +20,7 @@ import pytest
 from fixtures import make_models as mm
 from fixtures.vllm_envs import base_env, cache_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "fixtures" / "make_models.py"
 
 

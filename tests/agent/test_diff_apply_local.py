@@ -13,7 +13,7 @@ import difflib
 import json
 from pathlib import Path
 
-from helpers import Sandbox, run_patchkit, sandbox_fixture, sha256, step  # noqa: F401 - the `sandbox` fixture
+from tests.helpers import Sandbox, run_patchkit, sandbox_fixture, sha256, step  # noqa: F401 - the `sandbox` fixture
 
 SPEC = "toyllm/config/speculative.py"
 MODEL = "toyllm/config/model.py"

@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from helpers import run_patchkit, start_patchkit
+from tests.helpers import run_patchkit, start_patchkit
 
 
 def test_status_trusts_the_hash_cache_and_verify_all_finds_bit_rot(tmp_path: Path) -> None:

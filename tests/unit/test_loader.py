@@ -11,7 +11,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from helpers import REPO, run_many
+from tests.helpers import REPO, run_many
 
 from patchkit import yamlsource
 from patchkit.errors import UsageError

@@ -47,7 +47,7 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
     sshd_root,
     testbed,
 )
-from tests.test_ssh import SYSTEM_PYTHON
+from tests.ssh.test_ssh import SYSTEM_PYTHON
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -57,7 +57,7 @@ from tests.sshd import (  # noqa: F401 - pytest fixtures
     testbed,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIX_RECIPE = REPO / "recipes" / "vllm_cpu_spec_sampling_fix.yaml"
 FIX, FIX_CHECK = "expand-kernel-fix", "expand-kernel-check"
 SAMPLING_FILE = "vllm/utils/cpu_triton_utils.py"

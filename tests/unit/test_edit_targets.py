@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from patchkit.edits import Edit, EditResult
 from patchkit.recipe import load_recipe
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def code(text: str) -> str:

@@ -22,7 +22,7 @@ from fixtures.vllm_envs import release_file
 from patchkit.recipe import load_recipe
 from tests.helpers import PATCHKIT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "kimi_eagle3.yaml"
 CONFIG_FILES = ["vllm/_version.py", "vllm/config/__init__.py", "vllm/config/speculative.py"]
 
