@@ -215,7 +215,8 @@ def test_a_wheel_that_cannot_be_read_is_an_error_and_the_others_go_on(tmp_path: 
     assert result.returncode == 1, result
     doc = result.json()
     cells = doc["steps"]["whitelist"]["releases"]
-    assert cells["0.11.0"]["status"] == "error" and "toyllm==0.11.0" in cells["0.11.0"]["message"]
+    assert cells["0.11.0"]["status"] == "error"
+    assert cells["0.11.0"]["message"].startswith("cannot fetch toyllm==0.11.0: ERROR: ")  # pip's own words
     assert cells["0.10.1"]["status"] == "changed"
     assert doc["failures"][0].startswith("whitelist: 0.11.0 inside >=0.10.1,<0.22 could not be tested")
 
@@ -225,6 +226,20 @@ def test_an_unknown_distribution_is_pips_reason_and_exit_1(tmp_path: Path, index
                           timeout=180)
     assert result.returncode == 1, result
     assert "pip index versions nosuchdist:" in result.stderr and "ERROR" in result.stderr
+
+
+def test_a_dist_whose_wheels_hold_another_package_says_so(tmp_path: Path, own_index: dict[str, str]) -> None:
+    links = Path(own_index["PIP_FIND_LINKS"])
+    with zipfile.ZipFile(links / "otherllm-0.11.0-py3-none-any.whl", "w") as archive:
+        archive.writestr("otherllm/__init__.py", "")
+        archive.writestr("otherllm-0.11.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: otherllm\nVersion: 0.11.0\n")
+        archive.writestr("otherllm-0.11.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    result = run_patchkit("test", write_recipe(tmp_path, ">=0.10.1,<0.22"), "--dist", "otherllm", "--json",
+                          env=own_index, timeout=180)
+    assert result.returncode == 1, result
+    cell = result.json()["steps"]["whitelist"]["releases"]["0.11.0"]
+    assert cell == {"status": "error", "message": "the wheel of otherllm 0.11.0 holds no package toyllm (is --dist right?)",
+                    "diff_id": None}
 
 
 def test_a_dist_that_looks_like_an_option_is_a_usage_error(tmp_path: Path, index: dict[str, str]) -> None:
