@@ -142,8 +142,8 @@ async def _releases(loaded: LoadedRecipe, groups: dict[str, list[Step]], wanted_
         absent = [s.patch.package for s in steps if s.patch and not (files.root / s.patch.package).is_dir()
                   and not (files.root / f"{s.patch.package}.py").is_file()]
         if absent:  # the agent would say "not importable by python ...": true, but not the point here
-            outcomes[(dist, version)] = (None, f"the wheel of {dist} {version} holds no package {absent[0]} "
-                                               "(is --dist right?)")
+            outcomes[(dist, version)] = (None, (f"the wheel of {dist} {version} holds no package {absent[0]} "
+                                               "(is --dist right?)"))
             return
         async with planning:
             try:
@@ -151,9 +151,9 @@ async def _releases(loaded: LoadedRecipe, groups: dict[str, list[Step]], wanted_
                                              None)
             except HostError as exc:
                 outcomes[(dist, version)] = (None, f"planning on {dist} {version}: {exc}")
-            except Exception as exc:  # a bug must cost its release, not the matrix
-                outcomes[(dist, version)] = (None, f"internal error planning on {dist} {version}: "
-                                                   f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - a bug must cost its release, not the matrix
+                outcomes[(dist, version)] = (None, (f"internal error planning on {dist} {version}: "
+                                                   f"{type(exc).__name__}: {exc}"))
 
     work = []
     for dist, steps in groups.items():
