@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit.errors import HostError, UsageError
 from patchkit.inventory import HostSpec
 from patchkit.recipe import LoadedRecipe, Step
-from patchkit.releasetest import index
+from patchkit.releasetest import index, outcome_cache
 from patchkit.releasetest.matrix import (
     StepMatrix,
     as_json,
@@ -145,10 +145,20 @@ async def _releases(loaded: LoadedRecipe, groups: dict[str, list[Step]], wanted_
             outcomes[(dist, version)] = (None, (f"the wheel of {dist} {version} holds no package {absent[0]} "
                                                "(is --dist right?)"))
             return
+        key = outcome_cache.key_of(steps, files.root, wanted) if outcome_cache.cacheable(steps) else None
+        kept = outcome_cache.load(key) if key else None
+        if kept is not None:
+            outcomes[(dist, version)] = (kept, None)
+            return
         async with planning:
             try:
-                outcomes[(dist, version)] = (await plan_release(version, files.root, wanted, steps, loaded, edits),
-                                             None)
+                # Each release's agent on a loop of its own thread: an edit computed for one
+                # release (CPU, seconds on a big file) never holds up another's replies.
+                planned = await asyncio.to_thread(asyncio.run, plan_release(version, files.root, wanted, steps,
+                                                                            loaded, edits))
+                outcomes[(dist, version)] = (planned, None)
+                if key:
+                    outcome_cache.store(key, planned)
             except HostError as exc:
                 outcomes[(dist, version)] = (None, f"planning on {dist} {version}: {exc}")
             except Exception as exc:  # noqa: BLE001 - a bug must cost its release, not the matrix

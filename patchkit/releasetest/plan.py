@@ -88,18 +88,13 @@ async def plan_release(version: str, files: Path, wanted: list[str], steps: list
 
 
 async def _one_step(ctx: HostContext, step: Step, chain: bool) -> StepOutcome:
+    """HostError (the agent failed us: nothing learned about the release) goes up to the caller."""
     kind = kind_named(step.kind)
-    try:
-        planned = await kind.plan(ctx, step)
-    except HostError as exc:
-        return StepOutcome(StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc)))
+    planned = await kind.plan(ctx, step)
     outcome = StepOutcome(planned.result)
     assert step.patch is not None
     if planned.result.status == "skipped" and step.patch.versions:
-        try:
-            outcome.unranged = (await kind.plan(ctx, without_range(step))).result
-        except HostError as exc:
-            outcome.unranged = StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc))
+        outcome.unranged = (await kind.plan(ctx, without_range(step))).result
     if planned.result.status == "changed" and chain:
         ctx.dry_run = False
         try:
