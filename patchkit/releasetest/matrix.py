@@ -208,7 +208,7 @@ def render(recipe: str, matrices: list[StepMatrix], diffs: dict[str, str], v: Ve
            released: dict[str, list[str]]) -> str:
     lines: list[str] = []
     for dist, versions in released.items():
-        lines.append(f"{recipe} on {dist}: {len(versions)} releases"
+        lines.append(f"{recipe} on {dist}: {len(versions)} release{'s' if len(versions) != 1 else ''}"
                      + (f" ({versions[0]}..{versions[-1]})" if len(versions) > 1 else ""))
     shown: dict[str, list[Cell]] = {}
     for m in matrices:
