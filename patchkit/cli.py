@@ -78,6 +78,20 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("recipe")
     validate.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
     sub.add_parser("schema", help="JSON Schema of the recipe format")
+    test = sub.add_parser("test", help="plan the recipe's patch steps on every release of their package "
+                          "(from the package index, through pip); no host contacted")
+    test.add_argument("recipe")
+    test.add_argument("--dist", help="the distribution whose releases to try (default: each step's package)")
+    test.add_argument("--versions", metavar="SPEC|all|installed",
+                      help="releases to try: a specifier ('>=0.14,<0.20'), all (default), or installed "
+                           "(the release a host of -i/-l or -e python= has, read through the agent)")
+    test.add_argument("--steps", help="only these steps: NAME[,...]")
+    test.add_argument("--jobs", type=int, default=4, help="wheels fetched at once (default 4)")
+    test.add_argument("--strict", action="store_true", help="exit 1 on warnings too (a range that may be too narrow)")
+    test.add_argument("--json", action="store_true", help="the whole matrix as one JSON document on stdout")
+    test.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
+    test.add_argument("-i", "--inventory", help="--versions installed: the hosts")
+    test.add_argument("-l", "--limit", help="--versions installed: HOST|GROUP[,...]")
     bake = sub.add_parser("bake", help="apply a recipe in a container from IMAGE and commit it as TAG (verified; "
                                        "nothing written if a step fails)")
     bake.add_argument("recipe", help="recipe YAML file")
@@ -130,6 +144,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"{args.recipe}: valid recipe {loaded.recipe.name}: {steps}")
         return EXIT_OK
 
+    if args.command == "test":
+        from patchkit.releasetest.command import TestOptions, run
+
+        assert loaded
+        return run(loaded, TestOptions(_split(args.steps), args.dist, args.versions, args.jobs, args.strict,
+                                       args.json, overrides.get("python")), lambda: _hosts(args))
     from patchkit import logs
 
     logs.configure(args.log_format, args.verbose, redact=loaded.redactor.value if loaded else None)
