@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
                         help="set a recipe variable; python=PATH picks the target interpreter")
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
+        sp.add_argument("--html", metavar="FILE", help="also write the report as one self-contained HTML page")
+        sp.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown (- for stdout)")
         sp.add_argument("--concurrency", type=int, default=32, help="hosts worked on at once (default 32)")
         sp.add_argument("--serial", type=int, metavar="N", help="canary: run the first N hosts, go on only if they all succeeded")
         sp.add_argument("--max-fail", type=int, metavar="K", help="stop starting hosts once more than K have failed")
@@ -135,6 +137,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.verbose, redact=loaded.redactor.value if loaded else None)
     if loaded:
         loaded.recipe.select(_split(args.steps))  # unknown step names: usage error before contacting anyone
+    _check_review_outputs(args)
     if args.command == "bake":
         assert loaded
         return _bake(args, loaded, overrides)
@@ -200,8 +203,40 @@ def _dispatch(args: argparse.Namespace) -> int:
                        command=args.command, hosts=results)
     if captures and all(h.status != "failed" for h in results.values()):
         _write_capture(captures[0], Path(args.output), report)
-    (print_json if args.json else print_human)(report)
+    _write_review(args, report, loaded, hosts)
+    if getattr(args, "markdown", None) != "-":
+        (print_json if args.json else print_human)(report)
     return 130 if runner.interrupt.requested else _exit_code(args.command, report)
+
+
+def _check_review_outputs(args: argparse.Namespace) -> None:
+    from patchkit.errors import UsageError
+
+    if getattr(args, "markdown", None) == "-" and getattr(args, "json", False):
+        raise UsageError("--markdown - and --json both want stdout: write one of them to a file")
+    for flag in ("html", "markdown"):
+        value = getattr(args, flag, None)
+        if value and value != "-" and not Path(value).parent.is_dir():
+            raise UsageError(f"--{flag} {value}: no folder {Path(value).parent} to write it in")
+
+
+def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRecipe | None,
+                  hosts: list[HostSpec]) -> None:
+    """--html FILE / --markdown FILE|-: the reviewer's page of the report (patchkit/review.py)."""
+    html_file, md_file = getattr(args, "html", None), getattr(args, "markdown", None)
+    if not html_file and not md_file:
+        return
+    from patchkit.review import build_review, render_html, render_markdown
+
+    where = {h.name: "local" if h.is_local or not h.address else h.address if "://" in h.address else f"ssh {h.address}"
+             for h in hosts}
+    review = build_review(report, loaded, where)
+    if html_file:
+        Path(html_file).write_text(render_html(review), encoding="utf-8")
+    if md_file == "-":
+        sys.stdout.write(render_markdown(review))
+    elif md_file:
+        Path(md_file).write_text(render_markdown(review), encoding="utf-8")
 
 
 def _exit_code(command: str, report: RunReport) -> int:

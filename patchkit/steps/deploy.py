@@ -121,7 +121,8 @@ async def plan_deploy(ctx: HostContext, step: Step) -> DeployPlan:
     todo = [e for e in entries if _sha256_at(remote, e.rel) != e.sha256]
     total = sum(e.size for e in entries)
     result.details = {"files_total": len(entries), "bytes_total": total,
-                      "files_to_send": len(todo), "bytes_to_send": sum(e.size for e in todo)}
+                      "files_to_send": len(todo), "bytes_to_send": sum(e.size for e in todo),
+                      "to_send": [{"rel": e.rel, "size": e.size} for e in todo[:200]]}  # what a review lists
     if not todo:
         result.status, result.message = "ok", f"all {len(entries)} files in place ({_size(total)})"
     else:
