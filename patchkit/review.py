@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from patchkit.recipe import LoadedRecipe
+from patchkit.report import diff_key
 from patchkit.results import RunReport, StepResult
 
 ORDER = ("failed", "drifted", "stale", "pending", "changed", "applied", "ok", "skipped", "not-applicable")
-_HEADER = re.compile(r"^(---|\+\+\+) (?:[ab]/)?(.*)$")
 
 
 @dataclass
@@ -77,12 +77,6 @@ class Review:
     def title(self) -> str:
         what = "plan" if self.dry_run else self.command
         return f"patchkit {what}: {self.recipe}"
-
-
-def _diff_key(text: str) -> str:
-    """A diff without its paths' folders: hosts holding the package in different places share it."""
-    return "\n".join(_HEADER.sub(lambda m: f"{m.group(1)} {m.group(2).rsplit('/', 1)[-1]}", line)
-                     for line in text.splitlines())
 
 
 def _facts(loaded: LoadedRecipe | None, name: str, dry_run: bool) -> list[tuple[str, str]]:
@@ -158,7 +152,7 @@ def build_review(report: RunReport, loaded: LoadedRecipe | None, where: dict[str
             if step.status in ("failed", "drifted", "stale"):
                 attention.append((host, step.name, step.status, step.message))
             if step.diff:
-                group = diffs.setdefault(step.name, {}).setdefault(_diff_key(step.diff), DiffGroup(step.diff))
+                group = diffs.setdefault(step.name, {}).setdefault(diff_key(step.diff), DiffGroup(step.diff))
                 group.hosts.append(host)
             listing = _sent_files(step)
             if listing:

@@ -387,7 +387,13 @@ async def undo_files(agent: AgentClient, written: list[DeployedFile], force: boo
             problems.append(str(exc))
     if problems:
         return Undone(False, "NOT everything was put back: " + "; ".join(problems))
-    return Undone(True, f"put back {len(written)} file(s)" if written else "nothing was written")
+    if not written:
+        return Undone(True, "nothing was written")
+    restored = sum(1 for item in written if item.backup)
+    removed = len(written) - restored
+    said = ([f"put back {restored} file(s) from their backups"] if restored else []) + (
+        [f"removed {removed} file(s) the deploy had created"] if removed else [])
+    return Undone(True, " and ".join(said))
 
 
 def _progress_line(ctx: HostContext, step: str, total: int) -> Callable[[int], None]:

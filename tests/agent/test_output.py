@@ -1,0 +1,67 @@
+"""What a pipe and a terminal get: plain lines when stdout is not a terminal (no colour, no
+box, nothing cut), the table on a terminal (a real pty) with run ids whole, history as fields."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+
+from tests.helpers import PATCHKIT, TOY_SPECULATIVE, Sandbox, recipe, sandbox_fixture  # noqa: F401 - fixture
+
+TOY = recipe("toyllm_eagle3.yaml")
+BOX = re.compile("[\u2500-\u257f\u2026]")  # box drawing, and the ellipsis a cut leaves
+
+
+def test_piped_output_is_plain_lines_that_say_what_the_json_says(sandbox: Sandbox) -> None:
+    doc = sandbox.run("plan", TOY, json_out=True).json()
+    piped = sandbox.run("plan", TOY)
+    assert piped.returncode == 0, piped
+    assert "\x1b" not in piped.stdout and not BOX.search(piped.stdout), piped.stdout
+    lines = piped.stdout.splitlines()
+    for host, result in doc["hosts"].items():
+        for step in result["steps"]:
+            assert f"{host}\t{step['name']}\t{step['status']}\t{step['message']}" in lines, step
+    assert lines.count("--- a" + str(sandbox.file(TOY_SPECULATIVE))) == 1  # each diff once
+
+
+def _on_a_terminal(argv: list[str], columns: int = 80) -> str:
+    """Run patchkit with a pty as its stdout (what a person at a terminal sees)."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
+    proc = subprocess.Popen([PATCHKIT, *argv], stdout=follower, stderr=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait(timeout=60)
+    os.close(leader)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode("utf-8", "replace"))
+
+
+def test_history_gives_whole_run_ids_on_a_terminal_and_in_a_pipe_and_fields_in_json(sandbox: Sandbox) -> None:
+    assert sandbox.run("apply", TOY).returncode == 0
+    assert sandbox.run("rollback", TOY).returncode == 0
+    doc = sandbox.run("history", None, json_out=True).json()
+    runs = doc["hosts"]["local"]["steps"]
+    assert [r["details"]["command"] for r in runs] == ["apply", "rollback"]
+    apply_run, rollback_run = (r["details"] for r in runs)
+    assert apply_run["recipe"] == "toyllm_eagle3" and apply_run["status"] == "changed"
+    assert apply_run["started"].endswith("Z") and "eagle3-whitelist" in apply_run["changed_steps"]
+    assert rollback_run["rollback_of"] == apply_run["run_id"]
+    ids = [r["name"] for r in runs]
+
+    piped = sandbox.run("history")
+    assert all(any(line.startswith(f"local\t{run_id}\t") for line in piped.stdout.splitlines()) for run_id in ids)
+
+    shown = _on_a_terminal(sandbox.argv("history"))
+    assert "\u2502" in shown  # the table is drawn on a terminal
+    assert all(run_id in shown for run_id in ids), shown  # whole, on one line
+    assert "\u2026" not in shown
