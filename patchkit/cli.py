@@ -24,6 +24,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="patchkit", description="Idempotent, verified patches to installed Python packages, on one host or a fleet.")
+    from patchkit import __version__
+
+    p.add_argument("--version", action="version", version=f"patchkit {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def targets(sp: argparse.ArgumentParser, recipe: bool = True) -> None:
@@ -80,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("recipe")
     validate.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
     sub.add_parser("schema", help="JSON Schema of the recipe format")
+    completion = sub.add_parser("completion", help="a shell completion script (bash, zsh or fish) on stdout")
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
     bake = sub.add_parser("bake", help="apply a recipe in a container from IMAGE and commit it as TAG (verified; "
                                        "nothing written if a step fails)")
     bake.add_argument("recipe", help="recipe YAML file")
@@ -101,7 +106,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(_command_first(parser, list(sys.argv[1:] if argv is None else argv)))
     from patchkit.errors import UsageError
 
     try:
@@ -115,7 +121,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(code)
 
 
+def _command_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """Options may come before the command (`patchkit -v plan R`): they are moved after it,
+    where the command's own parser reads them. A value an option takes is never the command."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    takes_value = {flag for command in sub.choices.values() for action in command._actions
+                   if action.nargs != 0 for flag in action.option_strings}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token in sub.choices:
+            return [token, *argv[:i], *argv[i + 1:]] if i else argv
+        if token == "--" or not token.startswith("-"):
+            return argv
+        if token in takes_value:
+            i += 1
+        i += 1
+    return argv
+
+
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "completion":
+        from patchkit.completion import script
+
+        sys.stdout.write(script(_parser(), args.shell))
+        return EXIT_OK
     if args.command == "schema":
         from patchkit.recipe import Recipe
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import pty
 import re
+import shlex
 import subprocess
+from typing import Any
 
 from tests.helpers import PATCHKIT, TOY_SPECULATIVE, Sandbox, recipe, sandbox_fixture  # noqa: F401 - fixture
 
@@ -65,3 +67,39 @@ def test_history_gives_whole_run_ids_on_a_terminal_and_in_a_pipe_and_fields_in_j
     assert "\u2502" in shown  # the table is drawn on a terminal
     assert all(run_id in shown for run_id in ids), shown  # whole, on one line
     assert "\u2026" not in shown
+
+
+def test_version_and_options_before_the_command(sandbox: Sandbox) -> None:
+    from patchkit import __version__
+    from tests.helpers import run_patchkit
+
+    version = run_patchkit("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"patchkit {__version__}", version
+    before = run_patchkit("-v", "--json", "-i", str(sandbox.inventory), "plan", TOY, "-e", f"python={sandbox.python}")
+    assert before.returncode == 0, before
+    assert before.json()["hosts"]["local"]["status"] == "changed"  # --json before the command was read
+    typo = run_patchkit("-v", "plna", TOY)
+    assert typo.returncode == 2 and "invalid choice: 'plna'" in typo.stderr, typo
+
+
+def test_bash_completion_from_the_parser_completes_commands_and_options(tmp_path: Any) -> None:
+    from tests.helpers import run_patchkit
+
+    bash = run_patchkit("completion", "bash")
+    assert bash.returncode == 0, bash
+    (tmp_path / "patchkit.bash").write_text(bash.stdout)
+
+    def complete(*words: str) -> list[str]:
+        words_list = " ".join(shlex.quote(w) for w in ("patchkit", *words))
+        probe = (f'source {shlex.quote(str(tmp_path / "patchkit.bash"))}; COMP_WORDS=({words_list}); '
+                 f'COMP_CWORD={len(words)}; _patchkit; printf "%s\\n" "${{COMPREPLY[@]}}"')
+        out = subprocess.run(["bash", "--norc", "-c", probe], capture_output=True, text=True, check=True)
+        return out.stdout.split()
+
+    assert complete("ro") == ["rollback"]
+    assert "--html" in complete("plan", "--h") and "--markdown" in complete("status", "--m")
+    assert complete("history", "--for") == []  # rollback's --force is not history's
+    assert "--force" in complete("rollback", "--for")
+    for shell in ("zsh", "fish"):
+        other = run_patchkit("completion", shell)
+        assert other.returncode == 0 and "rollback" in other.stdout and "html" in other.stdout, other
