@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fast
     from patchkit.capture import Capture
@@ -23,7 +24,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="patchkit", description="Idempotent, verified patches to installed Python packages, on one host or a fleet.")
+    p = _Parser(prog="patchkit", description="Idempotent, verified patches to installed Python packages, on one host or a fleet.")
     from patchkit import __version__
 
     p.add_argument("--version", action="version", version=f"patchkit {__version__}")
@@ -82,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="schema check of a recipe; no host contacted")
     validate.add_argument("recipe")
     validate.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
-    sub.add_parser("schema", help="JSON Schema of the recipe format")
+    schema = sub.add_parser("schema", help="JSON Schema of the recipe format (--report: of the --json report)")
+    schema.add_argument("--report", action="store_true", help="the JSON Schema of what --json prints")
     completion = sub.add_parser("completion", help="a shell completion script (bash, zsh or fish) on stdout")
     completion.add_argument("shell", choices=["bash", "zsh", "fish"])
     bake = sub.add_parser("bake", help="apply a recipe in a container from IMAGE and commit it as TAG (verified; "
@@ -105,15 +107,30 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is raised (main reports it, as a JSON document under --json)."""
+
+    def error(self, message: str) -> NoReturn:
+        from patchkit.errors import UsageError
+
+        raise UsageError(f"{message}\n{self.format_usage().rstrip()}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(_command_first(parser, list(sys.argv[1:] if argv is None else argv)))
     from patchkit.errors import UsageError
 
+    parser = _parser()
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    json_out = "--json" in tokens[:tokens.index("--")] if "--" in tokens else "--json" in tokens
     try:
-        code = _dispatch(args)
+        code = _dispatch(parser.parse_args(_command_first(parser, tokens)))
     except UsageError as exc:
         print(f"patchkit: {exc}", file=sys.stderr)
+        if json_out:  # stdout still gets its one document
+            from patchkit.results import REPORT_SCHEMA_VERSION
+
+            print(json.dumps({"schema_version": REPORT_SCHEMA_VERSION, "error": {"kind": "usage",
+                              "message": str(exc).split(chr(10))[0]}, "exit_code": EXIT_USAGE}, indent=2))
         code = EXIT_USAGE
     except KeyboardInterrupt:
         print("patchkit: interrupted", file=sys.stderr)
@@ -147,6 +164,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         sys.stdout.write(script(_parser(), args.shell))
         return EXIT_OK
     if args.command == "schema":
+        if args.report:
+            from patchkit.results import RunReport
+
+            print(json.dumps(RunReport.model_json_schema(), indent=2))
+            return EXIT_OK
         from patchkit.recipe import Recipe
 
         print(json.dumps(Recipe.model_json_schema(by_alias=True), indent=2))
@@ -224,13 +246,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     work = works[command]
     import asyncio
 
+    started = time.monotonic()
     results = asyncio.run(runner.on_hosts(hosts, work))
 
     from patchkit.report import print_human, print_json
     from patchkit.results import RunReport
 
     report = RunReport(recipe=loaded.recipe.name if loaded else "", run_id=runner.run_id, dry_run=dry_run,
-                       command=args.command, hosts=results)
+                       command=args.command, hosts=results, seconds=round(time.monotonic() - started, 3)).count()
     if captures and all(h.status != "failed" for h in results.values()):
         _write_capture(captures[0], Path(args.output), report)
     _write_review(args, report, loaded, hosts)

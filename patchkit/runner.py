@@ -171,8 +171,10 @@ class Runner:
             result.warnings = warnings
             if self.redactor:  # what the report and the progress lines show: no secret values
                 result = HostResult.model_validate(self.redactor.value(result.model_dump()))
+            result.seconds = round(time.monotonic() - started, 3)
+            result.transport, result.address = transport_of(host)
             log.info("host.done", host=host.name, status=result.status, command=self.command,
-                     seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
+                     seconds=result.seconds, exec_requests=result.exec_requests)
             return result
 
         policy = FanOutPolicy(self.options.concurrency, self.options.serial, self.options.max_fail)
@@ -346,6 +348,14 @@ def _history_line(record: RunRecord) -> str:
     if record.rolled_back_steps:
         parts.append(f"rolled back by {record.rolled_back_by}")
     return " | ".join(parts)
+
+
+def transport_of(host: HostSpec) -> tuple[str, str]:
+    """How a host is reached, and at what address, as the report says it."""
+    if host.is_local:
+        return "local", "local"
+    scheme = str(host.scheme)
+    return (f"ssh/{host.ssh_client}" if scheme == "ssh" else scheme), host.address or host.name
 
 
 def _history_details(record: RunRecord) -> dict[str, object]:

@@ -103,3 +103,31 @@ def test_bash_completion_from_the_parser_completes_commands_and_options(tmp_path
     for shell in ("zsh", "fish"):
         other = run_patchkit("completion", shell)
         assert other.returncode == 0 and "rollback" in other.stdout and "html" in other.stdout, other
+
+
+def test_every_json_report_validates_against_patchkit_schema_report(sandbox: Sandbox) -> None:
+    import json
+
+    import jsonschema
+
+    from tests.helpers import run_patchkit
+
+    schema = json.loads(run_patchkit("schema", "--report").stdout)
+    docs = {}
+    for command, args in (("plan", [TOY]), ("apply", [TOY]), ("status", [TOY]), ("rollback", [TOY]),
+                          ("history", []), ("audit", ["toyllm"])):
+        result = sandbox.run(command, *args, json_out=True)
+        docs[command] = result.json()
+        jsonschema.validate(docs[command], schema)
+    apply_doc = docs["apply"]
+    assert apply_doc["schema_version"] == 2 and apply_doc["totals"] == {"hosts": 1, "changed": 1}
+    assert apply_doc["seconds"] > 0 and apply_doc["hosts"]["local"]["seconds"] > 0
+    assert apply_doc["hosts"]["local"]["transport"] == "local"
+    assert docs["status"]["totals"]["hosts"] == 1
+
+    usage = run_patchkit("plan", TOY, "--json", "--steps", "no-such-step")
+    assert usage.returncode == 2, usage
+    error = usage.json()  # a usage error is one JSON document on stdout too
+    assert error["exit_code"] == 2 and "no-such-step" in error["error"]["message"]
+    bad = run_patchkit("plan", "--json", "--no-such-flag", TOY)
+    assert bad.returncode == 2 and "--no-such-flag" in bad.json()["error"]["message"], bad
