@@ -104,13 +104,26 @@ def _facts(loaded: LoadedRecipe | None, name: str, dry_run: bool) -> list[tuple[
     return facts
 
 
-def _sent_files(step: StepResult) -> str | None:
+def _measured(step: StepResult) -> list[tuple[str, str]]:
+    """What a host's result adds to the recipe's facts: the files a deploy sends, the checks
+    that verified a write, what a launch's gate measured."""
     details = step.details or {}
-    files = details.get("to_send") or [f for f in details.get("files", []) if isinstance(f, dict)]
-    if not files:
-        return None
-    lines = [f"{f.get('rel') or f.get('path')}  {_size(f.get('size'))}" for f in files]
-    return "\n".join(lines)
+    out: list[tuple[str, str]] = []
+    to_send = details.get("to_send")
+    if to_send:
+        out.append(("files it would send", "\n".join(f"{f.get('rel')}  {_size(f.get('size'))}" for f in to_send)))
+    elif step.kind == "deploy" and details.get("files"):
+        out.append(("files written", "\n".join(f"{f.get('rel') or f.get('path')}" for f in details["files"]
+                                                if isinstance(f, dict))))
+    if step.checks:
+        out.append(("checks", "\n".join(f"{'passed' if c.ok else 'FAILED'}  {c.name}"
+                                         + (f": {c.detail.splitlines()[-1]}" if not c.ok and c.detail else "")
+                                         for c in step.checks)))
+    measured = details.get("spec_decode")
+    if isinstance(measured, dict):
+        out.append(("speculative decoding measured", "\n".join(f"{k}: {v}" for k, v in sorted(measured.items())
+                                                                if not isinstance(v, (dict, list)))))
+    return out
 
 
 def _size(size: Any) -> str:
@@ -154,9 +167,8 @@ def build_review(report: RunReport, loaded: LoadedRecipe | None, where: dict[str
             if step.diff:
                 group = diffs.setdefault(step.name, {}).setdefault(diff_key(step.diff), DiffGroup(step.diff))
                 group.hosts.append(host)
-            listing = _sent_files(step)
-            if listing:
-                sent.setdefault(step.name, {}).setdefault(listing, DiffGroup(listing)).hosts.append(host)
+            for label, text in _measured(step):
+                sent.setdefault(step.name, {}).setdefault(f"{label}\0{text}", DiffGroup(text)).hosts.append(host)
     if loaded is not None:  # recipe order, and steps no host reached
         order = [s.name for s in loaded.recipe.steps]
         names = [n for n in order if n in kinds] + [n for n in names if n not in order]
@@ -164,8 +176,8 @@ def build_review(report: RunReport, loaded: LoadedRecipe | None, where: dict[str
     for name in names:
         recipe_step = next((s for s in loaded.recipe.steps if s.name == name), None) if loaded else None
         facts = _facts(loaded, name, report.dry_run)
-        for group in (sent.get(name) or {}).values():
-            facts.append((f"files it would send ({', '.join(group.hosts)})", group.text))
+        for seen, group in (sent.get(name) or {}).items():
+            facts.append((f"{seen.split(chr(0))[0]} ({', '.join(group.hosts)})", group.text))
         steps.append(StepView(
             name=name, kind=kinds[name], description=recipe_step.description if recipe_step else None,
             why=about[name][0], upstream=about[name][1],
