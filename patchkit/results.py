@@ -58,14 +58,31 @@ class HostResult(BaseModel):
     exec_requests: int = 0
     warnings: list[str] = Field(default_factory=list)  # e.g. a login shell's banner, skipped (agent/client.py)
     notices: list[str] = Field(default_factory=list)  # what the user should know, e.g. changes a container loses
+    transport: str | None = None  # local | ssh | openssh | podman | docker | k8s ...: how it was reached
+    address: str | None = None
+    seconds: float | None = None  # wall time of this host's work, connection included
+
+
+REPORT_SCHEMA_VERSION = 2  # 1: before schema_version, totals and timings (same keys otherwise)
 
 
 class RunReport(BaseModel):
+    schema_version: int = REPORT_SCHEMA_VERSION
     recipe: str
     run_id: str
     dry_run: bool
     command: str
     hosts: dict[str, HostResult]
+    totals: dict[str, int] = Field(default_factory=dict)  # hosts by status, and "hosts": how many
+    seconds: float | None = None  # wall time of the whole run
+
+    def count(self) -> "RunReport":
+        """Fill `totals` from the hosts."""
+        totals: dict[str, int] = {"hosts": len(self.hosts)}
+        for result in self.hosts.values():
+            totals[result.status] = totals.get(result.status, 0) + 1
+        self.totals = totals
+        return self
 
 
 class RunRecord(BaseModel):

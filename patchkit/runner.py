@@ -171,8 +171,10 @@ class Runner:
             result.warnings = warnings
             if self.redactor:  # what the report and the progress lines show: no secret values
                 result = HostResult.model_validate(self.redactor.value(result.model_dump()))
+            result.seconds = round(time.monotonic() - started, 3)
+            result.transport, result.address = transport_of(host)
             log.info("host.done", host=host.name, status=result.status, command=self.command,
-                     seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
+                     seconds=result.seconds, exec_requests=result.exec_requests)
             return result
 
         policy = FanOutPolicy(self.options.concurrency, self.options.serial, self.options.max_fail)
@@ -312,7 +314,7 @@ class Runner:
         records = await s.journal.runs(self.loaded.recipe.name if self.loaded else None)
         steps = [
             StepResult(name=r.run_id, kind=r.kind, status=_history_status(r),
-                       message=_history_line(r))
+                       message=_history_line(r), details=_history_details(r))
             for r in records
         ]
         return HostResult(status="ok", steps=steps)
@@ -346,6 +348,29 @@ def _history_line(record: RunRecord) -> str:
     if record.rolled_back_steps:
         parts.append(f"rolled back by {record.rolled_back_by}")
     return " | ".join(parts)
+
+
+def transport_of(host: HostSpec) -> tuple[str, str]:
+    """How a host is reached, and at what address, as the report says it."""
+    if host.is_local:
+        return "local", "local"
+    scheme = str(host.scheme)
+    return (f"ssh/{host.ssh_client}" if scheme == "ssh" else scheme), host.address or host.name
+
+
+def _history_details(record: RunRecord) -> dict[str, object]:
+    """The run as fields (history --json): what the message line says, one key each."""
+    return {"run_id": record.run_id, "command": record.kind, "recipe": record.recipe, "status": record.status,
+            "started": _utc(record.started), "finished": _utc(record.finished) if record.finished else None,
+            "user": record.user, "patchkit_version": record.patchkit_version,
+            "changed_steps": [s.name for s in record.changed_steps()],
+            "steps": [{"name": s.name, "kind": s.kind, "status": s.status} for s in record.steps],
+            "rollback_of": record.rollback_of, "rolled_back_by": record.rolled_back_by,
+            "rolled_back_steps": record.rolled_back_steps}
+
+
+def _utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def _user() -> str:

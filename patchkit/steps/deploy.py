@@ -121,7 +121,8 @@ async def plan_deploy(ctx: HostContext, step: Step) -> DeployPlan:
     todo = [e for e in entries if _sha256_at(remote, e.rel) != e.sha256]
     total = sum(e.size for e in entries)
     result.details = {"files_total": len(entries), "bytes_total": total,
-                      "files_to_send": len(todo), "bytes_to_send": sum(e.size for e in todo)}
+                      "files_to_send": len(todo), "bytes_to_send": sum(e.size for e in todo),
+                      "to_send": [{"rel": e.rel, "size": e.size} for e in todo[:200]]}  # what a review lists
     if not todo:
         result.status, result.message = "ok", f"all {len(entries)} files in place ({_size(total)})"
     else:
@@ -386,7 +387,13 @@ async def undo_files(agent: AgentClient, written: list[DeployedFile], force: boo
             problems.append(str(exc))
     if problems:
         return Undone(False, "NOT everything was put back: " + "; ".join(problems))
-    return Undone(True, f"put back {len(written)} file(s)" if written else "nothing was written")
+    if not written:
+        return Undone(True, "nothing was written")
+    restored = sum(1 for item in written if item.backup)
+    removed = len(written) - restored
+    said = ([f"put back {restored} file(s) from their backups"] if restored else []) + (
+        [f"removed {removed} file(s) the deploy had created"] if removed else [])
+    return Undone(True, " and ".join(said))
 
 
 def _progress_line(ctx: HostContext, step: str, total: int) -> Callable[[int], None]:
