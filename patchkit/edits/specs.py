@@ -351,12 +351,15 @@ class DiffEdit(_Engine):
     """A unified diff (git or plain; one or several files), applied by meaning: each hunk is
     found where its lines are (within the def/class its header names), not at its line
     number. `file` is relative to the recipe (and may not leave its folder); or `text` inline.
+    `reverse` applies it backwards (what it added is taken out, what it removed put back).
     Paths map to modules of the step's package after `strip` leading components (`patch -p`)."""
 
     _engine = "diff"
     file: str | None = Field(None, description="a .patch/.diff file next to the recipe (relative to its folder)")
     text: str | None = Field(None, description="the unified diff itself, inline")
     strip: int = Field(1, ge=0, description="leading path components to drop, like patch -p (default 1: a/, b/)")
+    reverse: bool = Field(False, description="apply the diff backwards (patch -R): take a fix out with the "
+                                             "same diff that put it in")
     _base_dir: Path | None = PrivateAttr(None)
     _parsed: ParsedDiff | None = PrivateAttr(None)
 
@@ -369,10 +372,12 @@ class DiffEdit(_Engine):
         return self
 
     def _read(self, text: str, source: str) -> None:
-        from patchkit.edits.unified_diff import DiffError, parse_diff
+        from patchkit.edits.unified_diff import DiffError, parse_diff, reversed_diff
 
         try:
             parsed = parse_diff(text, source)
+            if self.reverse:
+                parsed = reversed_diff(parsed)
             self._parsed = parsed
             self.targets()
         except DiffError as exc:
