@@ -12,7 +12,8 @@ hunk sees positions an earlier one moved. For each hunk:
    with the header's text are tried first, then every def of that name, and the names a
    hunk of this same diff renames it from or to (a later hunk's header may name a def by the
    name it has on the other side). A header naming nothing in the file, or none: the whole
-   file (the message says so).
+   file (the message says so); a header naming a def line the diff itself adds or removes:
+   the whole file after that def.
 2. the lines, by text first: the file's lines are indexed by their words; a hunk's
    candidates come from its rarest line, and each candidate is compared line by line where
    whitespace is meaning: indentation exactly (a hunk that only re-indents is a change),
@@ -268,6 +269,9 @@ class _Regions:
             self.tiers.append(self._tier(exact, text))
         if len(matching) > len(exact):
             self.tiers.append(self._tier(matching, text))
+        if any(line.startswith(header) for line in moved):
+            # the diff itself adds or removes that def line: on one of its sides it is elsewhere
+            self.tiers.append((_ANYWHERE, "in the file"))
 
     def _tier(self, defs: list[DefLine], text: FileText) -> tuple[Region, str]:
         spans = []
