@@ -53,7 +53,8 @@ HunkVerdict = Literal["applied", "already", "not_found", "ambiguous"]
 _DEF_LINE = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
 COMMON_LINE = 64  # a line found more often than this says little about where a hunk is
 CLOSEST_BUDGET = 200_000  # index entries the closest-region search may visit
-CHAR_RATIO_LIMIT = 20_000  # above this many characters a similarity is computed over lines
+LINE_RATIO_LIMIT = 400
+CHAR_RATIO_LIMIT = 1_500  # above this many characters a similarity is computed over lines, not characters
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,8 @@ class FileText:
         self.bodies = [part[:-1] if part.endswith("\r") else part for part in parts]
         self.index: dict[str, list[int]] = {}
         self._loose: dict[str, list[int]] | None = None
-        self._def_at: dict[int, DefLine] | None = None
+        self._inner: list[int] | None = None
+        self._qualnames: list[str] = []
         self.defs: list[DefLine] = []
         index = self.index
         for i, body in enumerate(self.bodies):
@@ -178,25 +180,33 @@ class FileText:
     def scope_at(self, index: int) -> str:
         """The def/class `index` is in, by qualified name: the def lines above it that each
         stand less indented than every line between (comments and closing brackets aside)."""
-        names: list[str] = []
-        current = len(_indent(self.bodies[index]).expandtabs()) if self.bodies[index].strip() else 1 << 30
-        defs = self._def_at if self._def_at is not None else {d.line: d for d in self.defs}
-        self._def_at = defs
-        for j in range(index - 1, -1, -1):
-            body = self.bodies[j]
+        if self._inner is None:
+            self._inner = self._scopes()
+        inner = self._inner[index]
+        return self._qualnames[inner] if inner >= 0 else MODULE_SCOPE
+
+    def _scopes(self) -> list[int]:
+        """For every line, the innermost def/class open there (an index into _qualnames), in
+        one pass: a line less indented than an open def closes it."""
+        at_line = {d.line: d for d in self.defs}
+        stack: list[tuple[int, int]] = []  # (indent, index into _qualnames)
+        inner: list[int] = []
+        for i, body in enumerate(self.bodies):
             key = body.lstrip()
-            if not key or key[0] in "#)]}":
-                continue
-            indent = len(body) - len(key) if "\t" not in body[:len(body) - len(key)] else \
-                len(body[:len(body) - len(key)].expandtabs())
-            if indent >= current:
-                continue
-            current = indent
-            if j in defs:
-                names.append(defs[j].name)
-            if current == 0:
-                break
-        return ".".join(reversed(names)) if names else MODULE_SCOPE
+            if key and key[0] not in "#)]}":
+                lead = body[:len(body) - len(key)]
+                indent = len(lead.expandtabs()) if "\t" in lead else len(lead)
+                while stack and stack[-1][0] >= indent:
+                    stack.pop()
+                inner.append(stack[-1][1] if stack else -1)
+                found = at_line.get(i)
+                if found is not None:
+                    outer = self._qualnames[stack[-1][1]] + "." if stack else ""
+                    self._qualnames.append(outer + found.name)
+                    stack.append((indent, len(self._qualnames) - 1))
+            else:
+                inner.append(stack[-1][1] if stack else -1)
+        return inner
 
     def qualname_at(self, line: int, name: str) -> str:
         outer = self.scope_at(line)
@@ -466,7 +476,9 @@ def _closest(text: FileText, pre: tuple[DiffLine, ...], region: Region, where: s
             if region(start):
                 votes[start] += 1
     if not votes:
-        return f"no line of the hunk is {where}" if where != "in the file" else "no line of the hunk is in the file"
+        if any(len(text.occurrences(line.text)) > COMMON_LINE for line in pre if line.text.strip()):
+            return f"its lines are only ones found everywhere (more than {COMMON_LINE} times) {where}"
+        return f"no line of the hunk is {where}"
     wanted = [norm(line.text) for line in pre]
     joined = "\n".join(wanted)
     best, best_at = -1.0, -1
@@ -475,7 +487,10 @@ def _closest(text: FileText, pre: tuple[DiffLine, ...], region: Region, where: s
         if len(joined) <= CHAR_RATIO_LIMIT:
             ratio = difflib.SequenceMatcher(None, joined, "\n".join(keys), autojunk=False).ratio()
         else:
-            ratio = difflib.SequenceMatcher(None, wanted, keys, autojunk=False).ratio()
+            # lines, with difflib's junk rule: blank lines and `)` found everywhere match nothing;
+            # past LINE_RATIO_LIMIT lines the lines in common, in any order (linear time)
+            matcher = difflib.SequenceMatcher(None, wanted, keys)
+            ratio = matcher.ratio() if size <= LINE_RATIO_LIMIT else matcher.quick_ratio()
         if ratio > best or (ratio == best and start < best_at):
             best, best_at = ratio, start
     end = min(best_at + size, total)
