@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fixtures.release_diffs import PAIRS, STRIP, ReleaseDiff, release_diff  # noqa: E402
-from patchkit.edits import Edit  # noqa: E402
-from patchkit.edits.specs import DiffEdit  # noqa: E402
+from fixtures.release_diffs import PAIRS, STRIP, ReleaseDiff, release_diff
+from patchkit.edits import Edit
+from patchkit.edits.specs import DiffEdit
 
 BIG_FILE = ("0.16.0", "vllm/v1/worker/gpu_model_runner.py")
 NOT_FOUND_SIZES = ((100, 7_000), (300, 7_000), (3_000, 20_000))
@@ -60,7 +60,7 @@ def run_tool(name: str, argv: list[str], diff: ReleaseDiff, rels: list[str], scr
     patch_file = scratch / "pair.diff"
     patch_file.write_text(diff.text)
     cpu, wall = children_cpu(), time.perf_counter()
-    out = subprocess.run(argv + [str(patch_file)], cwd=work, capture_output=True, text=True)
+    out = subprocess.run([*argv, str(patch_file)], cwd=work, capture_output=True, text=True, check=False)
     cpu, wall = children_cpu() - cpu, time.perf_counter() - wall
     return {"rc": out.returncode, "cpu_s": cpu, "wall_s": wall, "files_right": tree_matches(work, diff, rels),
             "stderr": out.stderr[-300:]}

@@ -41,8 +41,9 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from patchkit.edits.model import MODULE_SCOPE, Verdict
 from patchkit.edits.unified_diff import DiffLine, FilePatch, Hunk
@@ -90,7 +91,7 @@ def split_lines(text: str) -> list[str]:
 def _body(line: str) -> str:
     if line.endswith("\r\n"):
         return line[:-2]
-    return line[:-1] if line.endswith("\n") else line
+    return line.removesuffix("\n")
 
 
 def _eol(lines: list[str]) -> str:
@@ -149,7 +150,7 @@ class FileText:
             self.lines.append(parts[-1])
         else:
             parts.pop()
-        self.bodies = [part[:-1] if part.endswith("\r") else part for part in parts]
+        self.bodies = [part.removesuffix("\r") for part in parts]
         self.index: dict[str, list[int]] = {}
         self._loose: dict[str, list[int]] | None = None
         self._inner: list[int] | None = None
@@ -252,7 +253,11 @@ def renamed(patch: FilePatch) -> dict[str, set[str]]:
 
 
 Region = Callable[[int], bool]
-_ANYWHERE: Region = lambda start: True  # noqa: E731
+
+
+def _ANYWHERE(start: int) -> bool:
+    return True
+
 
 
 class _Regions:

@@ -15,8 +15,9 @@ header's counts, a file named twice.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
 from patchkit.edits.model import EditError
 
@@ -194,7 +195,7 @@ def parse_diff(text: str, source: str = "the diff") -> ParsedDiff:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    lines = [line.removesuffix("\r") for line in lines]
     files: list[FilePatch] = []
     git = _Git()
     i = 0

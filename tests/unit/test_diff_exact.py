@@ -151,17 +151,18 @@ DEFS_A = textwrap.dedent('''\
             self.running = False
     ''')
 DEFS_B = DEFS_A.replace("    def stop(self):\n        self.running = False\n",
-                        "    def stop(self, force=False):\n        self.running = False\n        self.forced = force\n")
+                        "    def stop(self):\n        self.running = False\n        self.forced = True\n")
 # what `git diff` writes: the hunk's first line opens `def stop`, so the header names the def
 # *before* it (git's function-name driver looks above the hunk's first line)
 DEF_FIRST = """\
 --- a/pkg/mod.py
 +++ b/pkg/mod.py
-@@ -5,2 +5,3 @@ def start(self):
--    def stop(self):
-+    def stop(self, force=False):
+@@ -5,4 +5,5 @@ def start(self):
+     def stop(self):
          self.running = False
-+        self.forced = force
++        self.forced = True
+ 
+     def stop_all(self):
 """
 
 
@@ -170,7 +171,7 @@ def test_a_hunk_opening_a_def_is_searched_from_the_def_its_header_names() -> Non
     header names the def before it. Its area used to end before the next def: not found."""
     round_trip(DEF_FIRST, DEFS_A, DEFS_B)
     verdict, _, message = run(DEF_FIRST, DEFS_A)
-    assert verdict == "changed" and "at line 5 in Engine" in message
+    assert verdict == "changed" and "at line 6 in Engine.stop" in message
 
 
 RENAME_A = textwrap.dedent('''\
@@ -253,3 +254,50 @@ def test_reverse_takes_a_fix_out() -> None:
     assert (verdict, out) == ("changed", BLANK_A), message
     schema = Edit.model_json_schema()
     assert "reverse" in str(schema)
+
+
+def test_a_hunk_cut_by_the_end_of_the_file_is_held_to_the_end() -> None:
+    """fused_moe.py: the last hunk deletes the file's last function; its post-image is only
+    two context lines, which stand in another function too. Less context after the change than
+    before it means the diff met the end of the file there (patch(1)'s rule as well)."""
+    a = "def a():\n    x = 1\n    return x\n\n\ndef b():\n    x = 1\n    return x\n\n\ndef gone():\n    pass\n"
+    b = a[:a.index("\n\n\ndef gone")] + "\n"
+    diff = udiff(a, b, n=2)
+    assert diff.count("\n ") == 2 and diff.endswith("-    pass\n")
+    shifted = "# no line number of the diff is right here\n"
+    round_trip(diff, shifted + a, shifted + b)
+
+
+TWINS_A = textwrap.dedent('''\
+    class Model:
+        def embed(self, ids):
+            return self.table(ids)
+
+        def forward(self, ids, positions):
+            return self.run(ids)
+
+
+    class ModelForCausalLM:
+        def embed(self, ids):
+            return self.table(ids)
+
+        def forward(self, ids, positions):
+            return self.run(ids)
+
+
+    MODELS = [Model, ModelForCausalLM]
+    ''')
+TWINS_B = "self.run(ids, positions)".join(TWINS_A.rsplit("self.run(ids)", 1))  # the second class only
+
+
+def test_the_old_lines_elsewhere_do_not_make_a_done_hunk_pending() -> None:
+    """qwen3_next_mtp.py: two classes hold the same two methods; the diff changes the second.
+    On B the new lines are at the second and the old ones still at the first: `already` (at
+    the line the diff names), never the hunk applied a second time to the other class."""
+    diff = udiff(TWINS_A, TWINS_B, n=2)
+    assert TWINS_B.count("self.run(ids, positions)") == 1
+    round_trip(diff, TWINS_A, TWINS_B)
+    shifted = "# no line number of the diff is right here\n" + TWINS_B
+    verdict, out, message = run(diff, shifted)
+    assert (verdict, out) == ("not_found", shifted), message
+    assert "its lines fit 1 place and its new lines are already at 1 place" in message
