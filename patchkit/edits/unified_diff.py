@@ -230,6 +230,8 @@ def parse_diff(text: str, source: str = "the diff") -> ParsedDiff:
             raise fail(i, "a binary patch: patch steps edit Python source")
         elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
             old, new, header_at = _name(line), _name(lines[i + 1]), i
+            if git.mode and git.names is not None and git.names[0] != old and git.names[1] != new:
+                empty_file()  # that `diff --git` section was an empty file; these headers are the next one
             if git.rename:
                 raise fail(git.line, f"renames are not supported ({git.rename}): a patch step edits files in "
                                      "place; rename the file by hand, then diff its content")

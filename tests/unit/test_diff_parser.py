@@ -82,3 +82,11 @@ def test_an_emptied_file_and_one_filled_from_empty() -> None:
 def test_an_unreadable_name_of_an_empty_file_is_refused_naming_the_line(line: str) -> None:
     with pytest.raises(DiffError, match="line 1: cannot read the file names"):
         parse_diff(f"{line}\nnew file mode 100644\nindex 0000000..e69de29\n")
+
+
+def test_an_empty_git_file_followed_by_a_plain_diff_section() -> None:
+    """Diffs pasted together: git's empty-file section, then `diff -u` output (no `diff --git`)."""
+    text = ("diff --git a/pkg/e.py b/pkg/e.py\nnew file mode 100644\nindex 0000000..e69de29\n"
+            "--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n")
+    assert [(f.old_path, f.new_path) for f in parse_diff(text).files] == [(DEV_NULL, "b/pkg/e.py"),
+                                                                          ("a/pkg/m.py", "b/pkg/m.py")]
