@@ -362,6 +362,7 @@ class DiffEdit(_Engine):
                                              "same diff that put it in")
     _base_dir: Path | None = PrivateAttr(None)
     _parsed: ParsedDiff | None = PrivateAttr(None)
+    _targets: list[tuple[str, str, FilePatch]] | None = PrivateAttr(None)  # of _parsed, computed once
 
     @model_validator(mode="after")
     def _one_source(self) -> DiffEdit:
@@ -378,7 +379,7 @@ class DiffEdit(_Engine):
             parsed = parse_diff(text, source)
             if self.reverse:
                 parsed = reversed_diff(parsed)
-            self._parsed = parsed
+            self._parsed, self._targets = parsed, None
             self.targets()
         except DiffError as exc:
             self._parsed = None
@@ -417,6 +418,8 @@ class DiffEdit(_Engine):
         """(path after strip, module, FilePatch) for every file of the diff, in its order."""
         from patchkit.edits.unified_diff import DEV_NULL, DiffError, module_of, strip_path
 
+        if self._targets is not None:
+            return self._targets
         out = []
         for patch in self._parsed.files if self._parsed is not None else self.parsed.files:
             if DEV_NULL not in (patch.old_path, patch.new_path):
@@ -427,6 +430,7 @@ class DiffEdit(_Engine):
                                     "in their first folder")
             path = patch.path(self.strip)
             out.append((path, module_of(path), patch))
+        self._targets = out
         return out
 
     @property
