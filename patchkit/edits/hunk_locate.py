@@ -11,9 +11,10 @@ hunk sees positions an earlier one moved. For each hunk:
    whose first line opens a def is named after the def before it). Defs whose line starts
    with the header's text are tried first, then every def of that name, and the names a
    hunk of this same diff renames it from or to (a later hunk's header may name a def by the
-   name it has on the other side). A header naming nothing in the file, or none: the whole
-   file (the message says so); a header naming a def line the diff itself adds or removes:
-   the whole file after that def.
+   name it has on the other side); a def line the diff adds or removes does not end the
+   area (on one side of the diff it is not there). A header naming nothing in the file, or
+   none: the whole file (the message says so); naming a def line the diff itself adds or
+   removes: that def's area, then the whole file.
 2. the lines, by text first: the file's lines are indexed by their words; a hunk's
    candidates come from its rarest line, and each candidate is compared line by line where
    whitespace is meaning: indentation exactly (a hunk that only re-indents is a change),

@@ -301,3 +301,20 @@ def test_the_old_lines_elsewhere_do_not_make_a_done_hunk_pending() -> None:
     verdict, out, message = run(diff, shifted)
     assert (verdict, out) == ("not_found", shifted), message
     assert "its lines fit 1 place and its new lines are already at 1 place" in message
+
+
+def test_a_big_hunk_not_found_names_the_closest_region_and_the_first_difference() -> None:
+    """Issue 21.6: a 300-line hunk that is nowhere in a 7,000-line file (every 7th line
+    changed). The closest-region search is bounded (bench/diff_speed.py times it: 0.02 CPU-s,
+    was >400 s); the message still names the region, its similarity and the first line that
+    differs."""
+    file_lines = [f"    value_{i} = compute({i}, scale={i % 13})\n" for i in range(7_000)]
+    source = "def table():\n" + "".join(file_lines)
+    old = file_lines[3_000:3_300]
+    hunk = "".join(("-" + line.rstrip("\n") + "  # changed\n") if k % 7 == 0 else " " + line
+                   for k, line in enumerate(old)) + "+    added = True\n"
+    diff = f"--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -3002,300 +3002,258 @@\n{hunk}"
+    verdict, out, message = run(diff, source)
+    assert (verdict, out) == ("not_found", source)
+    assert "closest: lines 3002-3301 (similarity 0.86)" in message, message
+    assert "where line 3002 in table is `value_3000 = compute(3000, scale=10)` and the hunk has" in message
