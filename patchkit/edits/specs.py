@@ -351,14 +351,18 @@ class DiffEdit(_Engine):
     """A unified diff (git or plain; one or several files), applied by meaning: each hunk is
     found where its lines are (within the def/class its header names), not at its line
     number. `file` is relative to the recipe (and may not leave its folder); or `text` inline.
+    `reverse` applies it backwards (what it added is taken out, what it removed put back).
     Paths map to modules of the step's package after `strip` leading components (`patch -p`)."""
 
     _engine = "diff"
     file: str | None = Field(None, description="a .patch/.diff file next to the recipe (relative to its folder)")
     text: str | None = Field(None, description="the unified diff itself, inline")
     strip: int = Field(1, ge=0, description="leading path components to drop, like patch -p (default 1: a/, b/)")
+    reverse: bool = Field(False, description="apply the diff backwards (patch -R): take a fix out with the "
+                                             "same diff that put it in")
     _base_dir: Path | None = PrivateAttr(None)
     _parsed: ParsedDiff | None = PrivateAttr(None)
+    _targets: list[tuple[str, str, FilePatch]] | None = PrivateAttr(None)  # of _parsed, computed once
 
     @model_validator(mode="after")
     def _one_source(self) -> DiffEdit:
@@ -369,11 +373,13 @@ class DiffEdit(_Engine):
         return self
 
     def _read(self, text: str, source: str) -> None:
-        from patchkit.edits.unified_diff import DiffError, parse_diff
+        from patchkit.edits.unified_diff import DiffError, parse_diff, reversed_diff
 
         try:
             parsed = parse_diff(text, source)
-            self._parsed = parsed
+            if self.reverse:
+                parsed = reversed_diff(parsed)
+            self._parsed, self._targets = parsed, None
             self.targets()
         except DiffError as exc:
             self._parsed = None
@@ -412,6 +418,8 @@ class DiffEdit(_Engine):
         """(path after strip, module, FilePatch) for every file of the diff, in its order."""
         from patchkit.edits.unified_diff import DEV_NULL, DiffError, module_of, strip_path
 
+        if self._targets is not None:
+            return self._targets
         out = []
         for patch in self._parsed.files if self._parsed is not None else self.parsed.files:
             if DEV_NULL not in (patch.old_path, patch.new_path):
@@ -422,6 +430,7 @@ class DiffEdit(_Engine):
                                     "in their first folder")
             path = patch.path(self.strip)
             out.append((path, module_of(path), patch))
+        self._targets = out
         return out
 
     @property
