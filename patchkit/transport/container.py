@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 from collections import deque
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
+from patchkit.inventory import K8S_NAME, split_address
+from patchkit.transport.base import NoFileSplice, Reach
 from patchkit.transport.pipes import start_piped
-from patchkit.inventory import CONTAINER_SCHEMES, ContainerAddress, HostSpec
-from patchkit.transport.base import NoFileSplice
 from patchkit.transport.container_errors import (
     ContainerFailure,
     Where,
@@ -37,12 +39,56 @@ from patchkit.transport.container_errors import (
     is_engine_note,
 )
 
+if TYPE_CHECKING:
+    from patchkit.inventory import HostSpec
+
 STDERR_LINES = 200
 CLOSE_TIMEOUT_S = 10.0
 ERROR_TAIL_LINES = 5
 
 CHANGES_NOTE = ("changes made inside a running container are lost when the container is recreated from its "
                 "image: bake them into the image (`patchkit bake RECIPE --from IMAGE -t TAG`)")
+
+
+ENGINES: dict[str, str] = {"podman": "podman", "docker": "docker", "k8s": "kubectl"}  # scheme -> engine binary
+_CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # podman/docker names and ids
+
+
+@dataclass(frozen=True)
+class ContainerAddress:
+    """A parsed container address: `podman://C`, `docker://C`, `k8s://NS/POD[/CONTAINER]`."""
+
+    scheme: Literal["podman", "docker", "k8s"]
+    container: str  # the container's name or id; for k8s the pod
+    namespace: str | None = None  # k8s only
+    pod_container: str | None = None  # k8s only: the container in the pod (-c), None: the pod's default
+
+    def __str__(self) -> str:
+        if self.scheme != "k8s":
+            return f"{self.scheme}://{self.container}"
+        tail = f"/{self.pod_container}" if self.pod_container else ""
+        return f"k8s://{self.namespace}/{self.container}{tail}"
+
+
+def parse_container_address(address: str) -> ContainerAddress:
+    """The container `podman://C`, `docker://C` or `k8s://NS/POD[/CONTAINER]` names; ValueError
+    (one line, naming the form wanted) for a malformed one."""
+    scheme, rest = split_address(address)
+    if scheme == "k8s":
+        parts = rest.split("/")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise ValueError(f"address {address!r}: want k8s://NAMESPACE/POD or k8s://NAMESPACE/POD/CONTAINER")
+        for what, part in zip(("namespace", "pod", "container"), parts):
+            if not K8S_NAME.fullmatch(part):
+                raise ValueError(f"address {address!r}: {what} {part!r} is not a Kubernetes name "
+                                 "(lower-case letters, digits, '-' and '.')")
+        return ContainerAddress("k8s", parts[1], parts[0], parts[2] if len(parts) == 3 else None)
+    if scheme not in ("podman", "docker"):
+        raise ValueError(f"address {address!r} is not a container address (podman://, docker:// or k8s://)")
+    if not _CONTAINER_NAME.fullmatch(rest):
+        raise ValueError(f"address {address!r}: want {scheme}://CONTAINER, a container name or id "
+                         "(letters, digits, '_', '.', '-')")
+    return ContainerAddress("podman" if scheme == "podman" else "docker", rest)
 
 
 @dataclass(frozen=True)
@@ -60,10 +106,8 @@ class ContainerTarget:
 
     @classmethod
     def from_host(cls, host: HostSpec, python: str = "python3") -> ContainerTarget:
-        address = host.container
-        if address is None:
-            raise ValueError(f"{host.name}: {host.address!r} is not a container address")
-        return cls(name=host.name, address=address, engine=host.engine or CONTAINER_SCHEMES[address.scheme],
+        address = parse_container_address(host.address or "")
+        return cls(name=host.name, address=address, engine=host.engine or ENGINES[address.scheme],
                    engine_args=tuple(host.engine_args),
                    user=host.user if address.scheme != "k8s" else None,
                    kubeconfig=host.kubeconfig, context=host.context, python=python)
@@ -110,6 +154,14 @@ class ContainerTransport:
         self.exec_requests = 0
         self.changes_note = changes_note
         self._live: set[_ContainerStreams] = set()
+
+    @classmethod
+    def check_address(cls, scheme: str, rest: str) -> None:
+        parse_container_address(f"{scheme}://{rest}")
+
+    @classmethod
+    def for_host(cls, host: HostSpec, reach: Reach) -> ContainerTransport:
+        return cls(ContainerTarget.from_host(host), CHANGES_NOTE if reach.changes_note else None)
 
     async def spawn(self, argv: list[str]) -> _ContainerStreams:
         target = self.target
@@ -249,4 +301,5 @@ class _ContainerStreams(NoFileSplice):
                 pass
 
 
-__all__ = ["CHANGES_NOTE", "ContainerFailure", "ContainerTarget", "ContainerTransport"]
+__all__ = ["CHANGES_NOTE", "ContainerAddress", "ContainerFailure", "ContainerTarget", "ContainerTransport",
+           "parse_container_address"]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
+from typing import TYPE_CHECKING
 
-from patchkit.transport.pipes import start_piped
 from patchkit.errors import HostError
-from patchkit.transport.base import NoFileSplice
+from patchkit.transport.base import NoFileSplice, Reach
+from patchkit.transport.pipes import start_piped
+
+if TYPE_CHECKING:
+    from patchkit.inventory import HostSpec
 
 
 class _LocalStreams(NoFileSplice):
@@ -49,6 +52,14 @@ class LocalTransport:
 
     def __init__(self) -> None:
         self.exec_requests = 0
+
+    @classmethod
+    def check_address(cls, scheme: str, rest: str) -> None:
+        return None  # none, "" or `local`: nothing more to it
+
+    @classmethod
+    def for_host(cls, host: HostSpec, reach: Reach) -> LocalTransport:
+        return cls()
 
     async def spawn(self, argv: list[str]) -> _LocalStreams:
         self.exec_requests += 1

@@ -37,9 +37,8 @@ from patchkit.inventory import (
     HostSpec,
     Inventory,
     PodSelector,
-    parse_container_address,
 )
-from patchkit.transport.container import ContainerTarget
+from patchkit.transport.container import ContainerTarget, parse_container_address
 from patchkit.transport.container_errors import classify
 from patchkit.transport.kubectl import (
     get_pods_argv,
@@ -637,7 +636,7 @@ def test_addresses_parse_into_schemes() -> None:
     assert HostSpec(address="gpu-1.internal").scheme == "ssh"
     assert HostSpec(address="local").scheme == "local" and HostSpec().scheme == "local"
     pod = parse_container_address("k8s://serving/vllm-0/engine")
-    assert pod is not None and (pod.namespace, pod.container, pod.pod_container) == ("serving", "vllm-0", "engine")
+    assert (pod.namespace, pod.container, pod.pod_container) == ("serving", "vllm-0", "engine")
     assert str(pod) == "k8s://serving/vllm-0/engine"
 
 
