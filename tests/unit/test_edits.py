@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from patchkit.edits import EDIT_KINDS, Edit, EditBug, EditError, EditResult
+from patchkit.edits import EDIT_KINDS, OPS, Edit, EditBug, EditError, EditResult
 
 # --------------------------------------------------------------------------- helpers
 
@@ -1149,6 +1149,24 @@ def test_second_apply_is_already_and_leaves_the_source_identical(case: str) -> N
 def test_every_operation_has_an_idempotency_case() -> None:
     covered = {kind for kind, _, _ in IDEMPOTENT_CASES.values()} | {"codemod"}  # codemod: TestCodemod
     assert covered == set(EDIT_KINDS)
+
+
+def test_every_operation_is_fuzzed() -> None:
+    """The real-file fuzz tier draws its ops from the registry: each has a generator there, or
+    names where else it is fuzzed."""
+    from tests.real.test_edit_fuzz import FUZZED_ELSEWHERE, GENERATORS, OPS, missing_generator
+
+    missing = [kind for kind in EDIT_KINDS if kind not in GENERATORS and kind not in FUZZED_ELSEWHERE]
+    assert not missing, "; ".join(missing_generator(kind) for kind in missing)
+    assert set(GENERATORS) | set(FUZZED_ELSEWHERE) <= set(EDIT_KINDS)
+    assert OPS == [kind for kind in EDIT_KINDS if kind not in FUZZED_ELSEWHERE]
+
+
+def test_the_registry_builds_edit() -> None:
+    """`OPS` is the one list: the kinds table and Edit's fields come from it, in its order."""
+    assert list(EDIT_KINDS) == [op.kind for op in OPS]
+    assert list(Edit.model_fields) == list(EDIT_KINDS)
+    assert all(Edit.model_fields[kind].annotation == (op | None) for kind, op in EDIT_KINDS.items())
 
 
 # ------------------------------------------------------------ not_found messages
