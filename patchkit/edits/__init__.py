@@ -11,7 +11,7 @@ by tests that go through `OPS`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, ConfigDict, create_model, model_validator
 
@@ -99,4 +99,4 @@ if TYPE_CHECKING:
     Edit = EditChoice
 else:
     Edit = create_model("Edit", __base__=EditChoice, __module__=__name__, __doc__=EditChoice.__doc__,
-                        **{kind: (Optional[op], None) for kind, op in EDIT_KINDS.items()})
+                        **{kind: (op | None, None) for kind, op in EDIT_KINDS.items()})

@@ -24,13 +24,12 @@ import asyncio
 import os
 import re
 import shutil
-from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from patchkit.inventory import K8S_NAME, split_address
 from patchkit.transport.base import NoFileSplice, Reach
-from patchkit.transport.pipes import start_piped
+from patchkit.transport.pipes import PipedProcess, start_piped
 from patchkit.transport.container_errors import (
     ContainerFailure,
     Where,
@@ -42,7 +41,6 @@ from patchkit.transport.container_errors import (
 if TYPE_CHECKING:
     from patchkit.inventory import HostSpec
 
-STDERR_LINES = 200
 CLOSE_TIMEOUT_S = 10.0
 ERROR_TAIL_LINES = 5
 
@@ -221,11 +219,10 @@ class _ContainerStreams(NoFileSplice):
         self.transport = transport
         self.proc = proc
         self.where = where
+        self.piped = PipedProcess(proc)  # stderr read as it comes; how the exec is ended
         self.stdin = _Stdin(self)  # write/drain
         self.stdout = self  # readline
-        self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
         self.answered = False  # a line of stdout arrived: the exec started the interpreter
-        self._pump: asyncio.Task[None] | None = asyncio.create_task(self._read_stderr())
 
     async def ended(self) -> str:
         """Why the exec is gone, for a broken pipe: its exit status, and what that usually means."""
@@ -236,25 +233,8 @@ class _ContainerStreams(NoFileSplice):
         meaning = " (the container was stopped or removed?)" if code in (137, 143, 255) or code < 0 else ""
         return f"{self.where.engine} exec exited with {code}{meaning}"
 
-    async def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        while True:
-            try:
-                line = await self.proc.stderr.readline()
-            except ValueError:  # a line over the limit: dropped
-                continue
-            if not line:
-                return
-            self._stderr.append(line.decode("utf-8", "replace").rstrip("\r\n"))
-
     async def _stderr_lines(self) -> list[str]:
-        try:
-            await asyncio.wait_for(self.proc.wait(), 5)
-            if self._pump is not None:
-                await asyncio.wait_for(asyncio.shield(self._pump), 5)
-        except (TimeoutError, ValueError):
-            pass
-        return list(self._stderr)
+        return await self.piped.stderr_lines()
 
     async def readline(self) -> bytes:
         assert self.proc.stdout is not None
@@ -285,20 +265,7 @@ class _ContainerStreams(NoFileSplice):
 
     async def close(self) -> None:
         self.transport._live.discard(self)
-        proc = self.proc
-        if proc.returncode is None:
-            try:
-                assert proc.stdin is not None
-                proc.stdin.close()
-                await asyncio.wait_for(proc.wait(), CLOSE_TIMEOUT_S)
-            except (TimeoutError, OSError):
-                proc.kill()
-                await proc.wait()
-        if self._pump is not None and not self._pump.done():
-            try:
-                await asyncio.wait_for(self._pump, 5)
-            except (TimeoutError, ValueError):
-                pass
+        await self.piped.end(CLOSE_TIMEOUT_S)
 
 
 __all__ = ["CHANGES_NOTE", "ContainerAddress", "ContainerFailure", "ContainerTarget", "ContainerTransport",
