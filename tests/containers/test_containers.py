@@ -574,7 +574,7 @@ def test_the_dockerfile_alternative_runs_patchkit_apply_in_a_build(built_images:
     ("k8s://onlyns", "want k8s://NAMESPACE/POD or k8s://NAMESPACE/POD/CONTAINER"),
     ("k8s://ns/Pod_1", "pod 'Pod_1' is not a Kubernetes name"),
     ("podman://", "want podman://CONTAINER"),
-    ("lxc://c1", "unknown scheme 'lxc://'"),
+    ("nope://c1", "unknown scheme 'nope://'"),
 ])
 def test_a_bad_container_address_is_one_line_naming_its_place(tmp_path: Path, address: str, problem: str) -> None:
     inv = tmp_path / "inv.yaml"

@@ -56,7 +56,7 @@ def test_every_transport_is_reached_by_a_scheme() -> None:
 
 
 @pytest.mark.parametrize(("address", "problem"), [
-    ("lxc://c1", "unknown scheme 'lxc://'; an address is one of: none or `local`"),
+    ("nope://c1", "unknown scheme 'nope://'; an address is one of: none or `local`"),
     ("ssh://gpu-1", "unknown scheme 'ssh://'"),  # bare schemes are never written with ://
     ("local://x", "unknown scheme 'local://'"),
     ("podman://", "want podman://CONTAINER, a container name or id"),
