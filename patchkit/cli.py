@@ -301,8 +301,9 @@ def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRec
         return
     from patchkit.review import build_review, render_html, render_markdown
 
-    where = {h.name: "local" if h.is_local or not h.address else h.address if "://" in h.address else f"ssh {h.address}"
-             for h in hosts}
+    from patchkit.runner import transport_of
+
+    where = {h.name: " ".join(dict.fromkeys(transport_of(h))) for h in hosts}
     review = build_review(report, loaded, where)
     if html_file:
         Path(html_file).write_text(render_html(review), encoding="utf-8")

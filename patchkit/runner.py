@@ -20,7 +20,7 @@ from patchkit.agent import AgentClient
 from patchkit.agent.protocol import LOCK
 from patchkit.errors import HostError
 from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
-from patchkit.inventory import HostSpec, Scheme
+from patchkit.inventory import HostSpec
 from patchkit.journal import DEFAULT_STATE_DIR, Journal, rollback_target
 from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
@@ -28,7 +28,8 @@ from patchkit.redact import Redactor
 from patchkit.results import HostResult, RunRecord, StepResult, StepStatus, host_status
 from patchkit.steps.context import EditCache, HostContext
 from patchkit.steps.registry import kind_named
-from patchkit.transport import LocalTransport, Transport
+from patchkit.transport import Transport, schemes
+from patchkit.transport.base import Reach
 
 log = get_logger("patchkit")
 
@@ -60,49 +61,10 @@ class Session:
     journal: Journal
 
 
-def _local_transport(host: HostSpec, options: Options) -> Transport:
-    return LocalTransport()
-
-
-def _ssh_transport(host: HostSpec, options: Options) -> Transport:
-    from patchkit.transport.ssh_common import SSHTarget
-
-    target = SSHTarget.from_host(host, options.accept_new_host_keys)  # all an SSH transport knows of the host
-    if host.ssh_client == "openssh":
-        from patchkit.transport.openssh import (
-            OpenSSHTransport,  # the system `ssh`, opted in per host
-        )
-
-        return OpenSSHTransport(target)
-    from patchkit.transport.ssh import (
-        SSHTransport,  # asyncssh only when a host needs it
-    )
-
-    return SSHTransport(target)
-
-
-def _container_transport(host: HostSpec, options: Options) -> Transport:
-    from patchkit.transport.container import (
-        CHANGES_NOTE,
-        ContainerTarget,
-        ContainerTransport,
-    )
-
-    return ContainerTransport(ContainerTarget.from_host(host), CHANGES_NOTE if options.changes_note else None)
-
-
-# How a host is reached, by its address's scheme (HostSpec.scheme).
-TRANSPORTS: dict[Scheme, Callable[[HostSpec, Options], Transport]] = {
-    "local": _local_transport,
-    "ssh": _ssh_transport,
-    "podman": _container_transport,
-    "docker": _container_transport,
-    "k8s": _container_transport,
-}
-
-
 def transport_for(host: HostSpec, options: Options | None = None) -> Transport:
-    return TRANSPORTS[host.scheme](host, options or Options())
+    """The host's transport, by its address's scheme (transport/schemes.py)."""
+    options = options or Options()
+    return schemes.transport_for(host, Reach(options.accept_new_host_keys, options.changes_note))
 
 
 def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Options) -> str:
@@ -352,9 +314,9 @@ def _history_line(record: RunRecord) -> str:
 
 def transport_of(host: HostSpec) -> tuple[str, str]:
     """How a host is reached, and at what address, as the report says it."""
-    if host.is_local:
+    scheme = host.scheme
+    if scheme == "local":
         return "local", "local"
-    scheme = str(host.scheme)
     return (f"ssh/{host.ssh_client}" if scheme == "ssh" else scheme), host.address or host.name
 
 

@@ -1,7 +1,9 @@
 """What the loader tests share: a hang guard and the one-line error contract.
 
 Every malformed recipe or inventory must raise UsageError (nothing else) with one line
-that starts `FILE:LINE:COL: `, within 2 s.
+that starts `FILE:LINE:COL: `. The loader's work is bounded by its limits (yamlsource.py:
+bytes, depth, alias values), which the tests check by what they count, not by the clock;
+the alarm here only turns a hang into a failure, with a margin no loaded machine reaches.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 
 from patchkit.errors import UsageError
 
-LIMIT_S = 2.0
+LIMIT_S = 60.0  # a hang guard, not a speed claim: a load takes milliseconds
 
 
 class Hang(BaseException):
@@ -55,7 +57,7 @@ def check_message(message: str, path: Path | str) -> tuple[int, int]:
 
 
 def usage_error(load: Callable[[Path], Any], path: Path) -> tuple[str, float]:
-    """The loader's one-line UsageError for `path`, and the seconds it took."""
+    """The loader's one-line UsageError for `path`, and the seconds it took (for reports only)."""
     start = time.perf_counter()
     with time_limit():
         try:

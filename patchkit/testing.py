@@ -1,4 +1,5 @@
-"""FakeAgent: a fake host agent, in memory, for runner tests that need no host.
+"""FakeAgent: a fake host agent, in memory, for tests that need no host (shipped for authors
+of step kinds and extensions: `from patchkit.testing import FakeAgent, FakePackage, FakeTransport`).
 
 It answers the ops of patchkit/agent/protocol.py that the patch and check steps, the journal
 and the lock use, the way the real agent (patchkit/agent/host/) does, over a dict of files
