@@ -105,7 +105,9 @@ class Verify(Strict):
 
 
 class CheckStep(PackageGate):
-    python: str = Field(description="Python source run by the target interpreter; it passes when it exits 0")
+    python: str = Field(description=("Python source run by the target interpreter; it passes when it exits 0. "
+                                      "The recipe's variables are a JSON object in the environment variable "
+                                      "PATCHKIT_VARS"))
     message: str | None = Field(None, description="what a failure means, shown with the reason")
     timeout_s: float = Field(300, gt=0)
 

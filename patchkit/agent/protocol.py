@@ -244,6 +244,7 @@ class DistFilesReply(TypedDict):
 class CheckArgs(TypedDict):
     code: str
     timeout_s: float
+    variables: NotRequired[dict[str, Any]]  # the recipe's variables, as JSON in PATCHKIT_VARS
 
 
 class PythonRun(TypedDict):

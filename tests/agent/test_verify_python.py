@@ -224,7 +224,7 @@ def test_a_change_cut_off_before_its_checks_is_settled_with_the_program(sandbox:
     original = sandbox.file(SPEC).read_bytes()
     assert sandbox.run("apply", recipe).returncode == 0
     assert sandbox.file(SPEC).read_bytes() != original
-    record_path = sorted((sandbox.state / "runs" / "toyverify").glob("*.json"))[-1]
+    record_path = max((sandbox.state / "runs" / "toyverify").glob("*.json"))
     record = json.loads(record_path.read_text())
     record["steps"][0]["verified"] = False  # what a run killed between its write and its checks leaves
     record_path.write_text(json.dumps(record))

@@ -732,8 +732,9 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, mode
 # ---------------------------------------------------------------- checks
 
 @op
-def op_check(code, timeout_s):
-    return run_python(["-c", code], timeout_s)
+def op_check(code, timeout_s, variables=None):
+    """A check step's program; the recipe's variables in PATCHKIT_VARS, as for check_program."""
+    return run_python(["-c", code], timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables or {})})
 
 
 # ---------------------------------------------------------------- journal and lock
