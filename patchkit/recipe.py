@@ -90,7 +90,11 @@ class PatchStep(PackageGate):
 class Verify(Strict):
     import_: list[str] = Field(default_factory=list, alias="import",
                                description="modules imported in a fresh target interpreter after the write")
-    timeout_s: float = Field(300, gt=0)
+    python: str | None = Field(None, description=(
+        "a program run by the target interpreter in a fresh process after the import check; the step "
+        "passes only if it exits 0 (else the original is restored). The recipe's variables are a JSON "
+        "object in the environment variable PATCHKIT_VARS"))
+    timeout_s: float = Field(300, gt=0, description="for the import check, and again for the program")
 
     @field_validator("import_")
     @classmethod
@@ -101,7 +105,9 @@ class Verify(Strict):
 
 
 class CheckStep(PackageGate):
-    python: str = Field(description="Python source run by the target interpreter; it passes when it exits 0")
+    python: str = Field(description=("Python source run by the target interpreter; it passes when it exits 0. "
+                                      "The recipe's variables are a JSON object in the environment variable "
+                                      "PATCHKIT_VARS"))
     message: str | None = Field(None, description="what a failure means, shown with the reason")
     timeout_s: float = Field(300, gt=0)
 

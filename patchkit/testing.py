@@ -187,8 +187,10 @@ class FakeAgent:
                 return checks, f"import check failed: ImportError: cannot import {broken[0]}"
         return checks, None
 
+    # verify_python / variables: the fake runs no programs (tests/agent/test_verify_python.py does)
     def op_apply(self, path: str, expected_sha256: str, content_b64: str, backup_path: str,
-                 verify_imports: list[str], import_timeout_s: float) -> dict[str, Any]:
+                 verify_imports: list[str], import_timeout_s: float,
+                 verify_python: dict[str, Any] | None = None) -> dict[str, Any]:
         original = self.files[path]
         if sha256(original) != expected_sha256:
             raise AgentRefused(f"{path} changed since it was read (sha256 {sha256(original)[:12]}, expected "
@@ -204,7 +206,7 @@ class FakeAgent:
         return {"ok": False, "failure": failure, "restored": True, "checks": checks}
 
     def op_verify(self, path: str, expected_sha256: str, verify_imports: list[str],
-                  import_timeout_s: float) -> dict[str, Any]:
+                  import_timeout_s: float, verify_python: dict[str, Any] | None = None) -> dict[str, Any]:
         data = self.files[path]
         if sha256(data) != expected_sha256:
             raise AgentRefused(f"{path} changed since it was written")
@@ -227,7 +229,7 @@ class FakeAgent:
         self.files[path] = self.files[backup_path]
         return {"ok": True, "already": False}
 
-    def op_check(self, code: str, timeout_s: float) -> dict[str, Any]:
+    def op_check(self, code: str, timeout_s: float, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         returncode = self.check_returncodes.get(code, 0)
         return {"returncode": returncode, "timed_out": False, "stdout": "",
                 "stderr": "" if returncode == 0 else "AssertionError: the fake says no", "seconds": 0.0}

@@ -114,6 +114,14 @@ class CheckResult(TypedDict):
     detail: str
 
 
+class VerifyProgram(TypedDict):
+    """A patch step's `verify: python`: run after the import check (host: check_program)."""
+
+    code: str
+    variables: dict[str, Any]  # the recipe's variables, as JSON in PATCHKIT_VARS
+    timeout_s: float
+
+
 class ApplyArgs(TypedDict):
     path: str
     expected_sha256: str
@@ -121,6 +129,7 @@ class ApplyArgs(TypedDict):
     backup_path: str
     verify_imports: list[str]
     import_timeout_s: float
+    verify_python: NotRequired[VerifyProgram | None]
 
 
 class ApplyPassed(TypedDict):
@@ -144,6 +153,7 @@ class VerifyArgs(TypedDict):
     expected_sha256: str | None
     verify_imports: list[str]
     import_timeout_s: float
+    verify_python: NotRequired[VerifyProgram | None]
 
 
 class VerifyPassed(TypedDict):
@@ -186,6 +196,7 @@ class ApplyFilesArgs(TypedDict):
     files: list[FileToApply]
     verify_imports: list[str]
     import_timeout_s: float
+    verify_python: NotRequired[VerifyProgram | None]
 
 
 class ApplyFilesPassed(TypedDict):
@@ -233,6 +244,7 @@ class DistFilesReply(TypedDict):
 class CheckArgs(TypedDict):
     code: str
     timeout_s: float
+    variables: NotRequired[dict[str, Any]]  # the recipe's variables, as JSON in PATCHKIT_VARS
 
 
 class PythonRun(TypedDict):

@@ -36,7 +36,8 @@ class CheckKind(StepKind[bool]):
         assert spec is not None
         result = planned.result.model_copy(update={"status": "failed", "message": ""})
         try:
-            outcome = await ctx.agent.call(CHECK({"code": spec.python, "timeout_s": spec.timeout_s}),
+            outcome = await ctx.agent.call(CHECK({"code": spec.python, "timeout_s": spec.timeout_s,
+                                                  "variables": ctx.loaded.variables}),
                                            reply_wait=spec.timeout_s + 60)
         except HostError as exc:
             result.message = str(exc)

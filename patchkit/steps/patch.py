@@ -24,9 +24,11 @@ from patchkit.steps.kind import Planned, StepKind
 from patchkit.steps.patch_files import (
     FilesPlan,
     apply_files,
+    checks_wait,
     files_state,
     plan_files,
     undo_files,
+    verify_program,
 )
 from patchkit.steps.upstream import with_upstream_note
 
@@ -216,7 +218,8 @@ async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResu
             "backup_path": backup,
             "verify_imports": verify.import_,
             "import_timeout_s": verify.timeout_s,
-        }), reply_wait=verify.timeout_s + 120)
+            "verify_python": verify_program(ctx, step),
+        }), reply_wait=checks_wait(step))
     except HostError as exc:
         result.status, result.message = "failed", str(exc)
         return result
@@ -245,7 +248,8 @@ async def _settle_unverified(ctx: HostContext, step: Step, result: StepResult, r
         outcome = await ctx.agent.call(VERIFY({
             "path": result.file, "expected_sha256": done.sha256_after,
             "verify_imports": verify.import_, "import_timeout_s": verify.timeout_s,
-        }), reply_wait=verify.timeout_s + 120)
+            "verify_python": verify_program(ctx, step),
+        }), reply_wait=checks_wait(step))
     except HostError as exc:
         result.status, result.message = "failed", f"pending verification of run {record.run_id}: {exc}"
         return result
@@ -347,6 +351,13 @@ async def _record_view(ctx: HostContext, package: str, out: StepResult, records:
         out.message += f"; differs from {where}: {why} (patchkit audit lists every such file)"
 
 
+def _says_it_verifies(ctx: HostContext, step: Step, result: StepResult) -> StepResult:
+    """A change that a `verify: python` program will judge says so in the plan."""
+    if ctx.dry_run and result.status == "changed" and step.checks.python is not None:
+        result.message += "; apply runs the step's verify program after the write"
+    return result
+
+
 PatchData = bytes | FilesPlan | None  # one file's new content, or a multi-file plan (patch_files.py)
 
 
@@ -357,9 +368,9 @@ class PatchKind(StepKind[PatchData]):
         targets = step.patch.edit.diff.targets() if step.patch and step.patch.edit.diff else []
         if len(targets) > 1 or any(p.added or p.deleted for _, _, p in targets):
             files = await plan_files(ctx, step)  # several files, or one added/removed (patch_files.py)
-            return Planned(files.result, files)
+            return Planned(_says_it_verifies(ctx, step, files.result), files)
         planned = await plan_patch(ctx, step)
-        return Planned(planned.result, planned.new_content)
+        return Planned(_says_it_verifies(ctx, step, planned.result), planned.new_content)
 
     async def apply(self, ctx: HostContext, step: Step, planned: Planned[PatchData]) -> StepResult:
         if isinstance(planned.data, FilesPlan):

@@ -15,7 +15,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from patchkit.agent.protocol import APPLY_FILES, HASH, READ, REMOVE_FILE, RESTORE, VERIFY
+from patchkit.agent.protocol import APPLY_FILES, HASH, READ, REMOVE_FILE, RESTORE, VERIFY, VerifyProgram
 from patchkit.edits import EditError
 from patchkit.edits.specs import DiffEdit
 from patchkit.errors import HostError
@@ -32,6 +32,22 @@ if TYPE_CHECKING:
 class FilesPlan:
     result: StepResult
     contents: dict[str, bytes | None]  # path -> new content (None: removed), for the files that change
+
+
+def verify_program(ctx: HostContext, step: Step) -> VerifyProgram | None:
+    """The step's `verify: python` for the agent: its code, the recipe's variables (real values:
+    the host needs them; what comes back is redacted before it is journaled), its timeout."""
+    verify = step.checks
+    if verify.python is None:
+        return None
+    return {"code": verify.python, "variables": ctx.loaded.variables, "timeout_s": verify.timeout_s}
+
+
+def checks_wait(step: Step) -> float:
+    """How long the control side waits for a write and its checks: the import check and the
+    verify program each have the step's timeout."""
+    verify = step.checks
+    return verify.timeout_s * (2 if verify.python is not None else 1) + 120
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
@@ -150,7 +166,8 @@ async def apply_files(ctx: HostContext, step: Step, plan: FilesPlan) -> StepResu
                        "content_b64": _b64(plan.contents[c.file])} for c in ordered],
             "verify_imports": verify.import_,
             "import_timeout_s": verify.timeout_s,
-        }), reply_wait=verify.timeout_s + 120)
+            "verify_python": verify_program(ctx, step),
+        }), reply_wait=checks_wait(step))
     except HostError as exc:
         result.status, result.message = "failed", str(exc)
         return result
@@ -212,7 +229,8 @@ async def _settle(ctx: HostContext, step: Step, result: StepResult, record: RunR
             outcome = await ctx.agent.call(VERIFY({
                 "path": change.file, "expected_sha256": change.sha256_after,
                 "verify_imports": imports if i == len(present) - 1 else [], "import_timeout_s": timeout_s,
-            }), reply_wait=timeout_s + 120)
+                "verify_python": verify_program(ctx, step) if i == len(present) - 1 else None,
+            }), reply_wait=checks_wait(step))
             checks += [Check.model_validate(c) for c in outcome["checks"]]
             if not outcome["ok"]:
                 failure = outcome["failure"]

@@ -341,8 +341,9 @@ def op_hash(paths):
 
 
 @op(mutating=True)
-def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, import_timeout_s):
-    """Backup, atomic write, read-back, syntax check, import check; restore on any failure.
+def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, import_timeout_s, verify_python=None):
+    """Backup, atomic write, read-back, syntax check, import check, the recipe's verify program
+    (verify_python: {code, variables, timeout_s}, or None); restore on any failure.
 
     The file's folder is locked (flock) for the whole of it, so two runs with different
     state dirs never interleave on one file; a restore replaces the file only if it still
@@ -379,6 +380,8 @@ def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, im
             failure = "read-back: %s hashes to %s, expected %s" % (path, landed[:12], wanted[:12])
         if failure is None:
             failure = verify_file(path, new, verify_imports, import_timeout_s, checks)
+        if failure is None and verify_python:
+            failure = check_program(verify_python["code"], verify_python["variables"], verify_python["timeout_s"], checks)
         if failure is None:
             return {"ok": True, "sha256_after": landed, "checks": checks}
         restored, note = restore_own_write(path, original, wanted, st, st_before)
@@ -386,9 +389,10 @@ def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, im
 
 
 @op(mutating=True)
-def op_apply_files(files, verify_imports, import_timeout_s):
+def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None):
     """Several files changed as one unit (a multi-file diff): every file backed up and written,
-    then each read back and syntax-checked, then the import check once; any failure puts back
+    then each read back and syntax-checked, then the import check and the verify program once
+    (verify_python as for op_apply); any failure puts back
     every file written (each only if it still holds what this run wrote).
 
     files: [{path, expected_sha256, content_b64, backup_path}]. Folders are locked in sorted
@@ -402,13 +406,13 @@ def op_apply_files(files, verify_imports, import_timeout_s):
         for lock in locks:
             lock.__enter__()
             entered.append(lock)
-        return apply_files_locked(files, paths, verify_imports, import_timeout_s)
+        return apply_files_locked(files, paths, verify_imports, import_timeout_s, verify_python)
     finally:
         for lock in reversed(entered):
             lock.__exit__(None, None, None)
 
 
-def apply_files_locked(files, paths, verify_imports, import_timeout_s):
+def apply_files_locked(files, paths, verify_imports, import_timeout_s, verify_python=None):
     """op_apply_files under its locks. A file the diff adds has expected_sha256 None (it must
     not exist; its folder must); one it deletes has content_b64 None (backed up, removed)."""
     olds = []
@@ -475,6 +479,8 @@ def apply_files_locked(files, paths, verify_imports, import_timeout_s):
                 break
     if failure is None and verify_imports:
         failure = check_imports(verify_imports, import_timeout_s, checks)
+    if failure is None and verify_python:
+        failure = check_program(verify_python["code"], verify_python["variables"], verify_python["timeout_s"], checks)
     if failure is None:
         return {"ok": True, "sha256_after": after, "checks": checks}
     restored, notes = True, ""
@@ -539,8 +545,30 @@ def check_imports(verify_imports, import_timeout_s, checks):
     return "import check failed: %s" % last
 
 
+PROGRAM_VARS_ENV = "PATCHKIT_VARS"
+
+
+def check_program(code, variables, timeout_s, checks):
+    """A patch step's `verify: python` program in a fresh target interpreter (after the import
+    check): it passes on exit 0. The recipe's variables reach it as a JSON object in the
+    environment variable PATCHKIT_VARS (secrets too: the host gets real values; the control
+    side redacts what it journals). Appends to checks, returns the failure (None on a pass)."""
+    result = run_python(["-c", code], timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables)})
+    ok = result["returncode"] == 0
+    said = result["stdout"].splitlines()
+    checks.append({"name": "python", "ok": ok,
+                   "detail": "%s (%ss)" % (said[-1] if said else "exit 0", result["seconds"])})
+    if ok:
+        return None
+    checks[-1]["detail"] = result["stderr"] or result["stdout"]
+    if result["timed_out"]:
+        return "verify program timed out after %ss" % timeout_s
+    lines = [line for line in result["stderr"].splitlines() if line.strip()]
+    return "verify program failed: %s" % (lines[-1] if lines else "exit %s" % result["returncode"])
+
+
 @op
-def op_verify(path, expected_sha256, verify_imports, import_timeout_s):
+def op_verify(path, expected_sha256, verify_imports, import_timeout_s, verify_python=None):
     """Re-run the checks of a change whose verification was cut off (the file must still be
     what that run wrote); nothing is written."""
     path = expand(path)
@@ -553,6 +581,8 @@ def op_verify(path, expected_sha256, verify_imports, import_timeout_s):
                           % (path, sha256_bytes(data)[:12], expected_sha256[:12]))
         checks = []
         failure = verify_file(path, data, verify_imports, import_timeout_s, checks)
+        if failure is None and verify_python:
+            failure = check_program(verify_python["code"], verify_python["variables"], verify_python["timeout_s"], checks)
     return {"ok": failure is None, "failure": failure, "checks": checks}
 
 
@@ -702,8 +732,9 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, mode
 # ---------------------------------------------------------------- checks
 
 @op
-def op_check(code, timeout_s):
-    return run_python(["-c", code], timeout_s)
+def op_check(code, timeout_s, variables=None):
+    """A check step's program; the recipe's variables in PATCHKIT_VARS, as for check_program."""
+    return run_python(["-c", code], timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables or {})})
 
 
 # ---------------------------------------------------------------- journal and lock
