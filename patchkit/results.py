@@ -91,7 +91,10 @@ class RunRecord(BaseModel):
         """Steps that changed something we can undo (a patched file, deployed files, a server)."""
         return [s for s in self.steps
                 if s.status in ("changed", "failed") and s.kind == "launch" and (s.details or {}).get("servers")
-                or s.status == "changed" and (s.file and s.backup or s.files)]
+                or s.status == "changed" and (s.file and s.backup or s.files)
+                # a patch whose failure left files it wrote in place (restored: False): rollback
+                # puts them back
+                or s.status == "failed" and s.kind == "patch" and s.restored is False and (s.file and s.backup or s.files)]
 
     def live_steps(self) -> list[StepResult]:
         """Changed steps whose change has not been rolled back."""

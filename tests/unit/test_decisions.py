@@ -8,7 +8,7 @@ import pytest
 from patchkit.journal import active_changes, rollback_target, unverified_step
 from patchkit.results import RunRecord, StepResult
 from patchkit.steps.launch import launch_state
-from patchkit.steps.patch import state_of
+from patchkit.steps.unit import unit_state
 
 FILE = "/site/pkg/config.py"
 A, B, C = "a" * 64, "b" * 64, "c" * 64  # original, patched, someone else's version
@@ -54,7 +54,7 @@ STATE_TABLE = [
 @pytest.mark.parametrize("found, records, status, words", [row[1:] for row in STATE_TABLE],
                          ids=[row[0] for row in STATE_TABLE])
 def test_status_of_a_patch(found: StepResult, records: list[RunRecord], status: str, words: str) -> None:
-    out = state_of(found, records)
+    out = unit_state(found, records)
     assert out.status == status, out
     assert words in out.message, out.message
 
