@@ -13,14 +13,21 @@ import posixpath
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from patchkit.agent import AgentClient
 from patchkit.agent.client import Pending
 from patchkit.agent.protocol import (
-    JOURNAL_LIST, JOURNAL_PRUNE, JOURNAL_WRITE, JournalListReply, JournalWriteReply,
+    JOURNAL_LIST,
+    JOURNAL_PRUNE,
+    JOURNAL_WRITE,
+    JournalListReply,
+    JournalWriteReply,
 )
 from patchkit.results import RunRecord, StepResult
+
+if TYPE_CHECKING:
+    from patchkit.installed import ChangedFile
 
 DEFAULT_STATE_DIR = "~/.local/state/patchkit"
 
@@ -150,3 +157,45 @@ def rollback_target(records: list[RunRecord], run_id: str | None, steps: list[st
         if any(not steps or s.name in steps for s in record.live_steps()):
             return record
     return None
+
+
+# ---------------------------------------------------------------- why a file differs from RECORD
+
+PATCHED = "patched by patchkit"
+UNEXPLAINED = "unexplained"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    verdict: str  # PATCHED | UNEXPLAINED
+    why: str
+    run_id: str | None = None
+    recipe: str | None = None
+    step: str | None = None
+
+
+WrittenFiles = Callable[[StepResult], "list[tuple[str, str | None]]"]  # a journaled step -> (path, sha256 after)
+
+
+def explain(changed: ChangedFile, records: list[RunRecord], written: WrittenFiles) -> Explanation:
+    """Why a file differs from RECORD, from the journal's changes still in place (`written`:
+    the files a journaled step wrote, as its kind says: steps.registry.written_files)."""
+    if changed.change != "modified":
+        return Explanation(UNEXPLAINED, f"{changed.change}: patchkit never removes a package's files")
+    ours = []
+    for record in active_changes(records).values():
+        for step in record.live_steps():
+            for path, sha_after in written(step):
+                if path in (changed.path, changed.real):
+                    ours.append((record, step, sha_after))
+    ours.sort(key=lambda found: found[0].run_id)
+    for record, step, sha_after in reversed(ours):
+        if sha_after == changed.sha256:
+            return Explanation(PATCHED, f"{PATCHED}: run {record.run_id}, recipe {record.recipe}, step {step.name}",
+                               record.run_id, record.recipe, step.name)
+    if ours:
+        record, step, _ = ours[-1]
+        return Explanation(UNEXPLAINED, (
+            f"{UNEXPLAINED}: changed since patchkit wrote it (run {record.run_id}, recipe {record.recipe}, "
+            f"step {step.name}): an edit on top of the patch"), record.run_id, record.recipe, step.name)
+    return Explanation(UNEXPLAINED, f"{UNEXPLAINED}: modified, and no patchkit run on this host wrote it")

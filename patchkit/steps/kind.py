@@ -58,3 +58,8 @@ class StepKind(ABC, Generic[Data]):
     @abstractmethod
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         """Undo `done`, a step of journaled run `target` (ctx.force: even if it drifted)."""
+
+    def written(self, done: StepResult) -> list[tuple[str, str | None]]:
+        """(path, sha256 after) of each installed file `done` wrote: what `audit` and `status`
+        explain as patched by patchkit. None for most kinds."""
+        return []

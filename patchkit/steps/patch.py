@@ -20,11 +20,19 @@ from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.edits import EditError, EditResult
 from patchkit.edits.specs import DiffEdit
 from patchkit.errors import HostError
+from patchkit.journal import PATCHED, UNEXPLAINED, explain
 from patchkit.recipe import Step
 from patchkit.results import FileChange, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
 from patchkit.steps.kind import Planned, StepKind
-from patchkit.steps.unit import UnitPlan, apply_unit, set_unit, undo_unit, unit_state
+from patchkit.steps.unit import (
+    UnitPlan,
+    apply_unit,
+    set_unit,
+    undo_unit,
+    unit_files,
+    unit_state,
+)
 from patchkit.steps.upstream import with_upstream_note
 
 if TYPE_CHECKING:
@@ -275,7 +283,6 @@ async def plan_diff(ctx: HostContext, step: Step) -> UnitPlan:
 async def _record_view(ctx: HostContext, package: str, out: StepResult, records: list[RunRecord]) -> None:
     """What `audit` says of the step's files, added to its status: do they match the installed
     distribution's RECORD, and if not, does a patchkit change explain the difference?"""
-    from patchkit.audit import PATCHED, UNEXPLAINED, explain
     from patchkit.installed import installed
 
     paths = [out.file] if out.file else [f.file for f in out.files or []]
@@ -286,7 +293,7 @@ async def _record_view(ctx: HostContext, package: str, out: StepResult, records:
     if not dist.listed:
         return
     where = f"{dist.name} {dist.version}'s RECORD"
-    whys = [explain(changed, records) for changed in dist.changed]
+    whys = [explain(changed, records, written_files) for changed in dist.changed]
     verdict = "matches" if not whys else UNEXPLAINED if any(w.verdict == UNEXPLAINED for w in whys) else PATCHED
     out.details = {**(out.details or {}), "record": verdict}
     if verdict == "matches":
@@ -296,6 +303,13 @@ async def _record_view(ctx: HostContext, package: str, out: StepResult, records:
     else:
         why = next(w.why for w in whys if w.verdict == UNEXPLAINED)
         out.message += f"; differs from {where}: {why} (patchkit audit lists every such file)"
+
+
+def written_files(step: StepResult) -> list[tuple[str, str | None]]:
+    """(path, sha256 after) of each file a journaled patch step wrote (its unit); none for another kind."""
+    if step.kind != PatchKind.name:
+        return []
+    return [(c.file, c.sha256_after) for c in unit_files(step)]
 
 
 def _is_many(step: Step) -> bool:
@@ -328,3 +342,6 @@ class PatchKind(StepKind[UnitPlan]):
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         """Every file's backup back in place, only if each still holds what the run wrote (or forced)."""
         return await undo_unit(ctx, done, target)
+
+    def written(self, done: StepResult) -> list[tuple[str, str | None]]:
+        return written_files(done)

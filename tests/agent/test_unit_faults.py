@@ -139,7 +139,7 @@ def cut_off_after_first_file(sb: Sandbox, recipe_name: str, rels: list[str], bef
     """The host as an agent killed right after the rename of the unit's first file leaves it:
     the intent record (verified False, every file and backup named: they are written before
     any file), the backups, the first file new, the others as they were."""
-    path = sorted((sb.state / "runs" / recipe_name).glob("*.json"))[-1]
+    path = max((sb.state / "runs" / recipe_name).glob("*.json"))
     record = json.loads(path.read_text())
     done = record["steps"][0]
     done.update(verified=False, message="cut off while writing or verifying", checks=[])
