@@ -12,7 +12,7 @@ import os
 import posixpath
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from patchkit import __version__
 from patchkit.agent.protocol import READ
@@ -21,7 +21,7 @@ from patchkit.edits import EditError, EditResult
 from patchkit.edits.specs import DiffEdit
 from patchkit.errors import HostError
 from patchkit.journal import PATCHED, UNEXPLAINED, explain
-from patchkit.recipe import Step
+from patchkit.recipe import PatchStep, Step
 from patchkit.results import FileChange, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
 from patchkit.steps.kind import Planned, StepKind
@@ -72,13 +72,12 @@ def _diff(ctx: HostContext, path: str, old: str, new: str, key: tuple[str, str])
     return f"--- a{path}\n+++ b{path}\n{body}"
 
 
-def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
+def _edit(ctx: HostContext, step: Step, spec: PatchStep, source: bytes, sha: str) -> EditResult:
     key = (f"{ctx.loaded.content_sha256}:{step.name}", sha)
     cached = ctx.edits.results.get(key)
     if cached is not None:
         ctx.edits.hits += 1
         return cached
-    assert step.patch
     try:
         text = source.decode("utf-8")
     except UnicodeDecodeError:
@@ -86,7 +85,7 @@ def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
     else:
         # A UTF-8 byte order mark is not Python: edit what follows it, then put it back.
         bom = "\ufeff" if text.startswith("\ufeff") else ""
-        result = _stored_edit(step, sha, text[len(bom):]) or _compute_edit(step, sha, text[len(bom):])
+        result = _stored_edit(spec, sha, text[len(bom):]) or _compute_edit(spec, sha, text[len(bom):])
         if bom:
             result = EditResult(result.verdict, bom + result.source, result.message)
     ctx.edits.results[key] = result
@@ -96,17 +95,16 @@ def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
 # Edits are pure: (edit parameters, file content) -> result. A fleet re-applied daily sees
 # the same few file versions again and again, so results are kept on the control machine;
 # a no-op run then needs neither libcst nor a parse of the file.
-def _edit_cache_path(step: Step, sha: str) -> Path | None:
-    assert step.patch
-    if step.patch.edit.codemod or step.patch.edit.diff:
+def _edit_cache_path(spec: PatchStep, sha: str) -> Path | None:
+    if spec.edit.codemod or spec.edit.diff:
         return None  # depends on the user's transformer (or diff) file too
-    params = json.dumps([__version__, step.patch.edit.model_dump(mode="json")], sort_keys=True)
+    params = json.dumps([__version__, spec.edit.model_dump(mode="json")], sort_keys=True)
     digest = hashlib.sha256(params.encode()).hexdigest()[:24]
     return cache_dir() / "edits" / f"{digest}-{sha}.json"
 
 
-def _stored_edit(step: Step, sha: str, text: str) -> EditResult | None:
-    path = _edit_cache_path(step, sha)
+def _stored_edit(spec: PatchStep, sha: str, text: str) -> EditResult | None:
+    path = _edit_cache_path(spec, sha)
     try:
         data = json.loads(path.read_text()) if path else None
     except (OSError, ValueError):
@@ -119,13 +117,12 @@ def _stored_edit(step: Step, sha: str, text: str) -> EditResult | None:
     return EditResult(data["verdict"], new, data["message"])
 
 
-def _compute_edit(step: Step, sha: str, text: str) -> EditResult:
-    assert step.patch
+def _compute_edit(spec: PatchStep, sha: str, text: str) -> EditResult:
     try:
-        result = step.patch.edit.apply(text)
+        result = spec.edit.apply(text)
     except EditError as exc:
         return EditResult("not_found", text, str(exc))
-    path = _edit_cache_path(step, sha)
+    path = _edit_cache_path(spec, sha)
     if path is not None:
         entry: dict[str, str] = {"verdict": result.verdict, "message": result.message}
         if result.verdict == "changed":
@@ -135,19 +132,17 @@ def _compute_edit(step: Step, sha: str, text: str) -> EditResult:
 
 
 def _start(step: Step) -> StepResult:
-    return StepResult(name=step.name, kind="patch", status="failed", upstream=step.upstream, why=step.why)
+    return StepResult(name=step.name, kind=PatchKind.name, status="failed", upstream=step.upstream, why=step.why)
 
 
-def _not_found(result: StepResult, spec: Any, version: str | None, misses: list[str]) -> None:
+def _not_found(result: StepResult, spec: PatchStep, version: str | None, misses: list[str]) -> None:
     gate_note = f"; this step applies to {spec.package} {spec.versions}" if spec.versions else ""
     found = f"{spec.package} {version}" if version else spec.package
     result.message = f"{found}: target not found — " + " | ".join(misses) + gate_note
 
 
-async def plan_module_edit(ctx: HostContext, step: Step) -> UnitPlan:
+async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
     """An edit of a module: the first candidate module holding the target is the unit's one file."""
-    spec = step.patch
-    assert spec is not None
     result = _start(step)
     verdict_gate, located = await gate(ctx, spec.package, spec.versions, spec.modules, read_first=True)
     result.package_version = verdict_gate.version
@@ -173,7 +168,7 @@ async def plan_module_edit(ctx: HostContext, step: Step) -> UnitPlan:
                               "symlinks (the file behind it may belong to other environments); nothing changed")
             return UnitPlan(result)
         content = base64.b64decode(read["content_b64"])
-        edit = _edit(ctx, step, content, read["sha256"])
+        edit = _edit(ctx, step, spec, content, read["sha256"])
         if edit.verdict == "not_found":
             misses.append(f"{path}: {edit.message}")
             continue
@@ -193,11 +188,10 @@ async def plan_module_edit(ctx: HostContext, step: Step) -> UnitPlan:
     return UnitPlan(result)
 
 
-async def plan_diff(ctx: HostContext, step: Step) -> UnitPlan:
+async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
     """A diff over several files (or one it adds or deletes): every file it names, under the
     package's root, is one file of the unit; any file not found fails the step."""
-    spec = step.patch
-    assert spec is not None and spec.edit.diff is not None
+    assert spec.edit.diff is not None
     diff: DiffEdit = spec.edit.diff
     result = _start(step)
     verdict_gate, located = await gate(ctx, spec.package, spec.versions, spec.modules)
@@ -307,41 +301,48 @@ async def _record_view(ctx: HostContext, package: str, out: StepResult, records:
 
 def written_files(step: StepResult) -> list[tuple[str, str | None]]:
     """(path, sha256 after) of each file a journaled patch step wrote (its unit); none for another kind."""
-    if step.kind != PatchKind.name:
+    if step.kind != PatchKind.name:  # a journaled step of another kind
         return []
     return [(c.file, c.sha256_after) for c in unit_files(step)]
 
 
-def _is_many(step: Step) -> bool:
+def _is_many(spec: PatchStep) -> bool:
     """A diff over several files, or adding or deleting one: recorded as `files`; an edit of one
     module (a one-file diff too) in the single-file fields the product's JSON names."""
-    targets = step.patch.edit.diff.targets() if step.patch and step.patch.edit.diff else []
+    targets = spec.edit.diff.targets() if spec.edit.diff else []
     return len(targets) > 1 or any(p.added or p.deleted for _, _, p in targets)
 
 
-class PatchKind(StepKind[UnitPlan]):
+class PatchKind(StepKind[PatchStep, UnitPlan]):
     name = "patch"
+    spec_model = PatchStep
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned[UnitPlan]:
-        planned = await (plan_diff(ctx, step) if _is_many(step) else plan_module_edit(ctx, step))
+    async def plan(self, ctx: HostContext, step: Step, spec: PatchStep) -> Planned[UnitPlan]:
+        planned = await (plan_diff(ctx, step, spec) if _is_many(spec) else plan_module_edit(ctx, step, spec))
         return Planned(planned.result, planned)
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned[UnitPlan]) -> StepResult:
+    async def apply(self, ctx: HostContext, step: Step, spec: PatchStep, planned: Planned[UnitPlan]) -> StepResult:
         async def replan() -> UnitPlan:
-            return (await self.plan(ctx, step)).data
+            return (await self.plan(ctx, step, spec)).data
 
         return await apply_unit(ctx, step, UnitPlan(planned.result, planned.data.contents), replan)
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned[UnitPlan],
+    async def state(self, ctx: HostContext, step: Step, spec: PatchStep, planned: Planned[UnitPlan],
                     records: list[RunRecord]) -> StepResult:
         out = unit_state(planned.result, records)
-        if step.patch and (out.file or out.files):
-            await _record_view(ctx, step.patch.package, out, records)
-        return with_upstream_note(out, step)
+        if out.file or out.files:
+            await _record_view(ctx, spec.package, out, records)
+        return with_upstream_note(out, step, spec)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         """Every file's backup back in place, only if each still holds what the run wrote (or forced)."""
         return await undo_unit(ctx, done, target)
+
+    def changed(self, done: StepResult) -> bool:
+        """A change in place, or a failure that could not put every file back (restored False):
+        rollback puts back what it left."""
+        named = bool(done.file and done.backup or done.files)
+        return named and (done.status == "changed" or done.status == "failed" and done.restored is False)
 
     def written(self, done: StepResult) -> list[tuple[str, str | None]]:
         return written_files(done)

@@ -303,7 +303,7 @@ async def undo_unit(ctx: HostContext, done: StepResult, target: RunRecord) -> St
     many = _many(done)
     files = unit_files(done)
     changed = [c for c in files if c.sha256_before != c.sha256_after]
-    result = StepResult(name=done.name, kind="patch", status="failed", upstream=done.upstream, why=done.why)
+    result = StepResult(name=done.name, kind=done.kind, status="failed", upstream=done.upstream, why=done.why)
     swapped = [c.model_copy(update={"sha256_before": c.sha256_after, "sha256_after": c.sha256_before})
                for c in (changed if many else files)]
     set_unit(result, swapped, many)
