@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -214,13 +214,16 @@ class LaunchStep(Strict):
         return self
 
 
+KIND_KEY = "a step kind's key"  # marks a Step field as one (steps/registry.py checks they are its kinds)
+
+
 class Step(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str | None = None
-    patch: PatchStep | None = None
-    check: CheckStep | None = None
-    deploy: DeployStep | None = None
-    launch: LaunchStep | None = None
+    patch: Annotated[PatchStep | None, KIND_KEY] = None
+    check: Annotated[CheckStep | None, KIND_KEY] = None
+    deploy: Annotated[DeployStep | None, KIND_KEY] = None
+    launch: Annotated[LaunchStep | None, KIND_KEY] = None
     verify: Verify | None = None
     upstream: str | None = Field(None, description="URL of the upstream fix or issue this step carries (shown by "
                                                    "plan, journaled; status says when the fix is upstream)")
@@ -252,7 +255,7 @@ class Step(Strict):
         return self.verify or Verify()
 
 
-STEP_KINDS = ("patch", "check", "deploy", "launch")
+STEP_KINDS = tuple(name for name, f in Step.model_fields.items() if KIND_KEY in f.metadata)
 
 
 class Recipe(Strict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -85,6 +86,11 @@ class RunReport(BaseModel):
         return self
 
 
+# kind name -> did a journaled result of that kind change the host? Filled by steps/registry.py
+# from each kind's `changed` (this module is below the kinds: it cannot import them).
+CHANGES_HOST: dict[str, Callable[[StepResult], bool]] = {}
+
+
 class RunRecord(BaseModel):
     """One run on one host, as kept in that host's journal."""
 
@@ -105,10 +111,11 @@ class RunRecord(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def changed_steps(self) -> list[StepResult]:
-        """Steps that changed something we can undo (a patched file, deployed files, a server)."""
-        return [s for s in self.steps
-                if s.status in ("changed", "failed") and s.kind == "launch" and (s.details or {}).get("servers")
-                or s.status == "changed" and (s.file and s.backup or s.files)]
+        """Steps that changed something we can undo (a patched file, deployed files, a server),
+        as each step's kind judges it (StepKind.changed); a kind no longer known changed nothing."""
+        if not CHANGES_HOST:
+            raise RuntimeError("no step kinds registered: import patchkit.steps.registry before reading a journal")
+        return [s for s in self.steps if s.kind in CHANGES_HOST and CHANGES_HOST[s.kind](s)]
 
     def live_steps(self) -> list[StepResult]:
         """Changed steps whose change has not been rolled back."""

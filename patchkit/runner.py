@@ -206,9 +206,8 @@ class Runner:
         return HostResult(status=status, steps=record.steps, notices=notices)
 
     async def _run_step(self, ctx: HostContext, step: Step) -> StepResult:
-        kind = kind_named(step.kind)
         try:
-            return await kind.apply(ctx, step, await kind.plan(ctx, step))
+            return await kind_named(step.kind).run(ctx, step)
         except HostError as exc:
             return StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc))
 
@@ -221,9 +220,8 @@ class Runner:
         records = await s.journal.runs(self.loaded.recipe.name)
         steps = []
         for step in self.loaded.recipe.select(self.options.steps):
-            kind = kind_named(step.kind)
             try:
-                steps.append(await kind.state(ctx, step, await kind.plan(ctx, step), records))
+                steps.append(await kind_named(step.kind).status(ctx, step, records))
             except HostError as exc:
                 steps.append(StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc)))
         order: list[Literal["failed", "drifted", "pending"]] = ["failed", "drifted", "pending"]

@@ -1476,9 +1476,9 @@ class TestResultsCompile:
         monkeypatch.setattr(engine, "run", lambda spec, source: EditResult("changed", "x = [\n", "added"))
         step = next(s for s in load_recipe(Path(__file__).parents[2] / "recipes" / "kimi_eagle3.yaml").recipe.steps
                     if s.name == "eagle3-whitelist")
-        result = patch._compute_edit(step, "0" * 64, "x = []\n")
+        result = patch._compute_edit(step.patch, "0" * 64, "x = []\n")
         assert result.verdict == "not_found" and result.message.startswith("patchkit bug: the list_insert edit")
-        assert patch._stored_edit(step, "0" * 64, "x = []\n") is None  # never cached
+        assert patch._stored_edit(step.patch, "0" * 64, "x = []\n") is None  # never cached
 
     def test_a_file_this_python_cannot_compile_is_held_to_parsing_only(self) -> None:
         # `return` at module level does not compile; the edit is still checked by parsing.

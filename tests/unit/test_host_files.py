@@ -141,6 +141,6 @@ def test_every_op_the_control_code_sends_is_declared_by_a_host_file() -> None:
 
 def test_the_journal_guard_covers_every_op_that_changes_the_host() -> None:
     every = host_agent(*AGENT_EXTENSIONS)
-    assert every.MUTATING_OPS == {"apply", "apply_files", "restore", "receive_file", "remove_file", "launch_start", "launch_stop",
+    assert every.MUTATING_OPS == {"apply_files", "restore", "receive_file", "remove_file", "launch_start", "launch_stop",
                                   "journal_prune"}
     assert every.STREAMING_OPS == {"receive_file"}
