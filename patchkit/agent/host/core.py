@@ -383,7 +383,7 @@ def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None):
     for path in paths:
         refuse_symlink(path, "patch")
     with locked_folders(paths, import_timeout_s + 60):
-        return apply_unit_locked(files, paths, verify_imports, import_timeout_s)
+        return apply_unit_locked(files, paths, verify_imports, import_timeout_s, verify_python)
 
 
 class locked_folders:
@@ -409,7 +409,7 @@ class locked_folders:
         self.entered = []
 
 
-def apply_unit_locked(files, paths, verify_imports, import_timeout_s):
+def apply_unit_locked(files, paths, verify_imports, import_timeout_s, verify_python=None):
     """op_apply_files under its locks: nothing is written until every file was read, checked
     against the hash the plan saw and backed up (a refusal then leaves the host as it was)."""
     olds = [read_original(spec, path) for spec, path in zip(files, paths)]
