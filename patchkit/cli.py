@@ -50,9 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     targets(apply)
     apply.add_argument("--dry-run", action="store_true", help="show diffs, write nothing (same as plan)")
     apply.add_argument("--no-restart", action="store_true",
-                       help="launch: fail instead of restarting a server that runs a different command")
+                       help="launch: never restart a running server: a different command fails, a server "
+                            "running code older than the disk is reported `stale` (exit 3)")
     plan = sub.add_parser("plan", help="unified diffs of what apply would change; nothing written")
-    status = sub.add_parser("status", help="per host and step: applied | pending | drifted | not-applicable")
+    status = sub.add_parser("status", help="per host and step: applied | pending | drifted | stale | not-applicable")
     for command in (apply, plan, status):
         if command is not apply:
             targets(command)
@@ -210,6 +211,8 @@ def _exit_code(command: str, report: RunReport) -> int:
     if "failed" in statuses:
         return EXIT_FAILED
     if command in ("status", "audit") and ({"drifted", "pending"} & (set(statuses) | set(step_statuses))):
+        return EXIT_NOT_CONVERGED
+    if "stale" in set(statuses) | set(step_statuses):  # a server runs older code than the disk holds
         return EXIT_NOT_CONVERGED
     return EXIT_OK
 

@@ -219,6 +219,9 @@ class Step(Strict):
     upstream: str | None = Field(None, description="URL of the upstream fix or issue this step carries (shown by "
                                                    "plan, journaled; status says when the fix is upstream)")
     why: str | None = Field(None, description="why the step exists, in a sentence (shown by plan, journaled)")
+    notify: list[str] = Field(default_factory=list, description=(
+        "launch steps (later in the recipe) whose server restarts when this patch/deploy step changes a file; "
+        "once a launch step is notified by any step, only those steps' changes in a run restart it"))
 
     @field_validator("upstream")
     @classmethod
@@ -234,6 +237,8 @@ class Step(Strict):
             raise ValueError(f"a step needs exactly one of: {', '.join(STEP_KINDS)}")
         if self.verify is not None and self.patch is None:
             raise ValueError("`verify` goes with a `patch` step")
+        if self.notify and self.patch is None and self.deploy is None:
+            raise ValueError("`notify` goes with a `patch` or `deploy` step (it names launch steps to restart)")
         return self
 
     @property
@@ -268,6 +273,13 @@ class Recipe(Strict):
             if step.name in seen:
                 raise ValueError(f"two steps are named {step.name!r}")
             seen.add(step.name)
+        for i, step in enumerate(steps):
+            later = {s.name for s in steps[i + 1:] if s.launch is not None}
+            for name in step.notify:
+                if name not in later:
+                    launches = [s.name for s in steps[i + 1:] if s.launch is not None]
+                    raise ValueError(f"step {step.name!r} notifies {name!r}, which is not a launch step after it "
+                                     f"(launch steps after it: {', '.join(launches) or 'none'})")
         return steps
 
     @field_validator("secrets")

@@ -9,7 +9,7 @@ from patchkit.results import RunReport
 
 STATUS_STYLE = {
     "changed": "bold yellow", "ok": "green", "skipped": "dim", "failed": "bold red",
-    "applied": "green", "pending": "yellow", "drifted": "bold magenta", "not-applicable": "dim",
+    "applied": "green", "pending": "yellow", "drifted": "bold magenta", "stale": "bold magenta", "not-applicable": "dim",
 }
 
 

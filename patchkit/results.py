@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 StepStatus = Literal["changed", "ok", "skipped", "failed"]
-StateStatus = Literal["applied", "pending", "drifted", "not-applicable", "failed"]
+StateStatus = Literal["applied", "pending", "drifted", "stale", "not-applicable", "failed"]
 
 
 class Check(BaseModel):
@@ -52,7 +52,7 @@ class StepResult(BaseModel):
 
 
 class HostResult(BaseModel):
-    status: StepStatus | Literal["drifted", "pending", "applied"]
+    status: StepStatus | Literal["drifted", "pending", "applied", "stale"]
     message: str = ""
     steps: list[StepResult] = Field(default_factory=list)
     exec_requests: int = 0
@@ -98,10 +98,12 @@ class RunRecord(BaseModel):
         return [s for s in self.changed_steps() if s.name not in self.rolled_back_steps]
 
 
-def host_status(steps: list[StepResult]) -> StepStatus:
+def host_status(steps: list[StepResult]) -> StepStatus | Literal["stale"]:
     statuses = {s.status for s in steps}
     if "failed" in statuses:
         return "failed"
+    if "stale" in statuses:  # a server left running older code (--no-restart): not converged
+        return "stale"
     if "changed" in statuses:
         return "changed"
     if statuses and statuses <= {"skipped"}:
@@ -158,6 +160,7 @@ class LaunchServer(BaseModel):
     command_hash: str
     salt: str | None = None
     started: float | None = None
+    run_id: str | None = None  # the run that started it (staleness.py)
 
     def as_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_unset=True)

@@ -221,6 +221,7 @@ class Runner:
                 result = await self._run_step(ctx, step)
                 log.info("step.done", host=s.host.name, step=step.name, status=result.status, message=result.message)
             record.steps.append(result)
+            ctx.done.append(result)
             if result.status == "failed" and not self.options.dry_run:
                 stopped_by = step.name  # a plan reads only: it goes on, to show every problem at once
             if result.status in ("changed", "failed") and not self.options.dry_run:
@@ -262,8 +263,8 @@ class Runner:
                 steps.append(await kind.state(ctx, step, await kind.plan(ctx, step), records))
             except HostError as exc:
                 steps.append(StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc)))
-        order: list[Literal["failed", "drifted", "pending"]] = ["failed", "drifted", "pending"]
-        worst: Literal["failed", "drifted", "pending", "ok"] = next(
+        order: list[Literal["failed", "drifted", "stale", "pending"]] = ["failed", "drifted", "stale", "pending"]
+        worst: Literal["failed", "drifted", "stale", "pending", "ok"] = next(
             (o for o in order if any(st.status == o for st in steps)), "ok")
         return HostResult(status=worst, steps=steps)
 
@@ -286,7 +287,11 @@ class Runner:
                            recipe_sha256=self.loaded.content_sha256, host=s.host.name, user=_user(),
                            patchkit_version=__version__, started=time.time(), rollback_of=target.run_id)
         ctx = self._context(s)
-        for step in reversed(target.live_steps()):
+        # Kinds that restart what runs (launch) go last: a server restarted onto the original
+        # code must start after the files are the original again.
+        undo_order = list(reversed(target.live_steps()))
+        undo_order.sort(key=lambda st: bool(getattr(kind_named(st.kind), "undo_last", False)))  # stable
+        for step in undo_order:
             if wanted and step.name not in wanted:
                 continue
             try:

@@ -32,8 +32,15 @@ from tenacity import (
 
 from patchkit.agent import AgentClient
 from patchkit.agent.protocol import (
-    HTTP, HTTP_BATCH, LAUNCH_INSPECT, LAUNCH_START, LAUNCH_STOP, LOG_TAIL,
-    HttpRequest, LaunchInspectReply, LaunchStopReply,
+    HTTP,
+    HTTP_BATCH,
+    LAUNCH_INSPECT,
+    LAUNCH_START,
+    LAUNCH_STOP,
+    LOG_TAIL,
+    HttpRequest,
+    LaunchInspectReply,
+    LaunchStopReply,
 )
 from patchkit.errors import HostError
 from patchkit.recipe import Health, LaunchStep, SpecDecodeGate, Step
@@ -41,6 +48,7 @@ from patchkit.redact import Redactor
 from patchkit.results import LaunchDetails, LaunchServer, RunRecord, StepResult
 from patchkit.steps.context import HostContext
 from patchkit.steps.kind import Planned, StepKind, Undone
+from patchkit.steps.staleness import Stale, last_change, stale_change
 
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -253,10 +261,10 @@ def _log_path(ctx: HostContext, step_name: str, spec_log: str | None) -> str:
 
 
 async def _start(agent: AgentClient, state_dir: str, name: str, cmd: ServerCommand, command_hash: str,
-                 log: str) -> LaunchServer:
+                 log: str, run_id: str) -> LaunchServer:
     started = await agent.call(LAUNCH_START({
         "state_dir": state_dir, "name": name, "argv": cmd.argv, "env": cmd.env, "cwd": cmd.cwd, "log_path": log,
-        "command_hash": command_hash, "shown_argv": cmd.shown_argv, "salt": cmd.salt}))
+        "command_hash": command_hash, "shown_argv": cmd.shown_argv, "salt": cmd.salt, "run_id": run_id}))
     return LaunchServer.model_validate(started)
 
 
@@ -269,6 +277,33 @@ async def _stop(ctx: HostContext, name: str, timeout_s: float) -> LaunchStopRepl
 LaunchPlan = tuple[StepResult, LaunchInspectReply, ServerCommand]
 
 
+def when(epoch: Any) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(float(epoch))) if epoch is not None else "at an unknown time"
+
+
+def _this_run(ctx: HostContext) -> RunRecord:
+    """The run in progress on this host, as far as it got: its earlier steps' changes count."""
+    return RunRecord(run_id=ctx.run_id, kind="apply", recipe=ctx.loaded.recipe.name, recipe_sha256="", host=ctx.host,
+                     patchkit_version="", started=time.time(), steps=list(ctx.done))
+
+
+def _notified(ctx: HostContext, step: Step, records: list[RunRecord]) -> list[RunRecord]:
+    """With `notify:` naming this launch step, this recipe's changes count only from the steps
+    that notify it (another recipe's changes always count: it cannot vouch for them)."""
+    notifiers = {s.name for s in ctx.loaded.recipe.steps if step.name in s.notify}
+    if not notifiers:
+        return records
+    return [r.model_copy(update={"steps": [s for s in r.steps if s.name in notifiers or s.kind == "launch"]})
+            if r.recipe == ctx.loaded.recipe.name else r for r in records]
+
+
+async def staleness(ctx: HostContext, step: Step, record: dict[str, Any]) -> tuple[Stale | None, Stale | None]:
+    """(why the running server is stale or None, the newest change journaled on the host)."""
+    records = await ctx.journal.runs(None)  # every recipe's: another one may patch what this one serves
+    current, *journaled = _notified(ctx, step, [_this_run(ctx), *records])
+    return stale_change(record, step.name, journaled, current), last_change(journaled, current)
+
+
 async def plan_launch(ctx: HostContext, step: Step) -> LaunchPlan:
     spec = step.launch
     assert spec is not None
@@ -278,7 +313,10 @@ async def plan_launch(ctx: HostContext, step: Step) -> LaunchPlan:
     cmd = server_command(ctx, spec.command, spec.env, spec.cwd, record.get("salt"))
     wanted = await cmd.command_hash()
     healthy = _healthy(info)
-    if info["running"] and record.get("command_hash") == wanted and healthy:
+    stale, newest = (await staleness(ctx, step, record)) if info["running"] else (None, None)
+    if stale is not None and record.get("command_hash") == wanted:
+        result.message = "restart onto the code on disk: " + stale.describe(record.get("pid"), when(record.get("started")))
+    elif info["running"] and record.get("command_hash") == wanted and healthy:
         result.status = "ok"
         result.message = f"running and healthy (pid {record['pid']})"
     elif info["running"] and record.get("command_hash") == wanted:
@@ -293,6 +331,11 @@ async def plan_launch(ctx: HostContext, step: Step) -> LaunchPlan:
     result.details = {"pid": record.get("pid"), "running": info["running"], "healthy": healthy,
                       "same_command": record.get("command_hash") == wanted, "log": record.get("log"),
                       "command_hash": wanted}
+    if info["running"]:
+        result.details["started"] = record.get("started")
+        result.details["stale"] = stale.describe(record.get("pid"), when(record.get("started"))) if stale else None
+        if newest is not None:
+            result.details["last_change"] = {"run_id": newest.run_id, "step": newest.step, "file": newest.file}
     return result, info, cmd
 
 
@@ -308,21 +351,27 @@ async def apply_launch(ctx: HostContext, step: Step, planned: LaunchPlan) -> Ste
     record = info.get("record") or {}
     wanted = (result.details or {})["command_hash"]
     replaced = None
+    stale = (result.details or {}).get("stale")
     if info["running"]:
         if record.get("command_hash") != wanted and ctx.no_restart:
             result.status = "failed"
             result.message = (f"a different command runs as {step.name} (pid {record['pid']}); "
                               "--no-restart refuses to replace it")
             return result
+        if stale and ctx.no_restart:
+            result.status, result.message = "stale", f"stale: {stale} (--no-restart)"
+            return result
         stopped = await _stop(ctx, step.name, spec.stop_timeout_s)
         replaced = public_record(stopped.get("record"))
     log = _log_path(ctx, step.name, spec.log)
-    started = await _start(ctx.agent, ctx.journal.state_dir, step.name, cmd, wanted, log)
+    started = await _start(ctx.agent, ctx.journal.state_dir, step.name, cmd, wanted, log, ctx.run_id)
     details = LaunchDetails(servers=[started], replaced=LaunchServer.model_validate(replaced) if replaced else None,
                             log=log)
     try:
         details.startup_s = round(await wait_healthy(ctx.agent, ctx.journal.state_dir, step.name, spec.health), 1)
         notes = [f"healthy after {details.startup_s}s (pid {started.pid})"]
+        if stale:
+            notes.insert(0, f"restarted onto the code on disk ({stale})")
         ready = await check_ready(ctx.agent, spec, ctx.loaded.redactor)
         if ready:
             notes.append(ready)
@@ -374,7 +423,7 @@ async def _baseline(ctx: HostContext, step: Step, spec: LaunchStep, details: Lau
     name = f"{step.name}-baseline"
     log = _log_path(ctx, name, None)
     cmd = server_command(ctx, base.command, spec.env, spec.cwd)
-    started = await _start(ctx.agent, ctx.journal.state_dir, name, cmd, await cmd.command_hash(), log)
+    started = await _start(ctx.agent, ctx.journal.state_dir, name, cmd, await cmd.command_hash(), log, ctx.run_id)
     details.servers.append(started)
     await wait_healthy(ctx.agent, ctx.journal.state_dir, name, base.health)
     plain = await measure(ctx.agent, base.health.url, spec.spec_decode, ctx.loaded.redactor)
@@ -398,7 +447,7 @@ async def _baseline(ctx: HostContext, step: Step, spec: LaunchStep, details: Lau
 
 
 async def undo_launch(agent: AgentClient, state_dir: str, step: StepResult, force: bool,
-                      redactor: Redactor, env: dict[str, str]) -> Undone:
+                      redactor: Redactor, env: dict[str, str], run_id: str) -> Undone:
     """Stop the servers a run started (if they are still the ones it started); restart what it replaced.
 
     redactor and env are those of the recipe being rolled back: the journal holds no secret or
@@ -423,14 +472,14 @@ async def undo_launch(agent: AgentClient, state_dir: str, step: StepResult, forc
         notes.append(f"stopped {server.name} (pid {server.pid}, {stopped['how']})")
     previous = details.replaced
     if previous and ok:
-        restarted = await _restart(agent, state_dir, previous, redactor, env)
+        restarted = await _restart(agent, state_dir, previous, redactor, env, run_id)
         ok = restarted.ok
         notes.append(restarted.message)
     return Undone(ok, "; ".join(notes) or "nothing to stop")
 
 
 async def _restart(agent: AgentClient, state_dir: str, previous: LaunchServer, redactor: Redactor,
-                   env: dict[str, str]) -> Undone:
+                   env: dict[str, str], run_id: str) -> Undone:
     shown = list(previous.argv)
     revealed = [redactor.reveal(word) for word in shown]
     unknown = sorted({name for _, names in revealed for name in names})
@@ -449,17 +498,23 @@ async def _restart(agent: AgentClient, state_dir: str, previous: LaunchServer, r
         return Undone(False, refused + (f"this recipe's values for {', '.join(what) or 'its command'} are not the "
                                         "ones it ran with (patchkit keeps none of them); roll back again with the "
                                         "recipe or -e values it ran with"))
-    again = await _start(agent, state_dir, previous.name, cmd, previous.command_hash, previous.log)
+    again = await _start(agent, state_dir, previous.name, cmd, previous.command_hash, previous.log, run_id)
     return Undone(True, f"restarted the server it replaced (pid {again.pid})")
 
 
 def launch_state(planned: StepResult) -> StepResult:
-    """running and healthy -> applied; the same command running, unhealthy -> drifted; another
-    command running or none -> pending."""
+    """running and healthy -> applied; running code older than the disk -> stale; the same
+    command running, unhealthy -> drifted; another command running or none -> pending."""
     out = planned.model_copy(deep=True)
     details = planned.details or {}
-    if planned.status == "ok":
-        out.status, out.message = "applied", f"running, healthy (pid {details.get('pid')})"
+    if details.get("stale") and details.get("same_command"):
+        out.status, out.message = "stale", f"stale: {details['stale']}"
+    elif planned.status == "ok":
+        last = details.get("last_change")
+        since = (f"; started after the last change (run {last['run_id']} changed {last['file']})" if last
+                 else "; no change journaled on this host")
+        out.status = "applied"
+        out.message = f"running, healthy (pid {details.get('pid')}, started {when(details.get('started'))}){since}"
     elif details.get("running") and details.get("same_command"):
         out.status, out.message = "drifted", f"unhealthy: {planned.message}"
     elif details.get("running"):
@@ -471,6 +526,7 @@ def launch_state(planned: StepResult) -> StepResult:
 
 class LaunchKind(StepKind[LaunchPlan]):
     name = "launch"
+    undo_last = True  # rollback restarts servers after the files are back (runner.rollback)
 
     async def plan(self, ctx: HostContext, step: Step) -> Planned[LaunchPlan]:
         result, info, cmd = await plan_launch(ctx, step)
@@ -487,6 +543,7 @@ class LaunchKind(StepKind[LaunchPlan]):
         # The journal keeps env names only: the values come from the recipe being rolled back.
         found = next((s for s in ctx.loaded.recipe.steps if s.name == done.name and s.launch), None)
         env = dict(found.launch.env) if found and found.launch else {}
-        undone = await undo_launch(ctx.agent, ctx.journal.state_dir, done, ctx.force, ctx.loaded.redactor, env)
+        undone = await undo_launch(ctx.agent, ctx.journal.state_dir, done, ctx.force, ctx.loaded.redactor, env,
+                                   ctx.run_id)
         return StepResult(name=done.name, kind="launch", status="changed" if undone.ok else "failed",
                           message=undone.message)
