@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fa
     from patchkit.inventory import HostSpec
     from patchkit.recipe import LoadedRecipe
     from patchkit.results import RunReport
+    from patchkit.rollout import Size
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
 
@@ -35,8 +36,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="set a recipe variable; python=PATH picks the target interpreter")
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
         sp.add_argument("--concurrency", type=int, default=32, help="hosts worked on at once (default 32)")
-        sp.add_argument("--serial", type=int, metavar="N", help="canary: run the first N hosts, go on only if they all succeeded")
-        sp.add_argument("--max-fail", type=int, metavar="K", help="stop starting hosts once more than K have failed")
+        sp.add_argument("--serial", metavar="N[,N|P%...]",
+                        help="rollout batches, e.g. 1,10%%,100%%: a batch starts once every host before it succeeded "
+                             "(gates included); a single N: the first N hosts, then the rest")
+        sp.add_argument("--max-fail", metavar="K|P%", help="stop starting hosts once more than K (or P%% of them) have failed")
         sp.add_argument("--lock-timeout", type=float, default=60.0, help="seconds to wait for another run's host lock")
         sp.add_argument("--state-dir", help="journal folder on hosts that set none (default ~/.local/state/patchkit)")
         sp.add_argument("--accept-new-host-keys", action="store_true",
@@ -142,10 +145,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     from patchkit.errors import HostError
 
     try:
-        hosts = _hosts(args)
+        hosts, inventory_serial = _hosts(args)
     except HostError as exc:  # a selector group kubectl could not list
         print(f"patchkit: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    serial, max_fail = _rollout(args, loaded, inventory_serial)
 
     from patchkit.journal import new_run_id
     from patchkit.runner import Options, Runner
@@ -160,8 +164,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         lock_timeout=args.lock_timeout,
         state_dir=args.state_dir,
-        serial=args.serial,
-        max_fail=args.max_fail,
+        serial=serial,
+        max_fail=max_fail,
         progress=not args.json or sys.stderr.isatty(),
         verify_all=getattr(args, "verify_all", False),
         no_restart=getattr(args, "no_restart", False),
@@ -236,7 +240,8 @@ def _split(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-def _hosts(args: argparse.Namespace) -> list[HostSpec]:
+def _hosts(args: argparse.Namespace) -> tuple[list[HostSpec], list[int | str] | int | str | None]:
+    """The selected hosts, and the inventory's `serial`."""
     from patchkit.inventory import load_inventory, local_inventory
     from patchkit.transport.kubectl import resolve_selector
 
@@ -244,7 +249,26 @@ def _hosts(args: argparse.Namespace) -> list[HostSpec]:
     selected = inventory.select(_split(args.limit), resolve_selector)
     for note in selected.notes:
         print(f"patchkit: {note}", file=sys.stderr)
-    return selected.hosts
+    return selected.hosts, inventory.serial
+
+
+def _rollout(args: argparse.Namespace, loaded: LoadedRecipe | None,
+             inventory_serial: list[int | str] | int | str | None) -> tuple[list[Size] | None, Size | None]:
+    """--serial, else (apply, rollback) the recipe's `serial:`, else the inventory's; --max-fail.
+    UsageError if unreadable."""
+    from patchkit.errors import UsageError
+    from patchkit.rollout import parse_serial, parse_size
+
+    changes = args.command in ("apply", "rollback")  # `serial:` paces changes; reads need no batches
+    try:
+        given = args.serial if args.serial is not None else (loaded.recipe.serial if loaded and changes else None)
+        if given is None and changes:
+            given = inventory_serial
+        serial = parse_serial(given, "--serial") if given is not None else None
+        max_fail = parse_size(args.max_fail, "--max-fail") if args.max_fail is not None else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return serial, max_fail
 
 
 def _bake(args: argparse.Namespace, loaded: LoadedRecipe, overrides: dict[str, str]) -> int:

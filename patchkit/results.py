@@ -58,6 +58,7 @@ class HostResult(BaseModel):
     exec_requests: int = 0
     warnings: list[str] = Field(default_factory=list)  # e.g. a login shell's banner, skipped (agent/client.py)
     notices: list[str] = Field(default_factory=list)  # what the user should know, e.g. changes a container loses
+    batch: str | None = None  # "2/3": the rollout batch the host ran in (--serial)
 
 
 class RunReport(BaseModel):

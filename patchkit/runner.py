@@ -26,6 +26,7 @@ from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
 from patchkit.redact import Redactor
 from patchkit.results import HostResult, RunRecord, StepResult, StepStatus, host_status
+from patchkit.rollout import Size
 from patchkit.steps.context import EditCache, HostContext
 from patchkit.steps.registry import kind_named
 from patchkit.transport import LocalTransport, Transport
@@ -43,8 +44,8 @@ class Options:
     concurrency: int = 32
     lock_timeout: float = 60.0
     state_dir: str | None = None  # for hosts whose inventory entry names none
-    serial: int | None = None  # canary batch size
-    max_fail: int | None = None
+    serial: list[Size] | None = None  # rollout batches (rollout.py)
+    max_fail: Size | None = None
     progress: bool = False
     no_restart: bool = False  # launch: refuse to replace a server running a different command
     verify_all: bool = False  # deploy: re-hash every file instead of trusting size+mtime caches
