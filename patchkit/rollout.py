@@ -35,7 +35,7 @@ class Size:
 def parse_size(text: str | int, what: str) -> Size:
     """'3' or 3 -> 3 hosts; '10%' -> 10% of them. ValueError naming `what` otherwise."""
     if isinstance(text, bool):
-        raise ValueError(f"{what}: {text!r} is not a host count or a percentage like 10%")
+        raise ValueError(f"{what}: {text!r} is not a host count or a percentage like 10%")  # noqa: TRY004 - one error type for every unreadable size
     if isinstance(text, int):
         text = str(text)
     found = _SIZE.match(text)
