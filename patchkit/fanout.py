@@ -111,7 +111,7 @@ async def fan_out(
                 state.stop_reason = _stopped_after(i, cut, state.results)
             tasks[:] = [asyncio.ensure_future(one(h)) for h in batch]
             await asyncio.gather(*tasks, return_exceptions=True)
-            for host in batch:
+            for host in batch if len(cut) > 1 else ():
                 if host.name in state.results:
                     state.results[host.name].batch = f"{i + 1}/{len(cut)}"
     finally:

@@ -413,7 +413,7 @@ async def apply_launch(ctx: HostContext, step: Step, planned: LaunchPlan) -> Ste
     result = result.model_copy(deep=True)
     if result.status == "ok" or ctx.dry_run:
         if ctx.dry_run and result.status == "changed":
-            result.message = "would start: " + result.message
+            result.message = ("would " if result.message.startswith("restart") else "would start: ") + result.message
         return result
     record = info.get("record") or {}
     wanted = (result.details or {})["command_hash"]
@@ -507,8 +507,11 @@ async def gate_identity(ctx: HostContext, spec: LaunchStep) -> dict[str, str | N
     """What a measurement is comparable by: the model's, the drafter's and the prompts' hashes."""
     assert spec.spec_decode is not None
     model, drafter = served_models(ctx.loaded.redactor.value(spec.command))
-    return {"model": model, "model_sha256": await _tree_sha256(ctx, model),
-            "drafter": drafter, "drafter_sha256": await _tree_sha256(ctx, drafter),
+    # Hashing a model's files costs a read of all of them the first time (hundreds of GB for a
+    # large target; the hash cache spares later runs): only a gate that compares pays it.
+    hashed = spec.spec_decode.max_regression is not None
+    return {"model": model, "model_sha256": await _tree_sha256(ctx, model) if hashed else None,
+            "drafter": drafter, "drafter_sha256": await _tree_sha256(ctx, drafter) if hashed else None,
             "prompts_sha256": prompts_sha256(spec.spec_decode)}
 
 
@@ -525,7 +528,7 @@ def last_good(records: list[RunRecord], identity: dict[str, str | None], run_id:
             if not isinstance(figures, dict) or not figures.get("passed"):
                 continue
             theirs = figures.get("identity") or {}
-            if all(theirs.get(k) == identity.get(k) for k in _COMPARABLE):
+            if theirs.get("model_sha256") and all(theirs.get(k) == identity.get(k) for k in _COMPARABLE):
                 return record.run_id, figures
     return None
 

@@ -364,7 +364,10 @@ def test_no_restart_leaves_the_server_stale_and_says_so(webapp) -> None:
     assert code == 3 and web["status"] == "stale", web
     assert f"before run {run_id} changed {version_file}" in web["message"]
 
-    # A later apply without --no-restart restarts it onto the code on disk.
+    # plan says what apply would do; a later apply without --no-restart restarts it onto the code on disk.
+    code, report = run("plan", str(recipe(None)))
+    assert step_of(report)["message"].startswith(f"would restart onto the code on disk: pid {pid} started "), report
+    assert alive(pid)
     code, report = run("apply", str(recipe(None)))
     web = step_of(report)
     assert code == 0 and web["status"] == "changed" and "restarted onto the code on disk (pid" in web["message"], web
