@@ -191,7 +191,7 @@ class SpecDecodeGate(Strict):
         "passing gate on this host with the same model, drafter and prompts"))
 
     @model_validator(mode="after")
-    def _one_prompt_source(self) -> "SpecDecodeGate":
+    def _one_prompt_source(self) -> SpecDecodeGate:
         if self.prompts_file is not None and "prompts" in self.model_fields_set:
             raise ValueError("give `prompts` or `prompts_file`, not both")
         return self

@@ -377,6 +377,7 @@ def test_no_restart_leaves_the_server_stale_and_says_so(webapp) -> None:
 def test_a_patch_applied_and_rolled_back_under_a_server_leaves_it_current(webapp) -> None:
     """Net effect per file: the server's bytes are on disk again, so it is not stale."""
     recipe, run, port, version_file = webapp
+    original = version_file.read_text()
     code, report = run("apply", str(recipe(None)))
     pid = step_of(report)["details"]["servers"][0]["pid"]
     patched = recipe("2.0")
@@ -384,6 +385,7 @@ def test_a_patch_applied_and_rolled_back_under_a_server_leaves_it_current(webapp
     assert code == 3
     code, report = run("rollback", str(patched), "--steps", "bump")
     assert code == 0, report
+    assert version_file.read_text() == original
     code, report = run("status", str(recipe(None)))
     assert code == 0 and step_of(report)["status"] == "applied", report
     assert alive(pid) and get(port) == "1.0"

@@ -432,6 +432,7 @@ def sandbox_file(python: Path, relpath: str) -> Path:
     return path
 
 
+@pytest.mark.timeout(2700)  # three servers and a torch import: a cap for a loaded machine, not a timing
 def test_sampling_fix_brings_the_acceptance_rate_to_theory(servers: Servers, sandbox: Path,
                                                            models: dict[str, Path], tmp_path: Path) -> None:
     pair = models["rigged"]
@@ -442,8 +443,8 @@ def test_sampling_fix_brings_the_acceptance_rate_to_theory(servers: Servers, san
     port = free_port()
     recipe = write_recipe(tmp_path / "rigged_sampled.yaml", "rigged_sampled", launch_step(
         "serve", pair / "target", port, drafter=pair / "drafter", ready=False, env=UNINITIALISED_IS_GARBAGE,
-        gate={"min_acceptance_rate": 0.25, "temperature": 1, "max_tokens": 64, "seed": 7,
-              "prompts": [f"Story {i}:" for i in range(16)], "min_draft_tokens": 1500, "max_regression": 0.1}))
+        gate={"min_acceptance_rate": 0.25, "temperature": 1, "max_tokens": 32, "seed": 7,
+              "prompts": [f"Story {i}:" for i in range(8)], "min_draft_tokens": 600, "max_regression": 0.1}))
     launch = Launcher(servers, state, recipe, sandbox)
     servers.track(state, lambda: run(state, "rollback", str(FIX_RECIPE), "--force", python=sandbox))
 
@@ -481,7 +482,7 @@ def test_sampling_fix_brings_the_acceptance_rate_to_theory(servers: Servers, san
     wide = wilson(rate * n, n, 3.29)
     assert wide[0] < expected < wide[1], (fixed, wide)
     assert f"acceptance {rate:.1%} (95% CI {low:.1%}-{high:.1%})" in step["message"], step["message"]
-    assert fixed["draft_tokens"] >= 1500 and fixed["per_position"] and len(fixed["per_position"]) == 3
+    assert fixed["draft_tokens"] >= 600 and fixed["per_position"] and len(fixed["per_position"]) == 3
     pid = server_pid(step)
     print(f"\nrigged, temperature 1: as released {buggy['acceptance_rate']:.4f} {buggy['acceptance_interval']}, "
           f"fixed {rate:.4f} {fixed['acceptance_interval']} over {int(fixed['draft_tokens'])} drafted tokens "
