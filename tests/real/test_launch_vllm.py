@@ -476,7 +476,7 @@ def test_sampling_fix_brings_the_acceptance_rate_to_theory(servers: Servers, san
     assert code == 0 and step["status"] == "changed", step
     fixed = step["details"]["spec_decode"]
     rate, (low, high) = fixed["acceptance_rate"], fixed["acceptance_interval"]
-    assert low < rate < high < 0.35, fixed
+    assert low < rate < high and low > 0.2, fixed
     # Theory inside the measured interval: asserted at 99.9% (a 95% interval misses 1 run in 20).
     n = fixed["effective_trials"]
     wide = wilson(rate * n, n, 3.29)
