@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 StepStatus = Literal["changed", "ok", "skipped", "failed"]
-StateStatus = Literal["applied", "pending", "drifted", "not-applicable", "failed"]
+StateStatus = Literal["applied", "pending", "drifted", "stale", "not-applicable", "failed"]
 
 
 class Check(BaseModel):
@@ -53,12 +53,13 @@ class StepResult(BaseModel):
 
 
 class HostResult(BaseModel):
-    status: StepStatus | Literal["drifted", "pending", "applied"]
+    status: StepStatus | Literal["drifted", "pending", "applied", "stale"]
     message: str = ""
     steps: list[StepResult] = Field(default_factory=list)
     exec_requests: int = 0
     warnings: list[str] = Field(default_factory=list)  # e.g. a login shell's banner, skipped (agent/client.py)
     notices: list[str] = Field(default_factory=list)  # what the user should know, e.g. changes a container loses
+    batch: str | None = None  # "2/3": the rollout batch the host ran in (--serial)
     transport: str | None = None  # local | ssh | openssh | podman | docker | k8s ...: how it was reached
     address: str | None = None
     seconds: float | None = None  # wall time of this host's work, connection included
@@ -122,10 +123,12 @@ class RunRecord(BaseModel):
         return [s for s in self.changed_steps() if s.name not in self.rolled_back_steps]
 
 
-def host_status(steps: list[StepResult]) -> StepStatus:
+def host_status(steps: list[StepResult]) -> StepStatus | Literal["stale"]:
     statuses = {s.status for s in steps}
     if "failed" in statuses:
         return "failed"
+    if "stale" in statuses:  # a server left running older code (--no-restart): not converged
+        return "stale"
     if "changed" in statuses:
         return "changed"
     if statuses and statuses <= {"skipped"}:
@@ -182,6 +185,7 @@ class LaunchServer(BaseModel):
     command_hash: str
     salt: str | None = None
     started: float | None = None
+    run_id: str | None = None  # the run that started it (staleness.py)
 
     def as_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_unset=True)

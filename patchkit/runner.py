@@ -26,6 +26,7 @@ from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
 from patchkit.redact import Redactor
 from patchkit.results import HostResult, RunRecord, StepResult, StepStatus, host_status
+from patchkit.rollout import Size
 from patchkit.steps.context import EditCache, HostContext
 from patchkit.steps.registry import kind_named
 from patchkit.transport import Transport, schemes
@@ -44,8 +45,8 @@ class Options:
     concurrency: int = 32
     lock_timeout: float = 60.0
     state_dir: str | None = None  # for hosts whose inventory entry names none
-    serial: int | None = None  # canary batch size
-    max_fail: int | None = None
+    serial: list[Size] | None = None  # rollout batches (rollout.py)
+    max_fail: Size | None = None
     progress: bool = False
     no_restart: bool = False  # launch: refuse to replace a server running a different command
     verify_all: bool = False  # deploy: re-hash every file instead of trusting size+mtime caches
@@ -185,6 +186,7 @@ class Runner:
                 result = await self._run_step(ctx, step)
                 log.info("step.done", host=s.host.name, step=step.name, status=result.status, message=result.message)
             record.steps.append(result)
+            ctx.done.append(result)
             if result.status == "failed" and not self.options.dry_run:
                 stopped_by = step.name  # a plan reads only: it goes on, to show every problem at once
             if result.status in ("changed", "failed") and not self.options.dry_run:
@@ -224,8 +226,8 @@ class Runner:
                 steps.append(await kind_named(step.kind).status(ctx, step, records))
             except HostError as exc:
                 steps.append(StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc)))
-        order: list[Literal["failed", "drifted", "pending"]] = ["failed", "drifted", "pending"]
-        worst: Literal["failed", "drifted", "pending", "ok"] = next(
+        order: list[Literal["failed", "drifted", "stale", "pending"]] = ["failed", "drifted", "stale", "pending"]
+        worst: Literal["failed", "drifted", "stale", "pending", "ok"] = next(
             (o for o in order if any(st.status == o for st in steps)), "ok")
         return HostResult(status=worst, steps=steps)
 
@@ -248,7 +250,11 @@ class Runner:
                            recipe_sha256=self.loaded.content_sha256, host=s.host.name, user=_user(),
                            patchkit_version=__version__, started=time.time(), rollback_of=target.run_id)
         ctx = self._context(s)
-        for step in reversed(target.live_steps()):
+        # Kinds that restart what runs (launch) go last: a server restarted onto the original
+        # code must start after the files are the original again.
+        undo_order = list(reversed(target.live_steps()))
+        undo_order.sort(key=lambda st: bool(getattr(kind_named(st.kind), "undo_last", False)))  # stable
+        for step in undo_order:
             if wanted and step.name not in wanted:
                 continue
             try:

@@ -366,6 +366,7 @@ class ServerRecordReply(TypedDict):
     command_hash: str
     salt: str
     started: float
+    run_id: NotRequired[str | None]
 
 
 class LaunchStartArgs(TypedDict):
@@ -378,6 +379,7 @@ class LaunchStartArgs(TypedDict):
     command_hash: str
     shown_argv: list[str]
     salt: str
+    run_id: NotRequired[str]  # the run starting it: what changed after it is in later runs
 
 
 class HttpReply(TypedDict):

@@ -46,6 +46,9 @@ class HostContext:
     # Journal a step that is about to change the host, before it does (see apply_deploy):
     # if the connection dies half-way, the run's record already names what may have changed.
     record_intent: Callable[[StepResult], Awaitable[None]] = _no_intent
+    # This run's results so far on this host, in order: a launch step restarts its server when
+    # an earlier step changed a file (staleness.py).
+    done: list[StepResult] = field(default_factory=list)
     _located: dict[str, LocateReply] = field(default_factory=dict)
     records_request: Pending[JournalListReply] | None = None  # the journal listing asked for at the run's start
     _records: list[RunRecord] | None = None
