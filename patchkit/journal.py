@@ -148,11 +148,21 @@ def unverified_step(records: list[RunRecord], step: str, file: str | None) -> tu
     return live if live is not None and live[1].verified is False else None
 
 
+class AmbiguousRun(Exception):
+    """A --run prefix that names several runs."""
+
+
 def rollback_target(records: list[RunRecord], run_id: str | None, steps: list[str] | None) -> RunRecord | None:
-    """The named run, or the newest apply run with a change (in `steps`) not yet undone."""
+    """The named run (its whole id, or a prefix only it has), or the newest apply run with a
+    change (in `steps`) not yet undone. AmbiguousRun when a prefix names several."""
     applies = [r for r in records if r.kind == "apply"]
     if run_id:
-        return next((r for r in applies if r.run_id == run_id), None)
+        exact = [r for r in applies if r.run_id == run_id]
+        named = exact or [r for r in applies if r.run_id.startswith(run_id)]
+        if len(named) > 1:
+            raise AmbiguousRun(f"--run {run_id} names {len(named)} runs: " + ", ".join(r.run_id for r in named)
+                               + "; give more of the id")
+        return named[0] if named else None
     for record in reversed(applies):
         if any(not steps or s.name in steps for s in record.live_steps()):
             return record

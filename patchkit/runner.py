@@ -21,7 +21,7 @@ from patchkit.agent.protocol import LOCK
 from patchkit.errors import HostError
 from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
 from patchkit.inventory import HostSpec
-from patchkit.journal import DEFAULT_STATE_DIR, Journal, rollback_target
+from patchkit.journal import DEFAULT_STATE_DIR, AmbiguousRun, Journal, rollback_target
 from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
 from patchkit.redact import Redactor
@@ -240,7 +240,10 @@ class Runner:
         wanted = self.options.steps
         if wanted:
             recipe.select(wanted)  # unknown names are a usage error
-        target = rollback_target(records, self.options.run, wanted)
+        try:
+            target = rollback_target(records, self.options.run, wanted)
+        except AmbiguousRun as exc:
+            return HostResult(status="failed", message=str(exc))
         if target is None:
             what = f"run {self.options.run}" if self.options.run else "applied change"
             if self.options.run:

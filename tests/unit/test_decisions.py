@@ -171,6 +171,18 @@ def test_rollback_target_by_run_id_and_by_step() -> None:
     assert rollback_target([rollback], None, None) is None  # a rollback is not undone by rollback
 
 
+def test_rollback_run_takes_a_unique_prefix_and_refuses_an_ambiguous_one() -> None:
+    import pytest
+
+    from patchkit.journal import AmbiguousRun
+
+    a, b, c = (run(rid, change(name="add")) for rid in ("20261201T101010.1Z-aa", "20261201T101010.1Z-ab", "20261202T0"))
+    assert rollback_target([a, b, c], "20261202", None) is c
+    assert rollback_target([a, b, c], "20261201T101010.1Z-ab", None) is b  # a whole id is never ambiguous
+    with pytest.raises(AmbiguousRun, match="names 2 runs: 20261201T101010.1Z-aa, 20261201T101010.1Z-ab"):
+        rollback_target([a, b, c], "20261201", None)
+
+
 def test_live_changes_and_unverified_steps() -> None:
     verified, cut = run("r1", change()), run("r2", change(before=B, after=C, verified=False))
     assert active_changes([verified, cut])[("add", FILE)].run_id == "r2"
