@@ -19,6 +19,8 @@ from __future__ import annotations
 import ast
 import bisect
 import dataclasses
+import difflib
+import re
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -113,6 +115,42 @@ class SourceTree:
                     lines.add(number)
         return sorted(lines)
 
+    def lines_of(self, found: Sequence[tuple[Location | None, cst.CSTNode]]) -> list[int]:
+        """The line each node starts on (a node inside the statement its Location ends at).
+
+        Each is found by printing only its statement, counted from where `ast` put that
+        statement; a whole-module position pass (5x a parse on a vLLM-sized file) is made
+        only for nodes this cannot place."""
+        lines: list[int | None] = [self._line_in_statement(where, node) for where, node in found]
+        if any(line is None for line in lines):
+            from libcst.metadata import MetadataWrapper, PositionProvider
+
+            positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+            lines = [positions[node].start.line if line is None else line for line, (_, node) in zip(lines, found)]
+        return [line for line in lines if line is not None]
+
+    def _line_in_statement(self, where: Location | None, node: cst.CSTNode) -> int | None:
+        from libcst.metadata import CodeRange
+        from libcst.metadata.position_provider import (
+            PositionProvider,
+            PositionProvidingCodegenState,
+        )
+
+        spans = self.spans
+        if where is None or spans is None or id(where[0][-1]) not in spans:
+            return None
+        statement, indents = where[0][-1], where[1]
+        provider = PositionProvider()
+        state = PositionProvidingCodegenState(default_indent=self.module.default_indent,
+                                              default_newline=self.module.default_newline,
+                                              provider=provider, indent_tokens=list(indents))
+        statement._codegen(state)
+        position = provider._computed.get(node)
+        if not isinstance(position, CodeRange):
+            return None
+        line: int = position.start.line
+        return spans[id(statement)][0] - _leading_lines(statement) + line - 1
+
     # --- writing
     @staticmethod
     def can_replace(edits: Sequence[Replacement]) -> bool:
@@ -126,7 +164,7 @@ class SourceTree:
         assert self.can_replace(edits)
         spans = self.spans
         text = None
-        if FAST and spans is not None and "\r" not in self.text and all(id(e.statement) in spans for e in edits):
+        if FAST and spans is not None and self._newlines_are_lines() and all(id(e.statement) in spans for e in edits):
             text = self._splice(edits)
         module, rebuilt = _rebuilt(self.module, edits)
         tree = self._next(text, module)
@@ -200,11 +238,25 @@ class SourceTree:
         tree.parent = self
         return tree.text
 
-    @staticmethod
-    def _next(text: str | None, module: cst.Module) -> SourceTree:
-        tree = SourceTree(module.code if text is None else text, module)
+    def _next(self, text: str | None, module: cst.Module) -> SourceTree:
+        tree = SourceTree(self._printed(module) if text is None else text, module)
         remember(tree)
         return tree
+
+    def _newlines_are_lines(self) -> bool:
+        """Every line ends in \n (or \r\n): `ast`'s line numbers are our line starts' (a
+        lone \r is a line break to Python, not to `line_starts`)."""
+        return "\r" not in self.text or self.text.count("\r") == self.text.count("\r\n")
+
+    def _printed(self, module: cst.Module) -> str:
+        """An edited tree's code, with the form feeds libcst drops from the original's lines."""
+        text = module.code
+        if "\f" not in self.text:
+            return text
+        kept = keep_form_feeds(self.text, self.module.code, text)
+        if kept is None:
+            raise EditError("libcst cannot print this file keeping its form feeds (\\f); nothing was changed")
+        return kept
 
     def _splice(self, edits: Sequence[Replacement]) -> str | None:
         """The new text, or None; `_spliced` says where each edit went: (offset, old length,
@@ -219,6 +271,12 @@ class SourceTree:
                 return None
             at = starts[first]
             old, new = self._code(edit.statement, edit.indents), self._code(edit.new, edit.indents)
+            if not self.text.startswith(old, at) and "\f" in self.text:
+                # libcst dropped a form feed of the statement's lines: the text's own lines, paired
+                lines = old.count("\n") + (not old.endswith("\n"))
+                region = self.text[at:starts[first + lines] if first + lines < len(starts) else len(self.text)]
+                if keep_form_feeds(region, old, old) == region:
+                    old, new = region, keep_form_feeds(region, old, new) or new
             if not self.text.startswith(old, at) or at + len(old) > end:
                 return None  # not where ast says: print the module instead
             pieces.append(new + self.text[at + len(old):end])
@@ -232,6 +290,41 @@ class SourceTree:
                              default_newline=self.module.default_newline, indent_tokens=list(indents))
         node._codegen(state)
         return "".join(state.tokens)
+
+
+_INDENT = " \t\f"
+_LINE = re.compile(r"[^\n]*\n|[^\n]+")
+
+
+def keep_form_feeds(original: str, printed_original: str, printed: str) -> str | None:
+    """`printed` (libcst's code of an edit of `original`) with the form feeds libcst drops
+    from a statement's indentation (`\\fdef f():` prints as `def f():`) put back: every line
+    printed as it was gets the original's bytes, and a changed line whose indentation
+    stayed gets its original indentation. None when the lines do not pair up."""
+    if original == printed_original:
+        return printed
+    old, was, new = (_LINE.findall(t) for t in (original, printed_original, printed))  # not splitlines: \f splits
+    if len(old) != len(was):
+        return None
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, was, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            out += old[i1:i2]
+        elif tag == "replace" and i2 - i1 == j2 - j1:
+            out += [_reindented(o, w, n) for o, w, n in zip(old[i1:i2], was[i1:i2], new[j1:j2])]
+        else:
+            out += new[j1:j2]
+    return "".join(out)
+
+
+def _reindented(original: str, printed_original: str, printed: str) -> str:
+    """A changed line with the original's indentation, when libcst printed only that differently."""
+    indent = original[:len(original) - len(original.lstrip(_INDENT))]
+    was = printed_original[:len(printed_original) - len(printed_original.lstrip(_INDENT))]
+    if indent != was and indent.replace("\f", "") == was and original[len(indent):] == printed_original[len(was):] \
+            and printed.startswith(was):
+        return indent + printed[len(was):]
+    return printed
 
 
 def _leading_lines(node: cst.CSTNode) -> int:
