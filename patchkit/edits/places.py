@@ -51,6 +51,7 @@ class Place:
     error: str | None = None
     avoid: str = ""  # quotes of the f-strings it sits in
     where: Location | None = None  # the statement it sits in (path, indentation): how its edit is written
+    route: tuple[cst.CSTNode, ...] = ()  # the nodes from that statement down to `node`
     inside: Place | None = None  # the place whose node holds this one's (`f(a=f(a=1))`)
     changes_before: int = 0  # the places changed when it was found: more at its end, one inside it changed
 
@@ -184,7 +185,7 @@ class Locator(ScopedTransformer):
             return
         inside = next(reversed(self._open.values()), None)  # the places still open hold this one
         place = Place(len(self.places), node, where, avoid="".join(sorted(set(self._fstring_quotes))),
-                      where=self.where(), inside=inside, changes_before=self._changes)
+                      where=self.where(), route=self.route(), inside=inside, changes_before=self._changes)
         self.places.append(place)
         self._open[id(node)] = place
 
@@ -311,7 +312,7 @@ def _run_locator(tree: SourceTree, locator: Locator) -> EditResult:
                     + (f", {len(covered)} inside a value replaced at another" if covered else "")
                     + (f", {rest} already in place)" if rest else ")"))
     # an outer place's new node holds the edits of the places inside it
-    edits = [replacement(p.where, p.node, p.new) for p in outermost if p.new is not None]
+    edits = [replacement(p.where, p.node, p.new, p.route) for p in outermost if p.new is not None]
     ready = [e for e in edits if e is not None]
     if len(ready) == len(outermost) and tree.can_replace(ready):
         return EditResult("changed", tree.replace(ready)[0], message)

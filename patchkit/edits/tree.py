@@ -67,6 +67,9 @@ class SourceTree:
         self.units: list[Unit] | None = None
         self.parent: SourceTree | None = None
         self._spliced: list[tuple[int, int, int]] | None = None
+        self._regions: list[tuple[int, int, int]] | None = None  # per edit: first, last line, line change
+        self._partial_spans = False  # spans moved from a parent's may lack some statements
+        self._partial_spans_next = False
         self._spans: dict[int, tuple[int, int]] | None | bool = False  # False: not computed yet
         self._line_starts: list[int] | None = None
 
@@ -89,6 +92,20 @@ class SourceTree:
         if self._spans is False:
             self._spans = _spans_of(self.text, self.module)
         return self._spans  # type: ignore[return-value]
+
+    def has_spans(self, statements: Iterable[cst.CSTNode]) -> bool:
+        """Each statement has a span; spans moved from a parent's are completed by `ast` when
+        one is missing."""
+        spans = self.spans
+        if spans is None:
+            return False
+        if all(id(s) in spans for s in statements):
+            return True
+        if self._partial_spans:
+            self._partial_spans = False
+            self._spans = _spans_of(self.text, self.module)
+            return self.has_spans(statements)
+        return False
 
     def line_starts(self) -> list[int]:
         if self._line_starts is None:
@@ -136,9 +153,10 @@ class SourceTree:
             PositionProvidingCodegenState,
         )
 
-        spans = self.spans
-        if where is None or spans is None or id(where[0][-1]) not in spans:
+        if where is None or not self.has_spans([where[0][-1]]):
             return None
+        spans = self.spans
+        assert spans is not None
         statement, indents = where[0][-1], where[1]
         provider = PositionProvider()
         state = PositionProvidingCodegenState(default_indent=self.module.default_indent,
@@ -162,16 +180,55 @@ class SourceTree:
         """The text with each statement replaced (`can_replace`), and its tree. The code is
         spliced in where `ast` placed the statement; printed whole when it cannot be."""
         assert self.can_replace(edits)
-        spans = self.spans
         text = None
-        if FAST and spans is not None and self._newlines_are_lines() and all(id(e.statement) in spans for e in edits):
+        if FAST and self._newlines_are_lines() and self.has_spans(e.statement for e in edits):
             text = self._splice(edits)
+        spans = self.spans
         module, rebuilt = _rebuilt(self.module, edits)
         tree = self._next(text, module)
         tree.parent = self
         if text is not None and spans is not None and self._spliced is not None:
             tree.units = self._units(edits, rebuilt, self._spliced, text)
+            if tree._spans is False:  # a fresh tree: its spans follow from ours (no ast pass)
+                self._partial_spans_next = False
+                tree._spans = self._moved_spans(edits, rebuilt)
+                tree._partial_spans = self._partial_spans_next
         return tree.text, tree
+
+    def _moved_spans(self, edits: Sequence[Replacement], rebuilt: dict[int, cst.CSTNode]) -> dict[int, tuple[int, int]]:
+        """The statements' line spans in the spliced text, from this text's: a statement after
+        a splice moves by its change in lines; one holding a splice (the replaced statement,
+        the blocks around it: rebuilt, with new ids) grows by it; a statement inside a
+        replaced one keeps its span when the lines stayed, else it has none: the spans are
+        then partial, and computed again by `ast` when one is missed (`complete_spans`)."""
+        spans = self.spans
+        assert spans is not None and self._regions is not None
+        # per splice: its first and last line, the replaced statement's span, the line change
+        regions = [(first, last, spans[id(edit.statement)], delta)
+                   for edit, (first, last, delta) in zip(edits, self._regions)]
+        moved: dict[int, tuple[int, int]] = {}
+        for key, (a, b) in spans.items():
+            holder = key in rebuilt
+            new_a, new_b = a, b
+            for first, last, (own_a, own_b), delta in regions:
+                if a > last:
+                    new_a, new_b = new_a + delta, new_b + delta
+                elif b < first:
+                    continue
+                elif holder and a <= own_a and b >= own_b:
+                    new_b += delta
+                elif not holder and not delta and own_a <= a and b <= own_b:
+                    # inside a replaced statement whose lines stayed: the same node, unless the
+                    # edit copied it (deep_replace): then the new one is missed and completed
+                    self._partial_spans_next = True
+                    continue
+                else:
+                    break
+            else:
+                moved[id(rebuilt[key]) if holder else key] = (new_a, new_b)
+                continue
+            self._partial_spans_next = True
+        return moved
 
     def _units(self, edits: Sequence[Replacement], rebuilt: dict[int, cst.CSTNode],
                spliced: list[tuple[int, int, int]], text: str) -> list[Unit] | None:
@@ -183,7 +240,7 @@ class SourceTree:
         for edit in edits:
             index, unit = next(((i, n) for i, n in enumerate(edit.path) if isinstance(n, cst.FunctionDef)),
                                (len(edit.path) - 1, edit.statement))
-            if id(unit) not in spans:
+            if not self.has_spans([unit]):
                 return None
             blocks = sum(isinstance(n, (cst.IndentedBlock, cst.Match)) for n in edit.path[:index])
             indents = edit.indents[:blocks]
@@ -261,10 +318,11 @@ class SourceTree:
     def _splice(self, edits: Sequence[Replacement]) -> str | None:
         """The new text, or None; `_spliced` says where each edit went: (offset, old length,
         new length)."""
-        self._spliced = None
+        self._spliced = self._regions = None
         spans = self.spans
         assert spans is not None
         starts, pieces, end, spliced = self.line_starts(), [], len(self.text), []
+        regions: dict[int, tuple[int, int, int]] = {}
         for edit in sorted(edits, key=lambda e: spans[id(e.statement)][0], reverse=True):
             first = spans[id(edit.statement)][0] - _leading_lines(edit.statement)
             if first < 1:
@@ -281,8 +339,11 @@ class SourceTree:
                 return None  # not where ast says: print the module instead
             pieces.append(new + self.text[at + len(old):end])
             spliced.append((at, len(old), len(new)))
+            lines = old.count("\n") + (not old.endswith("\n"))
+            regions[id(edit)] = (first, first + lines - 1, new.count("\n") - old.count("\n"))
             end = at
         self._spliced = spliced
+        self._regions = [regions[id(edit)] for edit in edits]  # in the edits' order
         return self.text[:end] + "".join(reversed(pieces))
 
     def _code(self, node: cst.CSTNode, indents: Sequence[str]) -> str:
@@ -574,14 +635,26 @@ class Walk:
             return None
         return tuple(self._walk_path[:self._walk_statements[-1] + 1]), tuple(self._walk_indents)
 
+    def route(self) -> tuple[cst.CSTNode, ...]:
+        """The nodes from the innermost statement down to the node being visited."""
+        return tuple(self._walk_path[self._walk_statements[-1]:]) if self._walk_statements else ()
 
-def replacement(where: Location | None, node: cst.CSTNode, new: cst.CSTNode) -> Replacement | None:
-    """`node` (inside the statement `where` ends at) becomes `new`: that statement, rebuilt."""
+
+def replacement(where: Location | None, node: cst.CSTNode, new: cst.CSTNode,
+                route: Sequence[cst.CSTNode] = ()) -> Replacement | None:
+    """`node` (inside the statement `where` ends at) becomes `new`: that statement, rebuilt.
+    With the `route` from the statement down to the node, only the nodes on it are rebuilt,
+    so the statements inside it stay the same nodes (and keep their spans)."""
     if where is None:
         return None
     path, indents = where
     statement = path[-1]
     if statement is node:
         return Replacement(path, indents, new)
+    if len(route) > 1 and route[0] is statement and route[-1] is node:
+        child = new
+        for parent, old in zip(reversed(route[:-1]), reversed(route[1:])):
+            child = _with_child(parent, id(old), child)
+        return Replacement(path, indents, child)
     rebuilt = statement.deep_replace(node, new)
     return Replacement(path, indents, rebuilt) if isinstance(rebuilt, cst.CSTNode) else None

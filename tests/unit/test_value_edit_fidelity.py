@@ -298,3 +298,69 @@ def test_an_ambiguity_names_each_line(route: bool) -> None:
     message = refused("call_kwarg", source, callee="log.info", keyword="k", value=1)
     assert message.startswith("call to log.info is ambiguous: it matches 3 places: 1) line 2 in a: "
                               "`log.info( …`; 2) line 7 in B: `log.info(2)`; 3) line 9 in B.m: `log.info(1)`")
+
+
+# ------------------------------------------------------------------ 20: spans moved, not re-read
+
+CHAIN = textwrap.dedent('''\
+    import os
+
+    LIMITS = {"a": 1}
+
+
+    class Runner:
+        def __init__(self, size=4):
+            self.size = size
+            self.flags = [
+                "x",
+            ]
+            if check(self.size):
+                log(
+                    "sized",
+                )
+                self.mode = "fast"
+
+        def run(self):
+            return log("run")
+
+
+    def tail():
+        log("tail")
+        return [1]
+''')
+
+STEPS: list[dict[str, Any]] = [
+    {"list_insert": {"names": ["self.flags"], "values": ["y"]}},  # adds a line inside __init__
+    {"call_kwarg": {"callee": "check", "keyword": "k", "value": 1}},  # an if's test: its body is inside
+    {"call_kwarg": {"callee": "log", "keyword": "level", "value": 2, "occurrence": 1}},  # multi-line: a line more
+    {"set_value": {"names": ["self.mode"], "value": "slow"}},
+    {"set_value": {"target": "default", "within": "Runner.__init__", "arg": "size", "value": 8}},  # the def itself
+    {"replace_function": {"function": "Runner.run", "body": "x = 1\nreturn log('run', x)\n"}},  # deep_replace
+    {"dict_set": {"names": ["LIMITS"], "key": "b", "value": 2}},
+    {"call_kwarg": {"callee": "log", "keyword": "level", "value": 3, "occurrence": 3}},  # in tail(), after all
+    {"list_insert": {"target": "return", "within": "tail", "values": [2]}},
+]
+
+
+def test_moved_spans_are_where_ast_puts_each_statement() -> None:
+    """After a splice the new text's statement spans are moved from the old ones (an `ast`
+    pass of the file costs a tenth of a parse per edit): each must equal ast's, and the
+    next edit splices again."""
+    tree_module._CACHE.clear()
+    source, moved = CHAIN, 0
+    for step in STEPS:
+        result = Edit.model_validate(step).apply(source)
+        assert result.verdict == "changed", (step, result.message)
+        new = tree_module._CACHE[result.source]
+        assert new.parent is not None and new.parent.text == source
+        assert new.units is not None, f"{step}: not spliced"
+        if isinstance(new._spans, dict):
+            moved += 1
+            truth = tree_module._spans_of(new.text, new.module)
+            assert truth is not None
+            kept = {k: v for k, v in new._spans.items() if k in truth}
+            assert kept == {k: truth[k] for k in kept}, step
+            assert len(kept) >= len(truth) - 3, f"{step}: most statements keep a span"
+        source = result.source
+    assert moved == len(STEPS)
+    compile(source, "chain", "exec")
