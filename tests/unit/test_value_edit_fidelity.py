@@ -364,3 +364,29 @@ def test_moved_spans_are_where_ast_puts_each_statement() -> None:
         source = result.source
     assert moved == len(STEPS)
     compile(source, "chain", "exec")
+
+
+def test_a_refusal_makes_one_pruned_pass_and_no_position_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What made a refusal cost 5-6x a parse: a second walk over every statement (for a
+    not-found message it did not need: the places were found) and a whole-module position
+    pass for the lines. Neither may happen when the pruned pass found the places."""
+    walks: list[tuple[str, ...]] = []
+    start_walk = Walk.start_walk
+
+    def counting(self: Walk, tree: SourceTree | None, needles: Any = ()) -> None:
+        if tree is not None:
+            walks.append(tuple(needles))
+        start_walk(self, tree, needles)
+
+    def no_position_pass(self: Any, provider: Any) -> Any:
+        raise AssertionError("a whole-module position pass")
+
+    monkeypatch.setattr(Walk, "start_walk", counting)
+    monkeypatch.setattr(MetadataWrapper, "resolve", no_position_pass)
+    source = "def a():\n    log.info(1)\n\n\nx = 1\ny = [\n    2,\n]\n\n\ndef b():\n    log.info(\n        2)\n"
+    message = refused("call_kwarg", source, callee="log.info", keyword="k", value=1)
+    assert "1) line 2 in a: `log.info(1)`; 2) line 12 in b: `log.info( …`" in message
+    assert walks == [("info",)]
+    walks.clear()
+    assert "cannot edit" in refused("set_value", "x = 1\nz = 2\nx += 1\n", names=["x"], value=2, occurrence=2)
+    assert walks == [("x",)]
