@@ -390,3 +390,12 @@ def test_a_refusal_makes_one_pruned_pass_and_no_position_pass(monkeypatch: pytes
     walks.clear()
     assert "cannot edit" in refused("set_value", "x = 1\nz = 2\nx += 1\n", names=["x"], value=2, occurrence=2)
     assert walks == [("x",)]
+
+
+def test_a_path_into_a_dict_warns_of_a_later_double_star_too() -> None:
+    result = changed("set_value", "d = {'a': {'b': 1}, **o}\n", names=["d"], path=["a", "b"], value=2)
+    assert (result.source, result.message) == (
+        "d = {'a': {'b': 2}, **o}\n",
+        "set d['a']['b'] = 2 (was 1) (warning: `**o` after 'a' may override it at run time)")
+    assert changed("set_value", "d = {**o, 'a': 1}\n", names=["d"], path=["a"], value=2).message == \
+        "set d['a'] = 2 (was 1)"
