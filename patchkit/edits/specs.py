@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import datetime
+import keyword
 import re
 import textwrap
 from pathlib import Path
@@ -154,6 +155,14 @@ def _check_callee(value: str | list[str] | None) -> None:
             raise ValueError(f"callee {text!r} is not a Python expression like f, mod.f or super().__init__") from None
 
 
+def _check_identifier(value: str, field: str, noun: str = "a Python name", alternative: str = "") -> None:
+    """A keyword argument's or parameter's name: an identifier, and not one of Python's keywords."""
+    if not value.isidentifier():
+        raise ValueError(f"{field} {value!r} is not {noun}{alternative}")
+    if keyword.iskeyword(value):
+        raise ValueError(f"{field} {value!r} is a Python keyword: no call can pass it and no parameter has it")
+
+
 Target = Literal["assignment", "call_arg", "return", "default"]
 
 
@@ -197,8 +206,8 @@ class Where(Choose):
     def _arg_is_a_name_or_position(cls, value: str | int | None) -> str | int | None:
         if isinstance(value, bool) or (isinstance(value, int) and value < 0):
             raise ValueError("`arg` is a keyword name or a position 0, 1, ...")
-        if isinstance(value, str) and not value.isidentifier():
-            raise ValueError(f"`arg` {value!r} is not a keyword name (or write a position: 0, 1, ...)")
+        if isinstance(value, str):
+            _check_identifier(value, "`arg`", "a keyword name", " (or write a position: 0, 1, ...)")
         return value
 
     @model_validator(mode="after")
@@ -285,7 +294,13 @@ class CallKwarg(_Engine, Choose, WantsValue):
     callee: str | list[str] = Field(
         description="the called expression as written: `SamplingParams`, `torch.compile`, "
                     "`super().__init__`, `', '.join`; a list gives alternatives")
-    keyword: str
+    keyword: str = Field(description="the keyword argument's name (a Python name, not a keyword like `class`)")
+
+    @field_validator("keyword")
+    @classmethod
+    def _keyword_is_a_name(cls, value: str) -> str:
+        _check_identifier(value, "keyword")
+        return value
 
     @field_validator("callee")
     @classmethod

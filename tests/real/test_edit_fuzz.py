@@ -46,6 +46,8 @@ REFUSALS = (
     "are one element of a set in Python",
     "are one key in Python",
     "has no fixed positions",
+    "is an augmented assignment",  # set_value on `x += v`: v is not x's value
+    "setting the value would set",  # set_value on one name of `x = y = v`
 )
 
 
@@ -271,6 +273,7 @@ def run_case(case: Case) -> EditResult | str:
     edit = Edit.model_validate(case.spec)
     first = edit.apply(source)
     label = f"{case.info.path.name}: {case.spec}"
+    check_moved_spans(first, label)
     plain = plain_route(edit, source)
     assert (plain.verdict, plain.source, plain.message) == (first.verdict, first.source, first.message), \
         f"{label}\nthe fast route (pruned pass, spliced text) differs from the plain one:\n{first}\n{plain}"
@@ -303,6 +306,18 @@ def run_case(case: Case) -> EditResult | str:
         assert (vague.verdict, vague.source) == ("not_found", source), f"{label}\nnot refused without occurrence"
         assert f"is ambiguous: it matches {count} places" in vague.message, f"{label}\n{vague.message}"
     return first
+
+
+def check_moved_spans(result: EditResult, label: str) -> None:
+    """A spliced result's statement spans are moved from the original's, not read by `ast`
+    again: each must be where `ast` puts that statement in the new text."""
+    moved = tree._CACHE.get(result.source)
+    if result.verdict != "changed" or moved is None or not isinstance(moved._spans, dict):
+        return
+    truth = tree._spans_of(moved.text, moved.module)
+    assert truth is not None, label
+    wrong = {k: (v, truth[k]) for k, v in moved._spans.items() if k in truth and truth[k] != v}
+    assert not wrong, f"{label}\nmoved spans differ from ast's (moved, ast): {list(wrong.values())[:5]}"
 
 
 def plain_route(edit: Edit, source: str) -> EditResult:
@@ -450,6 +465,11 @@ def draw_replace_function(op: str, info: FileInfo, rng: random.Random) -> Case |
         return None
     place = rng.choice(functions)
     body = rng.choice(BODIES)
+    fn = place.node
+    assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+    own = fn.body[1:] if ast.get_docstring(fn, clean=False) is not None else fn.body
+    if ast.dump(ast.Module(body=own, type_ignores=[])) == ast.dump(ast.parse(body)):
+        body = BODIES[(BODIES.index(body) + 1) % len(BODIES)]  # already its body (`pass`): a change
     spec: dict[str, Any] = {"function": place.text, "body": body}
     rank, count = info.rank(place)
     if count > 1:

@@ -697,8 +697,9 @@ class TestSetValue:
         result = assert_edit("set_value", before, after, names=["self.max_len"], value=8)
         assert result.message == "set self.max_len = 8 (was 4) in C.f"
 
-    def test_chained_assignment(self) -> None:
-        assert set_value("a = x = 'a'\n", value="b") == "a = x = 'b'\n"
+    def test_chained_assignment_with_every_name_targeted(self) -> None:
+        # one name alone is refused (test_value_edit_fidelity.py): the value would change for both
+        assert set_value("a = x = 'a'\n", names=["x", "a"], value="b") == "a = x = 'b'\n"
 
     def test_list_of_numbers(self) -> None:
         assert set_value("x = []\n", value=[1, 2]) == "x = [1, 2]\n"
