@@ -71,6 +71,7 @@ class LoadReply(TypedDict):
 
 class ReadArgs(TypedDict):
     path: str
+    root: NotRequired[str]  # the package folder the path must stay inside (no symlinked folder out of it)
 
 
 class ReadReply(TypedDict):
@@ -121,6 +122,7 @@ class ApplyArgs(TypedDict):
     backup_path: str
     verify_imports: list[str]
     import_timeout_s: float
+    root: NotRequired[str | None]  # the package folder the path must stay inside
 
 
 class ApplyPassed(TypedDict):
@@ -186,6 +188,7 @@ class ApplyFilesArgs(TypedDict):
     files: list[FileToApply]
     verify_imports: list[str]
     import_timeout_s: float
+    root: NotRequired[str | None]  # the package folder every path must stay inside
 
 
 class ApplyFilesPassed(TypedDict):

@@ -35,6 +35,7 @@ from patchkit.steps.upstream import with_upstream_note
 class PatchPlan:
     result: StepResult
     new_content: bytes | None = None
+    root: str | None = None  # the package folder: the agent refuses a write that leaves it
 
 
 _HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
@@ -150,7 +151,8 @@ async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
             misses.append(f"{module}: no such module")
             continue
         first = located.pop("read", None)  # once: a later step must see what this one wrote
-        read = first if first and first["path"] == path else await ctx.agent.call(READ({"path": path}))
+        read = first if first and first["path"] == path else await ctx.agent.call(READ({"path": path,
+                                                                                          "root": located["root"]}))
         if not read["exists"]:
             misses.append(f"{module}: {path} vanished")
             continue
@@ -175,7 +177,7 @@ async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
         result.message = edit.message
         result.sha256_after = hashlib.sha256(new_content).hexdigest()
         result.diff = _diff(ctx, path, content.decode("utf-8"), edit.source, (read["sha256"], result.sha256_after))
-        return PatchPlan(result, new_content)
+        return PatchPlan(result, new_content, located["root"])
 
     gate_note = f"; this step applies to {spec.package} {spec.versions}" if spec.versions else ""
     found = f"{spec.package} {verdict_gate.version}" if verdict_gate.version else spec.package
@@ -216,6 +218,7 @@ async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResu
             "backup_path": backup,
             "verify_imports": verify.import_,
             "import_timeout_s": verify.timeout_s,
+            "root": plan.root,
         }), reply_wait=verify.timeout_s + 120)
     except HostError as exc:
         result.status, result.message = "failed", str(exc)
@@ -347,7 +350,7 @@ async def _record_view(ctx: HostContext, package: str, out: StepResult, records:
         out.message += f"; differs from {where}: {why} (patchkit audit lists every such file)"
 
 
-PatchData = bytes | FilesPlan | None  # one file's new content, or a multi-file plan (patch_files.py)
+PatchData = PatchPlan | FilesPlan  # one file's plan, or a multi-file plan (patch_files.py)
 
 
 class PatchKind(StepKind[PatchData]):
@@ -359,12 +362,12 @@ class PatchKind(StepKind[PatchData]):
             files = await plan_files(ctx, step)  # several files, or one added/removed (patch_files.py)
             return Planned(files.result, files)
         planned = await plan_patch(ctx, step)
-        return Planned(planned.result, planned.new_content)
+        return Planned(planned.result, planned)
 
     async def apply(self, ctx: HostContext, step: Step, planned: Planned[PatchData]) -> StepResult:
         if isinstance(planned.data, FilesPlan):
             return await apply_files(ctx, step, planned.data)
-        return await apply_patch(ctx, step, PatchPlan(planned.result, planned.data))
+        return await apply_patch(ctx, step, PatchPlan(planned.result, planned.data.new_content, planned.data.root))
 
     async def state(self, ctx: HostContext, step: Step, planned: Planned[PatchData],
                     records: list[RunRecord]) -> StepResult:

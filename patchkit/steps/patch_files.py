@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 class FilesPlan:
     result: StepResult
     contents: dict[str, bytes | None]  # path -> new content (None: removed), for the files that change
+    root: str | None = None  # the package folder: the agent refuses a path that leaves it
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
@@ -56,7 +57,7 @@ async def plan_files(ctx: HostContext, step: Step) -> FilesPlan:
     reads: list[tuple[str, str, Any]] = []
     for rel, _module, patch in diff.targets():
         path = posixpath.join(root, *rel.split("/")[1:])
-        reads.append((rel, path, await ctx.agent.send(READ({"path": path}))))
+        reads.append((rel, path, await ctx.agent.send(READ({"path": path, "root": root}))))
     changes: list[FileChange] = []
     contents: dict[str, bytes | None] = {}
     misses: list[str] = []
@@ -124,7 +125,7 @@ async def plan_files(ctx: HostContext, step: Step) -> FilesPlan:
     result.status = "changed"
     result.diff = "".join(c.diff for c in changes if c.diff)
     result.message = "; ".join(c.message for c in changes if c.file in contents)
-    return FilesPlan(result, contents)
+    return FilesPlan(result, contents, root)
 
 
 async def apply_files(ctx: HostContext, step: Step, plan: FilesPlan) -> StepResult:
@@ -150,6 +151,7 @@ async def apply_files(ctx: HostContext, step: Step, plan: FilesPlan) -> StepResu
                        "content_b64": _b64(plan.contents[c.file])} for c in ordered],
             "verify_imports": verify.import_,
             "import_timeout_s": verify.timeout_s,
+            "root": plan.root,
         }), reply_wait=verify.timeout_s + 120)
     except HostError as exc:
         result.status, result.message = "failed", str(exc)

@@ -112,6 +112,32 @@ def refuse_symlink(path, what):
         raise Refused("%s is a symlink (to %s); refusing to %s through it" % (path, os.readlink(path), what))
 
 
+def refuse_path_escape(root, path):
+    """Refuse `path` unless it stays inside the package folder `root`: no `..` out of it, and
+    every component from root down is either no symlink or a symlink whose real path is still
+    under root's real path. A symlinked folder inside a package (`pkg/ext -> /elsewhere`)
+    would steer a patch into a tree the plan never names (its files may be other
+    environments'). root None: nothing to check against (callers that name no package)."""
+    if root is None:
+        return
+    root, path = os.path.normpath(expand(root)), os.path.normpath(expand(path))
+    real_root = os.path.realpath(root)
+    rel = os.path.relpath(path, root)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        raise Refused("%s is outside the package folder %s; refusing to patch it" % (path, root))
+    here = root
+    for part in ([] if rel == os.curdir else rel.split(os.sep)):
+        here = os.path.join(here, part)
+        if not os.path.islink(here):
+            if not os.path.lexists(here):
+                return  # nothing below exists yet (a file a diff adds): nothing to follow
+            continue
+        real = os.path.realpath(here)
+        if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+            raise Refused("%s is a symlink to %s, outside the package folder %s: patchkit does not read or "
+                          "write %s through it" % (here, real, real_root, path))
+
+
 def fsync_dir(path):
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -291,6 +317,7 @@ def module_file(root, package, module):
         return None
     base = os.path.join(root, *parts[1:])
     for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+        refuse_path_escape(root, candidate)
         if os.path.isfile(candidate):
             return candidate
     return None
@@ -310,15 +337,17 @@ def op_locate(package, modules, read_first=False):
     out = {"found": True, "root": root, "version": version, "version_source": version_source, "files": files}
     first = next((files[m] for m in modules if files[m]), None)
     if read_first and first:
-        out["read"] = dict(op_read(first), path=first)
+        out["read"] = dict(op_read(first, root), path=first)
     return out
 
 
 # ---------------------------------------------------------------- files
 
 @op
-def op_read(path):
+def op_read(path, root=None):
+    """The file's bytes and stat; `root`: the package folder it must stay inside."""
     path = expand(path)
+    refuse_path_escape(root, path)
     if not os.path.isfile(path):
         return {"exists": False}
     with locked_folder(os.path.dirname(path), 600, shared=True):  # never mid-apply of another run
@@ -341,7 +370,7 @@ def op_hash(paths):
 
 
 @op(mutating=True)
-def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, import_timeout_s):
+def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, import_timeout_s, root=None):
     """Backup, atomic write, read-back, syntax check, import check; restore on any failure.
 
     The file's folder is locked (flock) for the whole of it, so two runs with different
@@ -349,6 +378,7 @@ def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, im
     holds what this run wrote.
     """
     path = expand(path)
+    refuse_path_escape(root, path)
     new = base64.b64decode(content_b64)
     refuse_symlink(path, "patch")
     with locked_folder(os.path.dirname(path), import_timeout_s + 60):
@@ -386,7 +416,7 @@ def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, im
 
 
 @op(mutating=True)
-def op_apply_files(files, verify_imports, import_timeout_s):
+def op_apply_files(files, verify_imports, import_timeout_s, root=None):
     """Several files changed as one unit (a multi-file diff): every file backed up and written,
     then each read back and syntax-checked, then the import check once; any failure puts back
     every file written (each only if it still holds what this run wrote).
@@ -395,6 +425,7 @@ def op_apply_files(files, verify_imports, import_timeout_s):
     order, so two runs never deadlock on the same files."""
     paths = [expand(f["path"]) for f in files]
     for path in paths:
+        refuse_path_escape(root, path)
         refuse_symlink(path, "patch")
     locks = [locked_folder(folder, import_timeout_s + 60) for folder in sorted(set(os.path.dirname(p) for p in paths))]
     entered = []
