@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="installed files of a distribution that differ from its RECORD, "
                            "each explained by the journal or unexplained (exit 3)")
     audit.add_argument("dist", metavar="DIST", help="distribution name, or the import name of its package (vllm)")
+    audit.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                       help="stop hashing after this long (default 120 s); the report says how far it got")
     targets(audit, recipe=False)
     capture = sub.add_parser("capture", help="the files of a distribution that differ from its RECORD (hand "
                              "edits), as a recipe; nothing on the host is changed")
@@ -178,7 +180,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         from patchkit.audit import audit_host
 
-        works["audit"] = partial(audit_host, dist=args.dist)
+        works["audit"] = partial(audit_host, dist=args.dist, budget_s=args.time_budget)
     captures: list[Capture] = []
     if command == "capture":
         from functools import partial

@@ -112,30 +112,38 @@ def refuse_symlink(path, what):
         raise Refused("%s is a symlink (to %s); refusing to %s through it" % (path, os.readlink(path), what))
 
 
-def refuse_path_escape(root, path):
-    """Refuse `path` unless it stays inside the package folder `root`: no `..` out of it, and
-    every component from root down is either no symlink or a symlink whose real path is still
-    under root's real path. A symlinked folder inside a package (`pkg/ext -> /elsewhere`)
-    would steer a patch into a tree the plan never names (its files may be other
-    environments'). root None: nothing to check against (callers that name no package)."""
-    if root is None:
-        return
+def path_escape(root, path, where="the package folder"):
+    """How `path` leaves the folder `root` (a message), or None when it stays inside: no `..`
+    out of it, no absolute path elsewhere, and every component from root down either no
+    symlink or a symlink whose real path is still under root's real path."""
     root, path = os.path.normpath(expand(root)), os.path.normpath(expand(path))
     real_root = os.path.realpath(root)
     rel = os.path.relpath(path, root)
     if rel == os.pardir or rel.startswith(os.pardir + os.sep):
-        raise Refused("%s is outside the package folder %s; refusing to patch it" % (path, root))
+        return "%s is outside %s %s" % (path, where, root)
     here = root
     for part in ([] if rel == os.curdir else rel.split(os.sep)):
         here = os.path.join(here, part)
         if not os.path.islink(here):
             if not os.path.lexists(here):
-                return  # nothing below exists yet (a file a diff adds): nothing to follow
+                return None  # nothing below exists yet (a file a diff adds): nothing to follow
             continue
         real = os.path.realpath(here)
         if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
-            raise Refused("%s is a symlink to %s, outside the package folder %s: patchkit does not read or "
-                          "write %s through it" % (here, real, real_root, path))
+            return "%s is a symlink to %s, outside %s %s" % (here, real, where, real_root)
+    return None
+
+
+def refuse_path_escape(root, path):
+    """Refuse `path` unless it stays inside the package folder `root` (path_escape). A
+    symlinked folder inside a package (`pkg/ext -> /elsewhere`) would steer a patch into a tree
+    the plan never names (its files may be other environments'). root None: nothing to check
+    against (callers that name no package)."""
+    if root is None:
+        return
+    why = path_escape(root, path)
+    if why:
+        raise Refused("%s: patchkit does not read or write %s through it" % (why, os.path.normpath(expand(path))))
 
 
 def fsync_dir(path):
