@@ -160,7 +160,7 @@ class FakeAgent:
             out["read"] = dict(self.op_read(first), path=first)
         return out
 
-    def op_read(self, path: str) -> dict[str, Any]:
+    def op_read(self, path: str, root: str | None = None) -> dict[str, Any]:  # no symlinks in the fake
         if path not in self.files:
             return {"exists": False}
         data = self.files[path]
@@ -187,7 +187,7 @@ class FakeAgent:
         return checks, None
 
     def op_apply(self, path: str, expected_sha256: str, content_b64: str, backup_path: str,
-                 verify_imports: list[str], import_timeout_s: float) -> dict[str, Any]:
+                 verify_imports: list[str], import_timeout_s: float, root: str | None = None) -> dict[str, Any]:
         original = self.files[path]
         if sha256(original) != expected_sha256:
             raise AgentRefused(f"{path} changed since it was read (sha256 {sha256(original)[:12]}, expected "
