@@ -105,6 +105,7 @@ async def audit_host(session: Session, dist: str, budget_s: float | None = None)
     status: Literal["drifted", "applied", "ok", "failed"] = "drifted" if unexplained else "applied" if files else "ok"
     if found.out_of_time:  # a partial audit is no verdict: say how far it got
         status = "failed"
-        summary += (f"; stopped at the time budget ({found.budget_s:g} s): {found.unchecked} files not checked "
+        noun = "file" if found.unchecked == 1 else "files"
+        summary += (f"; stopped at the time budget ({found.budget_s:g} s): {found.unchecked} {noun} not checked "
                     "(--time-budget raises it)")
     return HostResult(status=status, steps=files, message=summary, notices=notices)
