@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fast
     from patchkit.capture import Capture
@@ -23,7 +24,10 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="patchkit", description="Idempotent, verified patches to installed Python packages, on one host or a fleet.")
+    p = _Parser(prog="patchkit", description="Idempotent, verified patches to installed Python packages, on one host or a fleet.")
+    from patchkit import __version__
+
+    p.add_argument("--version", action="version", version=f"patchkit {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def targets(sp: argparse.ArgumentParser, recipe: bool = True) -> None:
@@ -34,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
                         help="set a recipe variable; python=PATH picks the target interpreter")
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
+        sp.add_argument("--html", metavar="FILE", help="also write the report as one self-contained HTML page")
+        sp.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown (- for stdout)")
         sp.add_argument("--concurrency", type=int, default=32, help="hosts worked on at once (default 32)")
         sp.add_argument("--serial", type=int, metavar="N", help="canary: run the first N hosts, go on only if they all succeeded")
         sp.add_argument("--max-fail", type=int, metavar="K", help="stop starting hosts once more than K have failed")
@@ -79,7 +85,24 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="schema check of a recipe; no host contacted")
     validate.add_argument("recipe")
     validate.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
-    sub.add_parser("schema", help="JSON Schema of the recipe format")
+    schema = sub.add_parser("schema", help="JSON Schema of the recipe format (--report: of the --json report)")
+    schema.add_argument("--report", action="store_true", help="the JSON Schema of what --json prints")
+    completion = sub.add_parser("completion", help="a shell completion script (bash, zsh or fish) on stdout")
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
+    test = sub.add_parser("test", help="plan the recipe's patch steps on every release of their package "
+                          "(from the package index, through pip); no host contacted")
+    test.add_argument("recipe")
+    test.add_argument("--dist", help="the distribution whose releases to try (default: each step's package)")
+    test.add_argument("--versions", metavar="SPEC|all|installed",
+                      help="releases to try: a specifier ('>=0.14,<0.20'), all (default), or installed "
+                           "(the release a host of -i/-l or -e python= has, read through the agent)")
+    test.add_argument("--steps", help="only these steps: NAME[,...]")
+    test.add_argument("--jobs", type=int, default=4, help="wheels fetched at once (default 4)")
+    test.add_argument("--strict", action="store_true", help="exit 1 on warnings too (a range that may be too narrow)")
+    test.add_argument("--json", action="store_true", help="the whole matrix as one JSON document on stdout")
+    test.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
+    test.add_argument("-i", "--inventory", help="--versions installed: the hosts")
+    test.add_argument("-l", "--limit", help="--versions installed: HOST|GROUP[,...]")
     bake = sub.add_parser("bake", help="apply a recipe in a container from IMAGE and commit it as TAG (verified; "
                                        "nothing written if a step fails)")
     bake.add_argument("recipe", help="recipe YAML file")
@@ -104,14 +127,30 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is raised (main reports it, as a JSON document under --json)."""
+
+    def error(self, message: str) -> NoReturn:
+        from patchkit.errors import UsageError
+
+        raise UsageError(f"{message}\n{self.format_usage().rstrip()}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
     from patchkit.errors import UsageError
 
+    parser = _parser()
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    json_out = "--json" in tokens[:tokens.index("--")] if "--" in tokens else "--json" in tokens
     try:
-        code = _dispatch(args)
+        code = _dispatch(parser.parse_args(_command_first(parser, tokens)))
     except UsageError as exc:
         print(f"patchkit: {exc}", file=sys.stderr)
+        if json_out:  # stdout still gets its one document
+            from patchkit.results import REPORT_SCHEMA_VERSION
+
+            print(json.dumps({"schema_version": REPORT_SCHEMA_VERSION, "error": {"kind": "usage",
+                              "message": str(exc).split(chr(10))[0]}, "exit_code": EXIT_USAGE}, indent=2))
         code = EXIT_USAGE
     except KeyboardInterrupt:
         print("patchkit: interrupted", file=sys.stderr)
@@ -119,8 +158,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(code)
 
 
+def _command_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """Options may come before the command (`patchkit -v plan R`): they are moved after it,
+    where the command's own parser reads them. A value an option takes is never the command."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    takes_value = {flag for command in sub.choices.values() for action in command._actions
+                   if action.nargs != 0 for flag in action.option_strings}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token in sub.choices:
+            return [token, *argv[:i], *argv[i + 1:]] if i else argv
+        if token == "--" or not token.startswith("-"):
+            return argv
+        if token in takes_value:
+            i += 1
+        i += 1
+    return argv
+
+
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "completion":
+        from patchkit.completion import script
+
+        sys.stdout.write(script(_parser(), args.shell))
+        return EXIT_OK
     if args.command == "schema":
+        if args.report:
+            from patchkit.results import RunReport
+
+            print(json.dumps(RunReport.model_json_schema(), indent=2))
+            return EXIT_OK
         from patchkit.recipe import Recipe
 
         print(json.dumps(Recipe.model_json_schema(by_alias=True), indent=2))
@@ -136,11 +204,18 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"{args.recipe}: valid recipe {loaded.recipe.name}: {steps}")
         return EXIT_OK
 
+    if args.command == "test":
+        from patchkit.releasetest.command import TestOptions, run
+
+        assert loaded
+        return run(loaded, TestOptions(_split(args.steps), args.dist, args.versions, args.jobs, args.strict,
+                                       args.json, overrides.get("python")), lambda: _hosts(args))
     from patchkit import logs
 
     logs.configure(args.log_format, args.verbose, redact=loaded.redactor.value if loaded else None)
     if loaded:
         loaded.recipe.select(_split(args.steps))  # unknown step names: usage error before contacting anyone
+    _check_review_outputs(args)
     if args.command == "bake":
         assert loaded
         return _bake(args, loaded, overrides)
@@ -197,17 +272,51 @@ def _dispatch(args: argparse.Namespace) -> int:
     work = works[command]
     import asyncio
 
+    started = time.monotonic()
     results = asyncio.run(runner.on_hosts(hosts, work))
 
     from patchkit.report import print_human, print_json
     from patchkit.results import RunReport
 
     report = RunReport(recipe=loaded.recipe.name if loaded else "", run_id=runner.run_id, dry_run=dry_run,
-                       command=args.command, hosts=results)
+                       command=args.command, hosts=results, seconds=round(time.monotonic() - started, 3)).count()
     if captures and all(h.status != "failed" for h in results.values()):
         _write_capture(captures[0], Path(args.output), report)
-    (print_json if args.json else print_human)(report)
+    _write_review(args, report, loaded, hosts)
+    if getattr(args, "markdown", None) != "-":
+        (print_json if args.json else print_human)(report)
     return 130 if runner.interrupt.requested else _exit_code(args.command, report)
+
+
+def _check_review_outputs(args: argparse.Namespace) -> None:
+    from patchkit.errors import UsageError
+
+    if getattr(args, "markdown", None) == "-" and getattr(args, "json", False):
+        raise UsageError("--markdown - and --json both want stdout: write one of them to a file")
+    for flag in ("html", "markdown"):
+        value = getattr(args, flag, None)
+        if value and value != "-" and not Path(value).parent.is_dir():
+            raise UsageError(f"--{flag} {value}: no folder {Path(value).parent} to write it in")
+
+
+def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRecipe | None,
+                  hosts: list[HostSpec]) -> None:
+    """--html FILE / --markdown FILE|-: the reviewer's page of the report (patchkit/review.py)."""
+    html_file, md_file = getattr(args, "html", None), getattr(args, "markdown", None)
+    if not html_file and not md_file:
+        return
+    from patchkit.review import build_review, render_html, render_markdown
+
+    from patchkit.runner import transport_of
+
+    where = {h.name: " ".join(dict.fromkeys(transport_of(h))) for h in hosts}
+    review = build_review(report, loaded, where)
+    if html_file:
+        Path(html_file).write_text(render_html(review), encoding="utf-8")
+    if md_file == "-":
+        sys.stdout.write(render_markdown(review))
+    elif md_file:
+        Path(md_file).write_text(render_markdown(review), encoding="utf-8")
 
 
 def _exit_code(command: str, report: RunReport) -> int:

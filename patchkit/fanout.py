@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, TextIO
 
 from patchkit.inventory import HostSpec
 from patchkit.results import HostResult
@@ -118,22 +119,31 @@ async def fan_out(
 
 
 class LineProgress:
-    """One plain line per finished host on stderr (for logs and non-terminals)."""
+    """Plain lines on stderr (for logs and non-terminals): one per finished host of a fleet, and
+    a host's long work (a deploy's bytes, rate, ETA) at most once a minute per host."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 out: TextIO | None = None) -> None:
         self.total = total
         self.done = 0
+        self.every_s, self.clock, self.out = every_s, clock, out
+        self.last: dict[str, float] = {}
 
     def started(self, host: str) -> None:
-        return None
+        self.last[host] = self.clock()
 
     def note(self, host: str, text: str) -> None:
-        return None  # a log is no place for a byte counter
+        now = self.clock()
+        if now - self.last.get(host, now) >= self.every_s:
+            self.last[host] = now
+            print(f"{host}: {text}", file=self.out or sys.stderr, flush=True)
 
     def finished(self, host: str, result: HostResult) -> None:
         self.done += 1
+        if self.total < 2:
+            return  # one host: its report says it
         note = f" — {result.message}" if result.status == "failed" and result.message else ""
-        print(f"[{self.done}/{self.total}] {host}: {result.status}{note}", file=sys.stderr, flush=True)
+        print(f"[{self.done}/{self.total}] {host}: {result.status}{note}", file=self.out or sys.stderr, flush=True)
 
     def close(self) -> None:
         return None
@@ -175,7 +185,8 @@ class LiveProgress:
 
 
 def progress_for(hosts: list[HostSpec], enabled: bool) -> Progress | None:
-    if not enabled or len(hosts) < 2:
+    """A live view on a terminal (one host too: a long deploy is never silent), lines otherwise."""
+    if not enabled:
         return None
     if sys.stderr.isatty():
         return LiveProgress([h.name for h in hosts])

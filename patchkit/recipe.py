@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -90,7 +90,11 @@ class PatchStep(PackageGate):
 class Verify(Strict):
     import_: list[str] = Field(default_factory=list, alias="import",
                                description="modules imported in a fresh target interpreter after the write")
-    timeout_s: float = Field(300, gt=0)
+    python: str | None = Field(None, description=(
+        "a program run by the target interpreter in a fresh process after the import check; the step "
+        "passes only if it exits 0 (else the original is restored). The recipe's variables are a JSON "
+        "object in the environment variable PATCHKIT_VARS"))
+    timeout_s: float = Field(300, gt=0, description="for the import check, and again for the program")
 
     @field_validator("import_")
     @classmethod
@@ -101,7 +105,9 @@ class Verify(Strict):
 
 
 class CheckStep(PackageGate):
-    python: str = Field(description="Python source run by the target interpreter; it passes when it exits 0")
+    python: str = Field(description=("Python source run by the target interpreter; it passes when it exits 0. "
+                                      "The recipe's variables are a JSON object in the environment variable "
+                                      "PATCHKIT_VARS"))
     message: str | None = Field(None, description="what a failure means, shown with the reason")
     timeout_s: float = Field(300, gt=0)
 
@@ -208,13 +214,16 @@ class LaunchStep(Strict):
         return self
 
 
+KIND_KEY = "a step kind's key"  # marks a Step field as one (steps/registry.py checks they are its kinds)
+
+
 class Step(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str | None = None
-    patch: PatchStep | None = None
-    check: CheckStep | None = None
-    deploy: DeployStep | None = None
-    launch: LaunchStep | None = None
+    patch: Annotated[PatchStep | None, KIND_KEY] = None
+    check: Annotated[CheckStep | None, KIND_KEY] = None
+    deploy: Annotated[DeployStep | None, KIND_KEY] = None
+    launch: Annotated[LaunchStep | None, KIND_KEY] = None
     verify: Verify | None = None
     upstream: str | None = Field(None, description="URL of the upstream fix or issue this step carries (shown by "
                                                    "plan, journaled; status says when the fix is upstream)")
@@ -246,7 +255,7 @@ class Step(Strict):
         return self.verify or Verify()
 
 
-STEP_KINDS = ("patch", "check", "deploy", "launch")
+STEP_KINDS = tuple(name for name, f in Step.model_fields.items() if KIND_KEY in f.metadata)
 
 
 class Recipe(Strict):

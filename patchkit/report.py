@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TextIO
 
 from patchkit.results import RunReport
+
+_HEADER = re.compile(r"^(---|\+\+\+) (?:[ab]/)?(.*)$")
 
 STATUS_STYLE = {
     "changed": "bold yellow", "ok": "green", "skipped": "dim", "failed": "bold red",
@@ -17,18 +20,65 @@ def print_json(report: RunReport, out: TextIO = sys.stdout) -> None:
     out.write(report.model_dump_json(indent=2, exclude_none=False) + "\n")
 
 
+def diff_key(diff: str) -> str:
+    """A diff without its paths' folders: hosts holding the package in different places share it."""
+    return "\n".join(_HEADER.sub(lambda m: f"{m.group(1)} {m.group(2).rsplit('/', 1)[-1]}", line)
+                     for line in diff.splitlines())
+
+
+def shared_diffs(report: RunReport) -> dict[str, tuple[str, list[str]]]:
+    """Each distinct diff once: key -> (the first host's diff, the host/step pairs that make it)."""
+    shown: dict[str, tuple[str, list[str]]] = {}
+    for host, result in report.hosts.items():
+        for step in result.steps:
+            if step.diff:
+                shown.setdefault(diff_key(step.diff), (step.diff, []))[1].append(f"{host}/{step.name}")
+    return shown
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.replace("\t", " ").splitlines())
+
+
+def print_plain(report: RunReport, out: TextIO = sys.stdout) -> None:
+    """For a pipe or a file: no colour, no box, nothing cut; a line per host and step with tabs
+    between host, step, status and message; diffs once each, under a `#` line naming where."""
+    for diff, where in shared_diffs(report).values():
+        out.write(f"# {', '.join(where)}\n{diff.rstrip(chr(10))}\n\n")
+    title = f"{report.command} {report.recipe}" + (" (dry run)" if report.dry_run else "") + f" · run {report.run_id}"
+    out.write(f"# {title}\n")
+    notes: list[str] = []
+    for host, result in report.hosts.items():
+        if not result.steps:
+            out.write(f"{host}\t-\t{result.status}\t{_one_line(result.message)}\n")
+        elif result.message:
+            notes.append(f"note: {host}: {_one_line(result.message)}")
+        for step in result.steps:
+            out.write(f"{host}\t{step.name}\t{step.status}\t{_one_line(step.message)}\n")
+        notes += [f"note: {host}: {_one_line(n)}" for n in result.notices]
+    for note in notes:
+        out.write(note + "\n")
+    out.write(_host_counts(report) + "\n")
+
+
+def _host_counts(report: RunReport) -> str:
+    counts: dict[str, int] = {}
+    for result in report.hosts.values():
+        counts[result.status] = counts.get(result.status, 0) + 1
+    return "hosts: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
 def print_human(report: RunReport, out: TextIO = sys.stdout) -> None:
+    """A terminal's view (colours, a table); anything else gets print_plain."""
+    if not out.isatty():
+        print_plain(report, out)
+        return
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     console = Console(file=out, highlight=False, soft_wrap=True)
-    shown: dict[str, list[str]] = {}
-    for host, result in report.hosts.items():
-        for step in result.steps:
-            if step.diff:
-                shown.setdefault(step.diff, []).append(f"{host}/{step.name}")
-    for diff, where in shown.items():
+    for diff, where in shared_diffs(report).values():
         console.print(Text(f"# {', '.join(where)}", style="bold"))
         for line in diff.splitlines():
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
@@ -43,9 +93,12 @@ def print_human(report: RunReport, out: TextIO = sys.stdout) -> None:
             ("why", why), ("upstream", upstream)) if value))
     title = f"{report.command} {report.recipe}" + (" (dry run)" if report.dry_run else "") + f" · run {report.run_id}"
     table = Table(title=title, title_justify="left", show_lines=False)
-    table.add_column("host")
-    table.add_column("step")
-    table.add_column("status")
+    steps = [s.name for r in report.hosts.values() for s in r.steps]
+    # Nothing is cut: a step column as wide as its longest name (history's run ids are what
+    # rollback --run takes), the rest folded.
+    table.add_column("host", overflow="fold")
+    table.add_column("step", overflow="fold", min_width=min(40, max((len(n) for n in steps), default=4)))
+    table.add_column("status", overflow="fold")
     table.add_column("message", overflow="fold")
     for host, result in report.hosts.items():
         if not result.steps:
@@ -53,13 +106,10 @@ def print_human(report: RunReport, out: TextIO = sys.stdout) -> None:
         for i, step in enumerate(result.steps):
             table.add_row(host if i == 0 else "", step.name, Text(step.status, style=STATUS_STYLE.get(step.status, "")),
                           step.message)
-        if result.steps and result.message:
-            table.add_row("", "", "", result.message)
     console.print(table)
     for host, result in report.hosts.items():
+        if result.steps and result.message:  # the host's own note, not a row that reads as its last step's
+            console.print(Text(f"note: {host}: {result.message}", style="yellow"))
         for notice in result.notices:
             console.print(Text(f"note: {host}: {notice}", style="yellow"))
-    counts: dict[str, int] = {}
-    for result in report.hosts.values():
-        counts[result.status] = counts.get(result.status, 0) + 1
-    console.print("hosts: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    console.print(_host_counts(report))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -58,14 +59,36 @@ class HostResult(BaseModel):
     exec_requests: int = 0
     warnings: list[str] = Field(default_factory=list)  # e.g. a login shell's banner, skipped (agent/client.py)
     notices: list[str] = Field(default_factory=list)  # what the user should know, e.g. changes a container loses
+    transport: str | None = None  # local | ssh | openssh | podman | docker | k8s ...: how it was reached
+    address: str | None = None
+    seconds: float | None = None  # wall time of this host's work, connection included
+
+
+REPORT_SCHEMA_VERSION = 2  # 1: before schema_version, totals and timings (same keys otherwise)
 
 
 class RunReport(BaseModel):
+    schema_version: int = REPORT_SCHEMA_VERSION
     recipe: str
     run_id: str
     dry_run: bool
     command: str
     hosts: dict[str, HostResult]
+    totals: dict[str, int] = Field(default_factory=dict)  # hosts by status, and "hosts": how many
+    seconds: float | None = None  # wall time of the whole run
+
+    def count(self) -> "RunReport":
+        """Fill `totals` from the hosts."""
+        totals: dict[str, int] = {"hosts": len(self.hosts)}
+        for result in self.hosts.values():
+            totals[result.status] = totals.get(result.status, 0) + 1
+        self.totals = totals
+        return self
+
+
+# kind name -> did a journaled result of that kind change the host? Filled by steps/registry.py
+# from each kind's `changed` (this module is below the kinds: it cannot import them).
+CHANGES_HOST: dict[str, Callable[[StepResult], bool]] = {}
 
 
 class RunRecord(BaseModel):
@@ -88,10 +111,11 @@ class RunRecord(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def changed_steps(self) -> list[StepResult]:
-        """Steps that changed something we can undo (a patched file, deployed files, a server)."""
-        return [s for s in self.steps
-                if s.status in ("changed", "failed") and s.kind == "launch" and (s.details or {}).get("servers")
-                or s.status == "changed" and (s.file and s.backup or s.files)]
+        """Steps that changed something we can undo (a patched file, deployed files, a server),
+        as each step's kind judges it (StepKind.changed); a kind no longer known changed nothing."""
+        if not CHANGES_HOST:
+            raise RuntimeError("no step kinds registered: import patchkit.steps.registry before reading a journal")
+        return [s for s in self.steps if s.kind in CHANGES_HOST and CHANGES_HOST[s.kind](s)]
 
     def live_steps(self) -> list[StepResult]:
         """Changed steps whose change has not been rolled back."""

@@ -20,7 +20,7 @@ from patchkit.agent import AgentClient
 from patchkit.agent.protocol import LOCK
 from patchkit.errors import HostError
 from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
-from patchkit.inventory import HostSpec, Scheme
+from patchkit.inventory import HostSpec
 from patchkit.journal import DEFAULT_STATE_DIR, Journal, rollback_target
 from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
@@ -28,7 +28,8 @@ from patchkit.redact import Redactor
 from patchkit.results import HostResult, RunRecord, StepResult, StepStatus, host_status
 from patchkit.steps.context import EditCache, HostContext
 from patchkit.steps.registry import kind_named
-from patchkit.transport import LocalTransport, Transport
+from patchkit.transport import Transport, schemes
+from patchkit.transport.base import Reach
 
 log = get_logger("patchkit")
 
@@ -60,49 +61,10 @@ class Session:
     journal: Journal
 
 
-def _local_transport(host: HostSpec, options: Options) -> Transport:
-    return LocalTransport()
-
-
-def _ssh_transport(host: HostSpec, options: Options) -> Transport:
-    from patchkit.transport.ssh_common import SSHTarget
-
-    target = SSHTarget.from_host(host, options.accept_new_host_keys)  # all an SSH transport knows of the host
-    if host.ssh_client == "openssh":
-        from patchkit.transport.openssh import (
-            OpenSSHTransport,  # the system `ssh`, opted in per host
-        )
-
-        return OpenSSHTransport(target)
-    from patchkit.transport.ssh import (
-        SSHTransport,  # asyncssh only when a host needs it
-    )
-
-    return SSHTransport(target)
-
-
-def _container_transport(host: HostSpec, options: Options) -> Transport:
-    from patchkit.transport.container import (
-        CHANGES_NOTE,
-        ContainerTarget,
-        ContainerTransport,
-    )
-
-    return ContainerTransport(ContainerTarget.from_host(host), CHANGES_NOTE if options.changes_note else None)
-
-
-# How a host is reached, by its address's scheme (HostSpec.scheme).
-TRANSPORTS: dict[Scheme, Callable[[HostSpec, Options], Transport]] = {
-    "local": _local_transport,
-    "ssh": _ssh_transport,
-    "podman": _container_transport,
-    "docker": _container_transport,
-    "k8s": _container_transport,
-}
-
-
 def transport_for(host: HostSpec, options: Options | None = None) -> Transport:
-    return TRANSPORTS[host.scheme](host, options or Options())
+    """The host's transport, by its address's scheme (transport/schemes.py)."""
+    options = options or Options()
+    return schemes.transport_for(host, Reach(options.accept_new_host_keys, options.changes_note))
 
 
 def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Options) -> str:
@@ -171,8 +133,10 @@ class Runner:
             result.warnings = warnings
             if self.redactor:  # what the report and the progress lines show: no secret values
                 result = HostResult.model_validate(self.redactor.value(result.model_dump()))
+            result.seconds = round(time.monotonic() - started, 3)
+            result.transport, result.address = transport_of(host)
             log.info("host.done", host=host.name, status=result.status, command=self.command,
-                     seconds=round(time.monotonic() - started, 3), exec_requests=result.exec_requests)
+                     seconds=result.seconds, exec_requests=result.exec_requests)
             return result
 
         policy = FanOutPolicy(self.options.concurrency, self.options.serial, self.options.max_fail)
@@ -242,9 +206,8 @@ class Runner:
         return HostResult(status=status, steps=record.steps, notices=notices)
 
     async def _run_step(self, ctx: HostContext, step: Step) -> StepResult:
-        kind = kind_named(step.kind)
         try:
-            return await kind.apply(ctx, step, await kind.plan(ctx, step))
+            return await kind_named(step.kind).run(ctx, step)
         except HostError as exc:
             return StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc))
 
@@ -257,9 +220,8 @@ class Runner:
         records = await s.journal.runs(self.loaded.recipe.name)
         steps = []
         for step in self.loaded.recipe.select(self.options.steps):
-            kind = kind_named(step.kind)
             try:
-                steps.append(await kind.state(ctx, step, await kind.plan(ctx, step), records))
+                steps.append(await kind_named(step.kind).status(ctx, step, records))
             except HostError as exc:
                 steps.append(StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc)))
         order: list[Literal["failed", "drifted", "pending"]] = ["failed", "drifted", "pending"]
@@ -312,7 +274,7 @@ class Runner:
         records = await s.journal.runs(self.loaded.recipe.name if self.loaded else None)
         steps = [
             StepResult(name=r.run_id, kind=r.kind, status=_history_status(r),
-                       message=_history_line(r))
+                       message=_history_line(r), details=_history_details(r))
             for r in records
         ]
         return HostResult(status="ok", steps=steps)
@@ -346,6 +308,29 @@ def _history_line(record: RunRecord) -> str:
     if record.rolled_back_steps:
         parts.append(f"rolled back by {record.rolled_back_by}")
     return " | ".join(parts)
+
+
+def transport_of(host: HostSpec) -> tuple[str, str]:
+    """How a host is reached, and at what address, as the report says it."""
+    scheme = host.scheme
+    if scheme == "local":
+        return "local", "local"
+    return (f"ssh/{host.ssh_client}" if scheme == "ssh" else scheme), host.address or host.name
+
+
+def _history_details(record: RunRecord) -> dict[str, object]:
+    """The run as fields (history --json): what the message line says, one key each."""
+    return {"run_id": record.run_id, "command": record.kind, "recipe": record.recipe, "status": record.status,
+            "started": _utc(record.started), "finished": _utc(record.finished) if record.finished else None,
+            "user": record.user, "patchkit_version": record.patchkit_version,
+            "changed_steps": [s.name for s in record.changed_steps()],
+            "steps": [{"name": s.name, "kind": s.kind, "status": s.status} for s in record.steps],
+            "rollback_of": record.rollback_of, "rolled_back_by": record.rolled_back_by,
+            "rolled_back_steps": record.rolled_back_steps}
+
+
+def _utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def _user() -> str:

@@ -15,9 +15,8 @@ import ast
 import datetime
 import re
 import textwrap
-from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -40,15 +39,17 @@ def _parse(source: str, mode: str = "exec") -> ast.AST:
 
 
 class _Engine(EditSpec):
-    """An edit whose work is done by `patchkit.edits.<engine>.run(spec, source)`.
+    """An edit whose work is done by its engine: `compute`, which imports the op's libcst module
+    (a checked reference: mypy sees the import and the engine's signature).
 
     A `changed` result is compiled before it is returned: text that is not Python is a
     bug of ours (EditBug; a user's codemod gets the blame for its own), never a result."""
 
-    _engine: str = ""
+    def compute(self, source: str) -> EditResult:  # pragma: no cover - each op has its own
+        raise NotImplementedError(f"edit {self.kind} has no engine")
 
     def apply(self, source: str) -> EditResult:
-        result: EditResult = import_module(f"patchkit.edits.{self._engine}").run(self, source)
+        result = self.compute(source)
         if result.verdict == "changed":
             from patchkit.edits.tree import result_compile_error  # the engines import libcst anyway
 
@@ -58,7 +59,7 @@ class _Engine(EditSpec):
         return result
 
     def not_python(self, error: str) -> EditError:
-        return EditBug(f"patchkit bug: the {self._engine} edit produced Python that does not compile "
+        return EditBug(f"patchkit bug: the {self.kind} edit produced Python that does not compile "
                        f"({error}); nothing was changed. Please report it with the recipe and the file.")
 
 
@@ -232,35 +233,55 @@ class Where(Choose):
 class ListInsert(_Engine, Where):
     """Ensure `values` are elements of a list/tuple/set display (the right one of `A + [..]`)."""
 
-    _engine = "list_insert"
+    kind: ClassVar[str] = "list_insert"
     values: list[Scalar] = Field(min_length=1, description="literals that must be elements")
     after: Scalar = Field(None, description="insert after this element; missing: append, and say so")
+
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.list_insert import run
+
+        return run(self, source)
 
 
 class ListRemove(_Engine, Where):
     """Ensure `values` are not elements of a list/tuple/set display."""
 
-    _engine = "list_remove"
+    kind: ClassVar[str] = "list_remove"
     values: list[Scalar] = Field(min_length=1)
+
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.list_remove import run
+
+        return run(self, source)
 
 
 class SetValue(_Engine, Where, WantsValue):
     """Ensure the target's value (or the part of it at `path`) equals `value`/`expr`, by meaning."""
 
-    _engine = "set_value"
+    kind: ClassVar[str] = "set_value"
+
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.set_value import run
+
+        return run(self, source)
 
 
 class DictSet(_Engine, Where, WantsValue):
     """Ensure a dict display maps `key` to `value`/`expr` (the last of duplicate keys: Python keeps it)."""
 
-    _engine = "dict_set"
+    kind: ClassVar[str] = "dict_set"
     key: Scalar
+
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.dict_set import run
+
+        return run(self, source)
 
 
 class CallKwarg(_Engine, Choose, WantsValue):
     """Ensure a call to `callee` passes `keyword=value` (added when missing)."""
 
-    _engine = "call_kwarg"
+    kind: ClassVar[str] = "call_kwarg"
     callee: str | list[str] = Field(
         description="the called expression as written: `SamplingParams`, `torch.compile`, "
                     "`super().__init__`, `', '.join`; a list gives alternatives")
@@ -279,13 +300,18 @@ class CallKwarg(_Engine, Choose, WantsValue):
     def describe_target(self) -> str:
         return f"call to {' or '.join(self.callees)}"
 
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.call_kwarg import run
+
+        return run(self, source)
+
 
 class CodemodEdit(_Engine):
     """`file` (relative to the recipe, may not leave its folder) defines `transformer`,
     a libcst CSTTransformer or Codemod subclass, built with `args` as keyword arguments.
     A transformer may set `self.not_found = "why"` to report that its target is absent."""
 
-    _engine = "codemod"
+    kind: ClassVar[str] = "codemod"
     file: str
     transformer: str = Field(description="class name in `file`")
     args: dict[str, Any] = Field(default_factory=dict)
@@ -308,6 +334,11 @@ class CodemodEdit(_Engine):
             raise EditError(f"codemod file {path} does not exist")
         return path
 
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.codemod import run
+
+        return run(self, source)
+
 
 
 class ReplaceFunction(_Engine, Pick):
@@ -315,7 +346,7 @@ class ReplaceFunction(_Engine, Pick):
     `outer.inner`) is `body`, compared by meaning (AST). Decorators, signature and
     everything outside the body stay byte-identical; `body` is re-indented to fit."""
 
-    _engine = "replace_function"
+    kind: ClassVar[str] = "replace_function"
     function: str = Field(description="qualified name, e.g. Class.method, func or outer.inner")
     body: str = Field(description="Python source of the new body, dedented; re-indented to the function's indentation")
     keep_docstring: bool = Field(True, description="keep the function's docstring when `body` has none of its own")
@@ -346,19 +377,28 @@ class ReplaceFunction(_Engine, Pick):
     def has_docstring(self) -> bool:
         return ast.get_docstring(ast.parse(self.body_source), clean=False) is not None
 
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.replace_function import run
 
-class DiffEdit(_Engine):
+        return run(self, source)
+
+
+class DiffEdit(EditSpec):
     """A unified diff (git or plain; one or several files), applied by meaning: each hunk is
     found where its lines are (within the def/class its header names), not at its line
     number. `file` is relative to the recipe (and may not leave its folder); or `text` inline.
+    `reverse` applies it backwards (what it added is taken out, what it removed put back).
     Paths map to modules of the step's package after `strip` leading components (`patch -p`)."""
 
-    _engine = "diff"
+    kind: ClassVar[str] = "diff"
     file: str | None = Field(None, description="a .patch/.diff file next to the recipe (relative to its folder)")
     text: str | None = Field(None, description="the unified diff itself, inline")
     strip: int = Field(1, ge=0, description="leading path components to drop, like patch -p (default 1: a/, b/)")
+    reverse: bool = Field(False, description="apply the diff backwards (patch -R): take a fix out with the "
+                                             "same diff that put it in")
     _base_dir: Path | None = PrivateAttr(None)
     _parsed: ParsedDiff | None = PrivateAttr(None)
+    _targets: list[tuple[str, str, FilePatch]] | None = PrivateAttr(None)  # of _parsed, computed once
 
     @model_validator(mode="after")
     def _one_source(self) -> DiffEdit:
@@ -369,11 +409,13 @@ class DiffEdit(_Engine):
         return self
 
     def _read(self, text: str, source: str) -> None:
-        from patchkit.edits.unified_diff import DiffError, parse_diff
+        from patchkit.edits.unified_diff import DiffError, parse_diff, reversed_diff
 
         try:
             parsed = parse_diff(text, source)
-            self._parsed = parsed
+            if self.reverse:
+                parsed = reversed_diff(parsed)
+            self._parsed, self._targets = parsed, None
             self.targets()
         except DiffError as exc:
             self._parsed = None
@@ -412,6 +454,8 @@ class DiffEdit(_Engine):
         """(path after strip, module, FilePatch) for every file of the diff, in its order."""
         from patchkit.edits.unified_diff import DEV_NULL, DiffError, module_of, strip_path
 
+        if self._targets is not None:
+            return self._targets
         out = []
         for patch in self._parsed.files if self._parsed is not None else self.parsed.files:
             if DEV_NULL not in (patch.old_path, patch.new_path):
@@ -422,6 +466,7 @@ class DiffEdit(_Engine):
                                     "in their first folder")
             path = patch.path(self.strip)
             out.append((path, module_of(path), patch))
+        self._targets = out
         return out
 
     @property

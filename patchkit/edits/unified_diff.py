@@ -4,8 +4,10 @@ What is read: `--- a/x` / `+++ b/x` headers (a tab and a timestamp after the nam
 dropped), `@@ -a,b +c,d @@ section` hunk headers (the section is what git writes after the
 second `@@`: the enclosing `class`/`def` line), ` `, `-`, `+` lines and `\\ No newline at
 end of file`. `/dev/null` (or git's `new file mode` / `deleted file mode`) makes an added or
-a deleted file. Anything between file sections (a commit message, `diff --git`, `index`
-lines) is skipped. Refused with a message naming the diff line: renames and copies (a
+a deleted file; an empty file git adds or deletes has no `---`/`+++` and no hunk, only its
+`diff --git` line and mode: it is read from those. Names git quotes (`"a/caf\\303\\251.py"`:
+C escapes, UTF-8 bytes in octal) are unquoted. Anything else between file sections (a commit
+message, `index` lines) is skipped. `reversed_diff` turns a diff into the one that undoes it. Refused with a message naming the diff line: renames and copies (a
 patch step edits files in place), binary patches, a hunk whose lines do not add up to its
 header's counts, a file named twice.
 """
@@ -13,8 +15,9 @@ header's counts, a file named twice.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
 from patchkit.edits.model import EditError
 
@@ -115,12 +118,64 @@ def module_of(relpath: str) -> str:
 
 
 def _name(header: str) -> str:
-    """`--- a/x.py\t2024-01-01 ...` -> `a/x.py` (git quotes names with odd bytes: unquoted)."""
+    """`--- a/x.py\t2024-01-01 ...` -> `a/x.py`; git's quoted names (`"a/caf\\303\\251.py"`) unquoted."""
     name = header[4:]
-    name = name.split("\t", 1)[0] if "\t" in name else name.rstrip()
-    if name.startswith('"') and name.endswith('"') and len(name) >= 2:
-        name = name[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
-    return name
+    if name.startswith('"'):
+        quoted, _ = _quoted(name)
+        if quoted is not None:
+            return quoted
+    return name.split("\t", 1)[0] if "\t" in name else name.rstrip()
+
+
+_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+
+
+def _quoted(text: str) -> tuple[str | None, str]:
+    """A name as git quotes one (C escapes, bytes as octal `\\303`, UTF-8) at the start of
+    `text`: (the name, what follows it); (None, text) when it is not one."""
+    out = bytearray()
+    i = 1
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            try:
+                return out.decode("utf-8"), text[i + 1:]
+            except UnicodeDecodeError:
+                return None, text
+        if char == "\\" and i + 1 < len(text):
+            follow = text[i + 1]
+            if follow in _ESCAPES:
+                out.append(_ESCAPES[follow])
+                i += 2
+                continue
+            digits = text[i + 1:i + 4]
+            if len(digits) == 3 and all(d in "01234567" for d in digits):
+                out.append(int(digits, 8) & 0xFF)
+                i += 4
+                continue
+            return None, text
+        out.extend(char.encode("utf-8"))
+        i += 1
+    return None, text
+
+
+def _git_names(rest: str) -> tuple[str, str] | None:
+    """The two names of `diff --git a/x b/x` (either may be quoted); None when unclear."""
+    if rest.startswith('"'):
+        old, after = _quoted(rest)
+        if old is None or not after.startswith(" "):
+            return None
+        after = after[1:]
+        new = _quoted(after)[0] if after.startswith('"') else after
+        return (old, new) if new else None
+    if rest.endswith('"'):
+        cut = rest.rfind(' "')
+        new = _quoted(rest[cut + 1:])[0] if cut > 0 else None
+        return (rest[:cut], new) if new else None
+    half = (len(rest) - 1) // 2  # no rename: both names the same length, one space between
+    if rest[half:half + 1] == " " and rest[:half].split("/", 1)[-1] == rest[half + 1:].split("/", 1)[-1]:
+        return rest[:half], rest[half + 1:]
+    return None
 
 
 @dataclass
@@ -130,6 +185,8 @@ class _Git:
     line: int = 0
     rename: str = ""
     binary: bool = False
+    names: tuple[str, str] | None = None
+    mode: str = ""  # "new" or "deleted": git writes no `---`/`+++` for an empty file
     seen: list[str] = field(default_factory=list)
 
 
@@ -138,7 +195,7 @@ def parse_diff(text: str, source: str = "the diff") -> ParsedDiff:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    lines = [line.removesuffix("\r") for line in lines]
     files: list[FilePatch] = []
     git = _Git()
     i = 0
@@ -146,18 +203,35 @@ def parse_diff(text: str, source: str = "the diff") -> ParsedDiff:
     def fail(at: int, why: str) -> DiffError:
         return DiffError(f"{source} line {at + 1}: {why}")
 
+    def empty_file() -> None:
+        """The section git writes for an empty file it adds or deletes: headers, no hunks."""
+        if not git.mode:
+            return
+        if git.names is None:
+            raise fail(git.line, "cannot read the file names of this `diff --git` line")
+        old, new = (DEV_NULL, git.names[1]) if git.mode == "new" else (git.names[0], DEV_NULL)
+        named = new if old == DEV_NULL else old
+        if any(named in (f.old_path, f.new_path) for f in files):
+            raise fail(git.line, f"{named} is patched twice in one diff: merge its hunks into one section")
+        files.append(FilePatch(old, new, (), line=git.line + 1))
+
     while i < len(lines):
         line = lines[i]
         if line.startswith("diff --git "):
             if git.rename:
                 raise fail(git.line, f"renames are not supported ({git.rename}): a patch step edits files in place")
-            git = _Git(line=i)
+            empty_file()
+            git = _Git(line=i, names=_git_names(line[len("diff --git "):]))
+        elif line.startswith(("new file mode ", "deleted file mode ")):
+            git.mode = "new" if line.startswith("new") else "deleted"
         elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
             git.rename = git.rename or line
         elif line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
             raise fail(i, "a binary patch: patch steps edit Python source")
         elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
             old, new, header_at = _name(line), _name(lines[i + 1]), i
+            if git.mode and git.names is not None and git.names[0] != old and git.names[1] != new:
+                empty_file()  # that `diff --git` section was an empty file; these headers are the next one
             if git.rename:
                 raise fail(git.line, f"renames are not supported ({git.rename}): a patch step edits files in "
                                      "place; rename the file by hand, then diff its content")
@@ -173,10 +247,25 @@ def parse_diff(text: str, source: str = "the diff") -> ParsedDiff:
         elif line.startswith("@@ "):
             raise fail(i, "a hunk before any `---`/`+++` file header")
         i += 1
+    if git.rename:
+        raise fail(git.line, f"renames are not supported ({git.rename}): a patch step edits files in place")
+    empty_file()
     if not files:
         if git.rename:
             raise fail(git.line, f"renames are not supported ({git.rename}): a patch step edits files in place")
         raise DiffError(f"{source} holds no unified diff (no `---`/`+++` file headers)")
+    return ParsedDiff(tuple(files))
+
+
+def reversed_diff(parsed: ParsedDiff) -> ParsedDiff:
+    """The diff that undoes `parsed`: sides swapped, removed lines added and added removed."""
+    swap: dict[str, Tag] = {" ": " ", "-": "+", "+": "-"}
+    files = []
+    for patch in parsed.files:
+        hunks = tuple(Hunk(h.number, h.new_start, h.new_len, h.old_start, h.old_len, h.section,
+                           tuple(DiffLine(swap[line.tag], line.text, line.newline) for line in h.lines))
+                      for h in patch.hunks)
+        files.append(FilePatch(patch.new_path, patch.old_path, hunks, patch.line))
     return ParsedDiff(tuple(files))
 
 

@@ -86,17 +86,23 @@ async def gate(ctx: HostContext, package: str | None, versions: str | None, modu
         return Gate(None), {"found": False}
     located = await ctx.locate(package, list(modules), read_first)
     python = ctx.agent.info.get("python", "the target interpreter")
+    return version_gate(package, located, versions, python), located
+
+
+def version_gate(package: str, located: LocateReply, versions: str | None, python: str) -> Gate:
+    """The gate's verdict on what `locate` found (the package or not, its version, the
+    recipe's `versions`): pure, tested as a table (tests/unit/test_decision_tables.py)."""
     if not located["found"]:
         return Gate(None, fail=f"package {package} is not importable by {python} "
-                               f"(set python in the inventory or -e python=PATH)"), located
+                               f"(set python in the inventory or -e python=PATH)")
     version = located.get("version")
     if versions:
         if version is None:
-            return Gate(None, fail=f"cannot read the version of {package} at {located['root']}"), located
+            return Gate(None, fail=f"cannot read the version of {package} at {located['root']}")
         try:
             inside = Version(version) in SpecifierSet(versions, prereleases=True)
         except InvalidVersion:
-            return Gate(version, fail=f"{package} reports an unparsable version {version!r}"), located
+            return Gate(version, fail=f"{package} reports an unparsable version {version!r}")
         if not inside:
-            return Gate(version, skip=f"{package} {version} is outside {versions}"), located
-    return Gate(version), located
+            return Gate(version, skip=f"{package} {version} is outside {versions}")
+    return Gate(version)

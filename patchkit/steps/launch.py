@@ -269,9 +269,7 @@ async def _stop(ctx: HostContext, name: str, timeout_s: float) -> LaunchStopRepl
 LaunchPlan = tuple[StepResult, LaunchInspectReply, ServerCommand]
 
 
-async def plan_launch(ctx: HostContext, step: Step) -> LaunchPlan:
-    spec = step.launch
-    assert spec is not None
+async def plan_launch(ctx: HostContext, step: Step, spec: LaunchStep) -> LaunchPlan:
     result = StepResult(name=step.name, kind="launch", status="changed", file=spec.health.url)
     info = await _inspect(ctx.agent, ctx.journal.state_dir, step.name, spec.health)
     record = info.get("record") or {}
@@ -296,9 +294,7 @@ async def plan_launch(ctx: HostContext, step: Step) -> LaunchPlan:
     return result, info, cmd
 
 
-async def apply_launch(ctx: HostContext, step: Step, planned: LaunchPlan) -> StepResult:
-    spec = step.launch
-    assert spec is not None
+async def apply_launch(ctx: HostContext, step: Step, spec: LaunchStep, planned: LaunchPlan) -> StepResult:
     result, info, cmd = planned
     result = result.model_copy(deep=True)
     if result.status == "ok" or ctx.dry_run:
@@ -469,17 +465,18 @@ def launch_state(planned: StepResult) -> StepResult:
     return out
 
 
-class LaunchKind(StepKind[LaunchPlan]):
+class LaunchKind(StepKind[LaunchStep, LaunchPlan]):
     name = "launch"
+    spec_model = LaunchStep
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned[LaunchPlan]:
-        result, info, cmd = await plan_launch(ctx, step)
+    async def plan(self, ctx: HostContext, step: Step, spec: LaunchStep) -> Planned[LaunchPlan]:
+        result, info, cmd = await plan_launch(ctx, step, spec)
         return Planned(result, (result, info, cmd))
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned[LaunchPlan]) -> StepResult:
-        return await apply_launch(ctx, step, planned.data)
+    async def apply(self, ctx: HostContext, step: Step, spec: LaunchStep, planned: Planned[LaunchPlan]) -> StepResult:
+        return await apply_launch(ctx, step, spec, planned.data)
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned[LaunchPlan],
+    async def state(self, ctx: HostContext, step: Step, spec: LaunchStep, planned: Planned[LaunchPlan],
                     records: list[RunRecord]) -> StepResult:
         return launch_state(planned.result)
 
@@ -488,5 +485,9 @@ class LaunchKind(StepKind[LaunchPlan]):
         found = next((s for s in ctx.loaded.recipe.steps if s.name == done.name and s.launch), None)
         env = dict(found.launch.env) if found and found.launch else {}
         undone = await undo_launch(ctx.agent, ctx.journal.state_dir, done, ctx.force, ctx.loaded.redactor, env)
-        return StepResult(name=done.name, kind="launch", status="changed" if undone.ok else "failed",
+        return StepResult(name=done.name, kind=self.name, status="changed" if undone.ok else "failed",
                           message=undone.message)
+
+    def changed(self, done: StepResult) -> bool:
+        """A launch that started servers (even one whose gate then failed) has them to stop."""
+        return done.status in ("changed", "failed") and bool((done.details or {}).get("servers"))

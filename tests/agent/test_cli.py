@@ -256,6 +256,8 @@ def test_a_second_run_fails_while_the_first_holds_the_lock(sandbox: Sandbox) -> 
         message = host(second)["message"]
         assert "another patchkit run holds the lock" in message, second
         assert str(sandbox.state / "lock") in message and holder["owner"] in message
+        assert f"pid {holder['pid']} on " in message and " UTC (" in message and "s ago)" in message, message
+        assert str(int(holder["since"])) not in message  # a time a person reads, not an epoch
         assert waited >= 1  # it waited its --lock-timeout first
         assert sha256(spec) == before
         assert sandbox.run_records("toyllm_eagle3") == []

@@ -178,7 +178,7 @@ def test_agent_killed_during_a_passing_check_is_verified_by_the_next_apply(tmp_p
     again = host.run("apply")
     assert again.returncode == 0, again
     assert step(again)["status"] == "ok" and "verified now" in step(again)["message"], again
-    assert [c["name"] for c in step(again)["checks"]] == ["syntax", "import"]
+    assert [c["name"] for c in step(again)["checks"]] == ["read-back", "syntax", "import"]  # the checks of a write
     status = host.run("status")
     assert status.returncode == 0 and step(status)["status"] == "applied", status
     assert host.run("apply").returncode == 0
@@ -386,8 +386,8 @@ def test_a_symlinked_folder_that_stays_inside_the_package_is_patched(tmp_path: P
 
 
 def test_the_host_refuses_a_write_that_leaves_the_package_folder(tmp_path: Path) -> None:
-    """The write ops check too (a symlink planted between plan and apply): op_apply and
-    op_apply_files refuse a path whose folder links out of the root they are given."""
+    """The write op checks too (a symlink planted between plan and apply): op_apply_files
+    refuses a path whose folder links out of the root it is given."""
     agent = host_agent()
     root = tmp_path / "pkg"
     root.mkdir()
@@ -400,8 +400,6 @@ def test_the_host_refuses_a_write_that_leaves_the_package_folder(tmp_path: Path)
     new = base64.b64encode(b"LIMIT = 2\n").decode()
     backup = str(tmp_path / "state" / "backups" / "r" / "mod.py")
     with pytest.raises(agent.Refused, match="is a symlink to .*elsewhere, outside the package folder"):
-        agent.op_apply(target, original, new, backup, [], 10, root=str(root))
-    with pytest.raises(agent.Refused, match="outside the package folder"):
         agent.op_apply_files([{"path": target, "expected_sha256": original, "content_b64": new,
                                "backup_path": backup}], [], 10, root=str(root))
     with pytest.raises(agent.Refused, match="outside the package folder"):
@@ -509,8 +507,9 @@ def test_a_module_owned_by_someone_else_is_not_taken_over(tmp_path: Path, monkey
     before = sha256(module)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(agent.Refused, match="belongs to uid 0, not to this user .uid 1000.: replacing it would change"):
-        agent.op_apply(str(module), before, base64.b64encode(b"X = 2\n").decode(),
-                       str(tmp_path / "state" / "backups" / "r" / "module.py"), [], 5)
+        agent.op_apply_files([{"path": str(module), "expected_sha256": before,
+                               "content_b64": base64.b64encode(b"X = 2\n").decode(),
+                               "backup_path": str(tmp_path / "state" / "backups" / "r" / "module.py")}], [], 5)
     assert sha256(module) == before and module.stat().st_uid == 0
 
 

@@ -376,7 +376,8 @@ def test_target_checks(local: Local) -> None:
     assert step["status"] == "failed"
     assert f"{local.dest} on the host is not a valid eagle3-drafter" in step["message"], step["message"]
     assert "config.json: target_hidden_size is 64, but the target's hidden_size is 128" in step["message"]
-    assert "put back 2 file(s)" in step["message"]
+    assert "removed 2 file(s) the deploy had created" in step["message"], step["message"]  # not "put back"
+    assert "put back 2" not in step["message"]
     assert step["details"]["files"] == []
     assert not local.dest.exists()
     assert not local.dest.parent.exists()  # models/ was created by the deploy, removed by its undo

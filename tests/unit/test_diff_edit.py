@@ -79,15 +79,35 @@ def test_crlf_file_keeps_its_line_endings() -> None:
 
 
 TWICE = ORIGINAL + "\n\nclass Again:\n" + textwrap.indent(ORIGINAL.split("\n\n\n")[2], "    ")
+VERIFY = ORIGINAL.split("\n\n\n")[2]
+FLAT_TWICE = "# moved down a line\n" + ORIGINAL + "\n\n" + VERIFY.replace("def verify", "def verify", 1)
 
 
 def test_context_that_exists_twice_is_refused_naming_both() -> None:
-    result = edit(udiff(ORIGINAL, FIXED, n=1)).apply(TWICE)
+    # the same lines at the same indentation twice, neither at the line the diff names
+    result = edit(udiff(ORIGINAL, FIXED, n=1)).apply(FLAT_TWICE)
     assert result.verdict == "not_found"
-    assert result.source == TWICE
+    assert result.source == FLAT_TWICE
     assert "is ambiguous: its lines fit 2 places in the file" in result.message
-    assert "1) line 8 in <module>: `def verify(kind):`" in result.message
-    assert "2) line 16 in Again: `def verify(kind):`" in result.message
+    assert "1) line 9 in <module>: `def verify(kind):`" in result.message
+    assert "2) line 16 in <module>: `def verify(kind):`" in result.message
+
+
+def test_of_identical_places_the_one_at_the_header_line_is_taken() -> None:
+    twice = ORIGINAL + "\n\n" + VERIFY  # the diff's own file, and a copy of the function below it
+    result = edit(udiff(ORIGINAL, FIXED, n=1)).apply(twice)
+    assert result.verdict == "changed", result.message
+    assert result.source == FIXED + "\n\n" + VERIFY
+    assert "exactly at the line its header names" in result.message
+
+
+def test_a_re_indented_copy_does_not_make_it_ambiguous() -> None:
+    """Indentation is meaning: the lines at the diff's own indentation are the place; the
+    copy inside `class Again` (4 columns deeper) is other code."""
+    result = edit(udiff(ORIGINAL, FIXED, n=1)).apply(TWICE)
+    assert result.verdict == "changed", result.message
+    assert result.source == TWICE.replace('["llama", "qwen"]', '["llama", "qwen", "kimi_k2"]', 1)
+    assert edit(udiff(ORIGINAL, FIXED, n=1)).apply(result.source).verdict == "already"
 
 
 def test_the_section_header_chooses_between_equal_places() -> None:
@@ -97,11 +117,12 @@ def test_the_section_header_chooses_between_equal_places() -> None:
     assert result.source.count('"kimi_k2"') == 1
     assert result.source.index('"kimi_k2"') > result.source.index("class Again")
     assert "at line 17 in Again.verify" in result.message
-    # the header names a scope that does not hold the lines: not found there, not elsewhere
-    wrong = udiff(ORIGINAL, FIXED, n=1).replace(" @@\n", " @@ def helper():\n")
+    # the header names a def after the hunk: not found there, not elsewhere
+    helper_fix = udiff(ORIGINAL, ORIGINAL.replace("return 1", "return 2"), n=1)
+    wrong = helper_fix.replace(" @@\n", " @@ def verify(kind):\n")
     missed = edit(wrong).apply(ORIGINAL)
     assert missed.verdict == "not_found"
-    assert "not found in helper" in missed.message
+    assert "not found in verify" in missed.message
 
 
 def test_not_found_names_the_hunk_and_the_closest_region() -> None:
@@ -286,5 +307,5 @@ def test_a_header_naming_the_hunks_own_first_line() -> None:
     result = edit(diff).apply(ORIGINAL)
     assert result.verdict == "changed", result.message
     assert result.source == FIXED and "in verify" in result.message
-    twice = edit(diff).apply(TWICE)  # both defs are `def verify(kind):`: nothing tells them apart
+    twice = edit(diff).apply(FLAT_TWICE)  # both defs are `def verify(kind):`: nothing tells them apart
     assert twice.verdict == "not_found" and "is ambiguous" in twice.message

@@ -32,6 +32,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loadercheck import check_message, time_limit
 
+from patchkit.edits import EDIT_KINDS
+from patchkit.edits.specs import Where
 from patchkit.errors import UsageError
 from patchkit.inventory import load_inventory
 from patchkit.recipe import load_recipe
@@ -69,6 +71,19 @@ steps:
     patch: {package: toyllm, modules: [toyllm.config], edit: {list_remove: {names: [L], values: [a]}}}
   - name: mod
     patch: {package: toyllm, modules: [toyllm.config], edit: {codemod: {file: m.py, transformer: T, args: {x: [1]}}}}
+  - name: hunks
+    patch:
+      package: toyllm
+      edit:
+        diff:
+          strip: 1
+          text: |
+            --- a/toyllm/config/model.py
+            +++ b/toyllm/config/model.py
+            @@ -1,2 +1,2 @@
+             def f():
+            -    return 1
+            +    return {{ port }}
   - name: body
     patch:
       package: toyllm
@@ -415,7 +430,7 @@ def mutate(kind: Kind, op: str, rng: random.Random) -> Case:
     raise AssertionError(op)
 
 
-EDIT_OPS = {"list_insert", "list_remove", "set_value", "dict_set"}
+EDIT_OPS = {kind for kind, op in EDIT_KINDS.items() if issubclass(op, Where)}  # `names` needed by target
 SURE_OPS = ["not_utf8", "control", "too_big", "deep_text", "deep_tree", "bomb", "many_aliases", "loop",
             "undefined_alias", "tag", "tag_key", "merge", "duplicate_key", "complex_key", "unknown_key",
             "missing_key", "wrong_type", "template"]
@@ -484,6 +499,13 @@ def run_property(kind: Kind, tmp_path: Path) -> Tally:
     print(f"\n{kind.label}: {tally.ran} generated, {tally.malformed} malformed refused cleanly, "
           f"{tally.valid} still valid after random damage, slowest {tally.slowest:.3f} s of CPU; per op {tally.by_op}")
     return tally
+
+
+def test_every_edit_op_is_in_the_base() -> None:
+    """The recipe every mutation starts from has each edit op of the registry (edits.OPS)."""
+    steps = yaml.safe_load(EVERY_KIND)["steps"]
+    used = {op for step in steps if "patch" in step for op in step["patch"]["edit"]}
+    assert used == set(EDIT_KINDS), f"add a step for {sorted(set(EDIT_KINDS) - used)} to EVERY_KIND"
 
 
 @pytest.mark.parametrize("kind", [RECIPES, INVENTORIES], ids=lambda k: k.label)

