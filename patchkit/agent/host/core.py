@@ -845,7 +845,7 @@ def op_lock(state_dir, timeout_s, owner):
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
             if time.monotonic() >= deadline:
-                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
+                holder = describe_holder(os.pread(fd, 4096, 0).decode("utf-8", "replace").strip())
                 os.close(fd)
                 raise Refused("another patchkit run holds the lock %s (%s); waited %ss" % (path, holder, timeout_s))
             time.sleep(0.1)
@@ -855,6 +855,18 @@ def op_lock(state_dir, timeout_s, owner):
     os.pwrite(fd, info.encode(), 0)
     LOCK["fd"] = fd
     return {"path": path, "state_dir": state_dir}
+
+
+def describe_holder(text):
+    """The lock file's JSON as a person reads it: pid, host, owner, since when (UTC) and how long ago."""
+    try:
+        info = json.loads(text)
+        since = float(info["since"])
+    except (ValueError, KeyError, TypeError):
+        return text or "unknown"
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
+    return "pid %s on %s, owner %s, since %s (%ds ago)" % (
+        info.get("pid"), info.get("host"), info.get("owner") or "unknown", when, max(0, time.time() - since))
 
 
 def open_private_file(path):
