@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
         if recipe:
             sp.add_argument("recipe", help="recipe YAML file")
         sp.add_argument("-i", "--inventory", help="inventory YAML (default: this machine, local transport)")
-        sp.add_argument("-l", "--limit", help="HOST|GROUP[,...]")
+        sp.add_argument("-l", "--limit", help="host pattern: HOST|GROUP|all|GLOB, joined by , or : (union), :&X (and), :!X (not)")
         sp.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
                         help="set a recipe variable; python=PATH picks the target interpreter")
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     test.add_argument("--json", action="store_true", help="the whole matrix as one JSON document on stdout")
     test.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
     test.add_argument("-i", "--inventory", help="--versions installed: the hosts")
-    test.add_argument("-l", "--limit", help="--versions installed: HOST|GROUP[,...]")
+    test.add_argument("-l", "--limit", help="--versions installed: a host pattern, as for apply")
     bake = sub.add_parser("bake", help="apply a recipe in a container from IMAGE and commit it as TAG (verified; "
                                        "nothing written if a step fails)")
     bake.add_argument("recipe", help="recipe YAML file")
@@ -346,7 +346,7 @@ def _hosts(args: argparse.Namespace) -> list[HostSpec]:
     from patchkit.transport.kubectl import resolve_selector
 
     inventory = load_inventory(args.inventory) if args.inventory else local_inventory()
-    selected = inventory.select(_split(args.limit), resolve_selector)
+    selected = inventory.select(args.limit, resolve_selector)
     for note in selected.notes:
         print(f"patchkit: {note}", file=sys.stderr)
     return selected.hosts
