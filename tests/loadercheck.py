@@ -1,7 +1,8 @@
-"""What the loader tests share: a hang guard and the one-line error contract.
+"""What the loader tests share: a hang guard and the error contract.
 
-Every malformed recipe or inventory must raise UsageError (nothing else) with one line
-that starts `FILE:LINE:COL: `, within 2 s.
+Every malformed recipe or inventory must raise UsageError (nothing else), within 2 s, whose
+first line starts `FILE:LINE:COL: `. A file with several problems lists them all (issue 25),
+one line each, every line `FILE:LINE:COL: ...` about the same file, in the file's order.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from patchkit.errors import UsageError
+from patchkit.yamlsource import MAX_LISTED
 
 LIMIT_S = 2.0
 
@@ -48,14 +50,21 @@ def place_of(message: str, path: Path | str) -> tuple[int, int]:
 
 
 def check_message(message: str, path: Path | str) -> tuple[int, int]:
-    assert len(message.splitlines()) == 1 and message.strip() == message, f"not one line: {message!r}"
-    assert len(message) <= 1000, f"{len(message)} characters: {message[:300]!r}..."
+    """The place of the first problem; every line must be one problem at its place, in order."""
+    lines = message.split("\n")
+    assert message.strip() == message and len(lines) == len(message.splitlines()), f"stray lines: {message!r}"
+    assert len(lines) <= MAX_LISTED, f"{len(lines)} lines: {message[:300]!r}..."
+    places = []
+    for line in lines:
+        assert len(line) <= 1000, f"{len(line)} characters: {line[:300]!r}..."
+        places.append(place_of(line, path))
+    assert places == sorted(places), f"not in the file's order: {message!r}"
     assert "Traceback" not in message
-    return place_of(message, path)
+    return places[0]
 
 
 def usage_error(load: Callable[[Path], Any], path: Path) -> tuple[str, float]:
-    """The loader's one-line UsageError for `path`, and the seconds it took."""
+    """The loader's UsageError for `path` (every line checked), and the seconds it took."""
     start = time.perf_counter()
     with time_limit():
         try:
