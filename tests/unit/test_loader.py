@@ -308,12 +308,12 @@ def test_a_tab_in_the_indentation_is_named_as_a_tab(tmp_path: Path) -> None:
 
 
 def test_scalars_are_read_as_yaml_1_2_says(tmp_path: Path) -> None:
-    text = RECIPE.replace("vars: {", "vars: {a: no, b: off, c: on, d: yes, e: y, f: n, g: 1_000, h: 0o7, i: 017, "
+    text = RECIPE.replace("vars: {", "vars: {a: no, b: off, c: on, d: yes, e: y, f: n, g: 1_000, h: 0o17, i: 017, "
                           "j: 0x1f, k: 1e3, l: True, m: ~, o: .inf, ")
     text = text.replace('values: ["{{ tag }}"]', "values: [no, off, on, yes]")
     loaded = load_recipe(write(tmp_path, text))
     odd = {k: v for k, v in loaded.variables.items() if k not in ("port", "rate", "tag")}
-    assert odd == {"a": "no", "b": "off", "c": "on", "d": "yes", "e": "y", "f": "n", "g": "1_000", "h": 7, "i": 17,
+    assert odd == {"a": "no", "b": "off", "c": "on", "d": "yes", "e": "y", "f": "n", "g": "1_000", "h": 15, "i": 17,
                    "j": 31, "k": 1000.0, "l": True, "m": None, "o": float("inf")}
     assert loaded.recipe.steps[0].patch.edit.list_insert.values == ["no", "off", "on", "yes"]
     assert loaded.variables["port"] == 8000 and loaded.variables["rate"] == 0.3  # what the plan shows: unchanged
