@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fast
     from patchkit.capture import Capture
+    from patchkit.errors import UsageError
     from patchkit.inventory import HostSpec
     from patchkit.recipe import LoadedRecipe
     from patchkit.results import RunReport
@@ -188,10 +189,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(json.dumps(Recipe.model_json_schema(by_alias=True), indent=2))
         return EXIT_OK
 
+    from patchkit.errors import UsageError
     from patchkit.recipe import load_recipe, parse_assignments
 
     overrides = parse_assignments(getattr(args, "extra_var", []))
-    loaded = load_recipe(args.recipe, overrides) if getattr(args, "recipe", None) else None
+    try:
+        loaded = load_recipe(args.recipe, overrides) if getattr(args, "recipe", None) else None
+    except UsageError as exc:
+        raise _with_inventory_problems(exc, args) from None
     if args.command == "validate":
         assert loaded
         steps = ", ".join(f"{s.name} ({s.kind})" for s in loaded.recipe.steps)
@@ -335,6 +340,22 @@ def _write_capture(capture: Capture, output: Path, report: RunReport) -> None:
         host.status, host.message = "failed", str(exc)
         return
     host.message += "; wrote " + ", ".join(str(p) for p in written)
+
+
+def _with_inventory_problems(recipe_error: UsageError, args: argparse.Namespace) -> UsageError:
+    """A broken recipe, and an inventory given: its problems too, after the recipe's (grouped
+    per file), so one run shows everything to fix."""
+    inventory = getattr(args, "inventory", None)
+    if not isinstance(inventory, str):
+        return recipe_error
+    from patchkit.errors import UsageError
+    from patchkit.inventory import load_inventory
+
+    try:
+        load_inventory(inventory)
+    except UsageError as exc:
+        return UsageError(f"{recipe_error}\n{exc}")
+    return recipe_error
 
 
 def _split(value: str | None) -> list[str] | None:

@@ -255,6 +255,17 @@ def test_validate_and_apply_list_the_same_problems_through_the_cli(tmp_path: Pat
         f"{path}:11:5: steps[1]: unknown key 'lanch' (did you mean 'launch'?)\n")
 
 
+def test_a_broken_recipe_and_inventory_are_listed_together_grouped_per_file(tmp_path: Path) -> None:
+    path = write(tmp_path, RECIPE.replace("package: toyllm", "pakage: toyllm"))
+    inventory = write(tmp_path, INVENTORY.replace("port: 22", "port: '22'").replace("become:", "becom:"), "inv.yaml")
+    apply, = run_many([["apply", str(path), "-i", str(inventory)]])
+    assert apply.returncode == 2, apply
+    assert apply.stderr == (
+        f"patchkit: {path}:6:7: steps[0].patch: unknown key 'pakage' (did you mean 'package'?)\n"
+        f"{inventory}:2:41: hosts.gpu-1.port: expected an integer, got '22'\n"
+        f"{inventory}:3:27: hosts.gpu-2: unknown key 'becom' (did you mean 'become'?)\n")
+
+
 def test_a_flood_of_errors_lists_the_first_and_says_there_are_more(tmp_path: Path) -> None:
     message = recipe_error(tmp_path, RECIPE.replace("modules: [toyllm.config.speculative]",
                                                     "modules: [" + "1," * 100_000 + "]"))  # within 2 s, with room on a busy machine
