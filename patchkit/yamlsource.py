@@ -359,7 +359,27 @@ class Document:
         if only is not None and isinstance(root, MappingNode) and root.tag == _MAP:
             pairs = [(k, v) for k, v in root.value if isinstance(k, ScalarNode) and k.value == only]
             root = MappingNode(_MAP, pairs[:1], root.start_mark, root.end_mark)
-        return LoadedYaml(builder.build(root, ()), marks, self.file)
+        try:
+            data = builder.build(root, ())
+        except UsageError as fatal:  # a limit: the reading stops there
+            builder.problems.append(str(fatal))
+        if builder.problems:
+            raise _listed(self.file, builder.problems)
+        return LoadedYaml(data, marks, self.file)
+
+
+def _listed(file: str, problems: list[str]) -> UsageError:
+    """Problems found while building, one line each, in the file's order, at most MAX_LISTED
+    (an alias re-reads its anchor's text: its problem is listed once)."""
+    def place(line: str) -> tuple[int, int]:
+        found = re.match(r"(\d+):(\d+):", line[len(file) + 1:])
+        return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+    lines = sorted(dict.fromkeys(problems), key=place)
+    listed = lines[:MAX_LISTED]
+    if len(lines) > MAX_LISTED:
+        listed[-1] += f" (and {len(lines) - MAX_LISTED} more problems)"
+    return UsageError("\n".join(listed))
 
 
 def read_yaml(path: Path) -> Document:
@@ -532,6 +552,10 @@ class _Builder:
         self.expanding = 0  # > 0 while an alias is re-built (paid for at its top)
         self.grown = 0  # characters added by substitution
         self.copied = 0  # values added by whole-value substitution of lists and mappings
+        self.problems: list[str] = []  # one line each; the building goes on to find the others
+
+    def note(self, problem: UsageError) -> None:
+        self.problems.append(str(problem))
 
     def mark(self, node: Node) -> Mark:
         return Mark(self.doc.file, *self.place(node))
@@ -575,37 +599,47 @@ class _Builder:
     def collection(self, node: Node, loc: Loc, depth: int) -> Any:
         if isinstance(node, MappingNode):
             if node.tag != _MAP:
-                raise self.refuse(node, loc, f"YAML tag {_short_tag(node.tag)} is not allowed on a mapping")
+                self.note(self.refuse(node, loc, f"YAML tag {_short_tag(node.tag)} is not allowed on a mapping"))
+                return None
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
                 key = self.key(key_node, loc)
+                if key is None:
+                    continue
                 if key in out:
-                    raise source_error(self.mark(key_node), _loc_text(loc), f"duplicate key {key!r}")
+                    self.note(source_error(self.mark(key_node), _loc_text(loc), f"duplicate key {key!r}"))
+                    continue
                 out[key] = self.build(value_node, loc + (key,), depth + 1)
                 self.marks[loc + (key,)] = self.place(key_node)
             return out
         if node.tag != _SEQ:
-            raise self.refuse(node, loc, f"YAML tag {_short_tag(node.tag)} is not allowed on a list")
+            self.note(self.refuse(node, loc, f"YAML tag {_short_tag(node.tag)} is not allowed on a list"))
+            return None
         return [self.build(item, loc + (i,), depth + 1) for i, item in enumerate(node.value)]
 
     def scalar(self, node: ScalarNode, loc: Loc) -> Any:
         try:
             value = _scalar_value(node)
         except ValueError as exc:
-            raise self.refuse(node, loc, str(exc)) from None
+            self.note(self.refuse(node, loc, str(exc)))
+            return None
         if isinstance(value, str) and self.variables is not None and "{{" in value:
             return self.substitute(value, node, loc, references=not (loc and loc[0] in self.literal))
         return value
 
-    def key(self, node: Node, loc: Loc) -> str:
-        """A key is its text: `yes:`, `null:` and `1:` are the keys 'yes', 'null' and '1'."""
+    def key(self, node: Node, loc: Loc) -> str | None:
+        """A key is its text: `yes:`, `null:` and `1:` are the keys 'yes', 'null' and '1'.
+        None (the problem noted): not a key we read; the pair is left out."""
+        problem = None
         if not isinstance(node, ScalarNode):
-            raise source_error(self.mark(node), _loc_text(loc), "a key must be a plain string, not a mapping or list")
-        if not node.style and node.value == "<<":  # plain style: None from PyYAML, "" from libyaml
-            raise source_error(self.mark(node), _loc_text(loc),
-                               "merge keys (<<) are not supported: write the keys out")
-        if node.tag not in (_STR, _INT, _FLOAT, _BOOL, _NULL):
-            raise source_error(self.mark(node), _loc_text(loc), f"YAML tag {_short_tag(node.tag)} is not allowed")
+            problem = "a key must be a plain string, not a mapping or list"
+        elif not node.style and node.value == "<<":  # plain style: None from PyYAML, "" from libyaml
+            problem = "merge keys (<<) are not supported: write the keys out"
+        elif node.tag not in (_STR, _INT, _FLOAT, _BOOL, _NULL):
+            problem = f"YAML tag {_short_tag(node.tag)} is not allowed"
+        if problem is not None:
+            self.note(source_error(self.mark(node), _loc_text(loc), problem))
+            return None
         return str(node.value)  # a scalar node's value is its text
 
     def substitute(self, text: str, node: ScalarNode, loc: Loc, references: bool) -> Any:
@@ -617,16 +651,16 @@ class _Builder:
                 continue  # inside the reference just read: `{{ '{{' }}`
             found = _TEMPLATE.match(text, start)
             if not found:
-                raise self.template_error(node, loc, text, nth, f"broken template {_fragment(text, start)!r}: "
+                return self.bad_template(node, loc, text, nth, f"broken template {_fragment(text, start)!r}: "
                                           "a variable is written {{ name }}")
             name, brace = found.group(1), found.group(2) or found.group(3)
             if name is not None:
                 if not references:
-                    raise self.template_error(node, loc, text, nth, f"{{{{ {name} }}}}: variables are not "
+                    return self.bad_template(node, loc, text, nth, f"{{{{ {name} }}}}: variables are not "
                                               f"substituted inside {loc[0]}")
                 if name not in self.variables:
                     known = ", ".join(sorted(self.variables)) or "none"
-                    raise self.template_error(node, loc, text, nth, f"undefined variable {name!r} (defined: {known})")
+                    return self.bad_template(node, loc, text, nth, f"undefined variable {name!r} (defined: {known})")
                 if found.span() == (0, len(text)) or text.strip() == found.group():
                     return self.whole(self.variables[name], node, loc)  # keep the type: port stays an int
             parts += [text[pos:start], brace or str(self.variables[name])]
@@ -642,6 +676,11 @@ class _Builder:
             self.copied += _count(value)
             if self.copied > MAX_ALIAS_VALUES:
                 raise self.refuse(node, loc, f"variables expand to more than {MAX_ALIAS_VALUES} values")
+        return value
+
+    def bad_template(self, node: ScalarNode, loc: Loc, value: str, nth: int, problem: str) -> str:
+        """Note the problem; the value stays as written, and the building goes on."""
+        self.note(self.template_error(node, loc, value, nth, problem))
         return value
 
     def template_error(self, node: ScalarNode, loc: Loc, value: str, nth: int, problem: str) -> UsageError:

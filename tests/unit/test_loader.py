@@ -255,6 +255,21 @@ def test_validate_and_apply_list_the_same_problems_through_the_cli(tmp_path: Pat
         f"{path}:11:5: steps[1]: unknown key 'lanch' (did you mean 'launch'?)\n")
 
 
+def test_problems_found_while_reading_are_all_listed_too(tmp_path: Path) -> None:
+    text = (RECIPE.replace("{{ port }}/", "{{ port }/").replace("prompt: Hello", "prompt: !!binary aGk=")
+            .replace('"{{ tag }}"', '"{{ nosuch }}"') + "name: again\n")
+    file = tmp_path / "r.yaml"
+    assert recipe_error(tmp_path, text).splitlines() == [
+        f"{file}:9:67: steps[0].patch.edit.list_insert.values[0]: undefined variable 'nosuch' "
+        "(defined: port, rate, tag)",
+        f"{file}:13:39: steps[1].launch.health.url: broken template '{{{{ port }}/': "
+        "a variable is written {{ name }}",
+        f"{file}:14:36: steps[1].launch.ready.completion.prompt: YAML tag !!binary is not allowed (only plain "
+        "strings, numbers, booleans, null, mappings and lists)",
+        f"{file}:16:1: duplicate key 'name'",
+    ]
+
+
 def test_a_broken_recipe_and_inventory_are_listed_together_grouped_per_file(tmp_path: Path) -> None:
     path = write(tmp_path, RECIPE.replace("package: toyllm", "pakage: toyllm"))
     inventory = write(tmp_path, INVENTORY.replace("port: 22", "port: '22'").replace("become:", "becom:"), "inv.yaml")
