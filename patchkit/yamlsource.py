@@ -3,7 +3,8 @@ read safely.
 
 pydantic tells us *which* field is wrong (a loc tuple); this module maps that loc
 back to file:line:column so every error a user sees points at their text. Whatever a file
-holds, a problem is one line, `file:line:col: field: problem`: bytes that are not UTF-8,
+holds, each problem is one line, `file:line:col: field: problem`, and every problem is
+listed (up to MAX_LISTED) in the file's order: bytes that are not UTF-8,
 control characters, tags beyond the core ones, merge keys, alias bombs, nesting too deep,
 a file too big, a broken `{{ template }}`. An alias is paid for (its values, in full)
 before it is expanded, so a hostile file costs little more than its size.

@@ -1,7 +1,8 @@
 """The recipe and inventory loader never crashes, hangs or says something vague (issue 11).
 
-One test per finding of the outside fault run: every malformed file gives one UsageError
-line `FILE:LINE:COL: field: problem` within 2 s and bounded memory. A few guards at the
+One test per finding of the outside fault run: every malformed file gives a UsageError,
+one line `FILE:LINE:COL: field: problem` per problem (issue 25: all of them, in the file's
+order), within 2 s and bounded memory. A few guards at the
 end keep what valid recipes rely on (ints where numbers are wanted, `-e` overrides).
 """
 
