@@ -7,12 +7,13 @@ SHELL  := bash
 # pip here warns about every configured index folder it cannot use; keep real errors only.
 QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true
 
-.PHONY: setup system-deps test-inputs demo typecheck test test-unit test-fast test-releases clean
+.PHONY: setup system-deps test-inputs demo typecheck test test-unit test-fast test-lowest test-releases clean
 
-$(VENV)/.installed: pyproject.toml
+# Every package at the version CI has run (constraints.txt); a new release comes in by editing it.
+$(VENV)/.installed: pyproject.toml constraints.txt
 	@echo "make: creating $(VENV) and installing patchkit with its test dependencies (pip, ~30 s, ~150 MB)" >&2
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[test]' 2>&1 | { $(QUIET_PIP); }
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]' 2>&1 | { $(QUIET_PIP); }
 	touch $@
 
 setup: $(VENV)/.installed
@@ -43,6 +44,16 @@ test: setup typecheck system-deps test-inputs
 test-unit: setup
 	$(PY) -m pytest tests/unit -m "unit and not wheels and not realenv" -q
 
+## The pure tier against the lowest dependency versions pyproject.toml allows (constraints-lowest.txt),
+## in a venv of its own (.venv-lowest).
+.venv-lowest/.installed: pyproject.toml constraints-lowest.txt
+	$(PYTHON) -m venv .venv-lowest
+	.venv-lowest/bin/python -m pip install -q -c constraints-lowest.txt -e '.[test]' 2>&1 | { $(QUIET_PIP); }
+	touch $@
+
+test-lowest: .venv-lowest/.installed
+	.venv-lowest/bin/python -m pytest tests/unit -m "unit and not wheels and not realenv" -q -p no:cacheprovider
+
 ## Every tier but the real-vLLM one (still starts sshd and podman).
 test-fast: setup system-deps
 	$(PY) -m pytest -m "not realenv and not wheels"
@@ -53,4 +64,4 @@ test-releases: setup
 	PATCHKIT_TEST_RELEASES=all $(PY) -m pytest tests/real/test_release_matrix_real.py -q
 
 clean:
-	rm -rf $(VENV) .demo
+	rm -rf $(VENV) .venv-lowest .demo

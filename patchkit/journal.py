@@ -2,24 +2,32 @@
 
 Layout under the state dir (0700 folders, 0600 files):
     runs/<recipe>/<run_id>.json     one RunRecord per run
-    backups/<run_id>/<step>--<file>  the original of every file a run changed
+    backups/<run_id>/<step>--<path>  the original of every file a run changed (backup_name)
     lock                             held (flock) by the run working on the host
 """
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from patchkit.agent import AgentClient
 from patchkit.agent.client import Pending
 from patchkit.agent.protocol import (
-    JOURNAL_LIST, JOURNAL_PRUNE, JOURNAL_WRITE, JournalListReply, JournalWriteReply,
+    JOURNAL_LIST,
+    JOURNAL_PRUNE,
+    JOURNAL_WRITE,
+    JournalListReply,
+    JournalWriteReply,
 )
 from patchkit.results import RunRecord, StepResult
+
+if TYPE_CHECKING:
+    from patchkit.installed import ChangedFile
 
 DEFAULT_STATE_DIR = "~/.local/state/patchkit"
 
@@ -40,7 +48,7 @@ class Journal:
     _unconfirmed: list[Pending[JournalWriteReply]] = field(default_factory=list)
 
     def backup_path(self, run_id: str, step: str, file: str) -> str:
-        return posixpath.join(self.state_dir, "backups", run_id, f"{step}--{posixpath.basename(file)}")
+        return posixpath.join(self.state_dir, "backups", run_id, backup_name(step, file))
 
     async def write(self, record: RunRecord, wait: bool = True) -> None:
         """Write a run record; with wait=False the answer is checked by the next `flush` (or
@@ -89,6 +97,19 @@ class Journal:
         return len(doomed)
 
 
+def backup_name(step: str, file: str) -> str:
+    """`<step>--<the file's full path, / as %2F>`: one name per file, so files of one step that
+    share a basename (three `serving.py`) never share a backup. A path too long for one file
+    name keeps its tail (the part inside the package), made unique by a hash of the whole."""
+    encoded = file.lstrip("/").replace("%", "%25").replace("/", "%2F")
+    name = f"{step}--{encoded}"
+    if len(name.encode()) <= 240:
+        return name
+    digest = hashlib.sha256(file.encode()).hexdigest()[:16]
+    tail = encoded.encode()[-max(40, 200 - len(step.encode())):].decode("utf-8", "ignore")
+    return f"{step}--{digest}--{tail}"
+
+
 def active_changes(records: list[RunRecord]) -> dict[tuple[str, str], RunRecord]:
     """(step, file) -> the newest apply run that changed it and was not rolled back.
 
@@ -106,28 +127,85 @@ def active_changes(records: list[RunRecord]) -> dict[tuple[str, str], RunRecord]
     return {key: stack[-1] for key, stack in stacks.items() if stack}
 
 
-def active_step(records: list[RunRecord], step: str, file: str) -> StepResult | None:
-    record = active_changes(records).get((step, file))
+def live_change(records: list[RunRecord], step: str, file: str | None) -> tuple[RunRecord, StepResult] | None:
+    """The journaled change to (step, file) still in place: its run and its step (file: the
+    one file of a single-file step, None or "" for a step recorded with `files`)."""
+    record = active_changes(records).get((step, file or ""))
     if record is None:
         return None
-    return next(s for s in record.changed_steps() if s.name == step and s.file == file)
+    done = next(s for s in record.changed_steps() if s.name == step and (s.file or "") == (file or ""))
+    return record, done
 
 
-def unverified_step(records: list[RunRecord], step: str, file: str) -> tuple[RunRecord, StepResult] | None:
+def active_step(records: list[RunRecord], step: str, file: str | None) -> StepResult | None:
+    live = live_change(records, step, file)
+    return live[1] if live else None
+
+
+def unverified_step(records: list[RunRecord], step: str, file: str | None) -> tuple[RunRecord, StepResult] | None:
     """The live change to (step, file) whose run was cut off before its checks were recorded."""
-    record = active_changes(records).get((step, file))
-    if record is None:
-        return None
-    done = next(s for s in record.changed_steps() if s.name == step and s.file == file)
-    return (record, done) if done.verified is False else None
+    live = live_change(records, step, file)
+    return live if live is not None and live[1].verified is False else None
+
+
+class AmbiguousRun(Exception):
+    """A --run prefix that names several runs."""
 
 
 def rollback_target(records: list[RunRecord], run_id: str | None, steps: list[str] | None) -> RunRecord | None:
-    """The named run, or the newest apply run with a change (in `steps`) not yet undone."""
+    """The named run (its whole id, or a prefix only it has), or the newest apply run with a
+    change (in `steps`) not yet undone. AmbiguousRun when a prefix names several."""
     applies = [r for r in records if r.kind == "apply"]
     if run_id:
-        return next((r for r in applies if r.run_id == run_id), None)
+        exact = [r for r in applies if r.run_id == run_id]
+        named = exact or [r for r in applies if r.run_id.startswith(run_id)]
+        if len(named) > 1:
+            raise AmbiguousRun(f"--run {run_id} names {len(named)} runs: " + ", ".join(r.run_id for r in named)
+                               + "; give more of the id")
+        return named[0] if named else None
     for record in reversed(applies):
         if any(not steps or s.name in steps for s in record.live_steps()):
             return record
     return None
+
+
+# ---------------------------------------------------------------- why a file differs from RECORD
+
+PATCHED = "patched by patchkit"
+UNEXPLAINED = "unexplained"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    verdict: str  # PATCHED | UNEXPLAINED
+    why: str
+    run_id: str | None = None
+    recipe: str | None = None
+    step: str | None = None
+
+
+WrittenFiles = Callable[[StepResult], "list[tuple[str, str | None]]"]  # a journaled step -> (path, sha256 after)
+
+
+def explain(changed: ChangedFile, records: list[RunRecord], written: WrittenFiles) -> Explanation:
+    """Why a file differs from RECORD, from the journal's changes still in place (`written`:
+    the files a journaled step wrote, as its kind says: steps.registry.written_files)."""
+    if changed.change != "modified":
+        return Explanation(UNEXPLAINED, f"{changed.change}: patchkit never removes a package's files")
+    ours = []
+    for record in active_changes(records).values():
+        for step in record.live_steps():
+            for path, sha_after in written(step):
+                if path in (changed.path, changed.real):
+                    ours.append((record, step, sha_after))
+    ours.sort(key=lambda found: found[0].run_id)
+    for record, step, sha_after in reversed(ours):
+        if sha_after == changed.sha256:
+            return Explanation(PATCHED, f"{PATCHED}: run {record.run_id}, recipe {record.recipe}, step {step.name}",
+                               record.run_id, record.recipe, step.name)
+    if ours:
+        record, step, _ = ours[-1]
+        return Explanation(UNEXPLAINED, (
+            f"{UNEXPLAINED}: changed since patchkit wrote it (run {record.run_id}, recipe {record.recipe}, "
+            f"step {step.name}): an edit on top of the patch"), record.run_id, record.recipe, step.name)
+    return Explanation(UNEXPLAINED, f"{UNEXPLAINED}: modified, and no patchkit run on this host wrote it")

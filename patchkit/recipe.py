@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -91,7 +91,11 @@ class PatchStep(PackageGate):
 class Verify(Strict):
     import_: list[str] = Field(default_factory=list, alias="import",
                                description="modules imported in a fresh target interpreter after the write")
-    timeout_s: float = Field(300, gt=0)
+    python: str | None = Field(None, description=(
+        "a program run by the target interpreter in a fresh process after the import check; the step "
+        "passes only if it exits 0 (else the original is restored). The recipe's variables are a JSON "
+        "object in the environment variable PATCHKIT_VARS"))
+    timeout_s: float = Field(300, gt=0, description="for the import check, and again for the program")
 
     @field_validator("import_")
     @classmethod
@@ -102,7 +106,9 @@ class Verify(Strict):
 
 
 class CheckStep(PackageGate):
-    python: str = Field(description="Python source run by the target interpreter; it passes when it exits 0")
+    python: str = Field(description=("Python source run by the target interpreter; it passes when it exits 0. "
+                                      "The recipe's variables are a JSON object in the environment variable "
+                                      "PATCHKIT_VARS"))
     message: str | None = Field(None, description="what a failure means, shown with the reason")
     timeout_s: float = Field(300, gt=0)
 
@@ -169,12 +175,59 @@ class Ready(Strict):
 
 
 class SpecDecodeGate(Strict):
-    prompts: list[str] = Field(default_factory=lambda: [f"Story {i}:" for i in range(8)], min_length=1)
+    prompts: list[str] = Field(default_factory=lambda: [f"Story {i}:" for i in range(8)], min_length=1,
+                               description="sent in order, again from the first while more evidence is needed")
+    prompts_file: str | None = Field(None, description=(
+        "prompts from a file next to the recipe (relative to its folder): a JSON list of strings, or one "
+        "prompt per non-empty line; instead of `prompts`"))
+    seed: int | None = Field(None, description="sampling seed: request i gets seed + i (reproducible at temperature > 0)")
     max_tokens: int = Field(64, ge=1)
     temperature: float = Field(0.0, ge=0)
     model: str | None = Field(None, description="model id for requests (default: the first /v1/models entry)")
+    min_draft_tokens: int = Field(300, ge=0, description=(
+        "keep sending prompts until this many drafted tokens were verified (within max_prompts and timeout_s)"))
+    max_prompts: int = Field(256, ge=1, description="at most this many requests for the measurement")
+    timeout_s: float = Field(900, gt=0, description="stop sending more prompts after this long")
     min_acceptance_rate: float | None = Field(None, ge=0, le=1)
     min_mean_acceptance_length: float | None = Field(None, ge=1)
+    fail_when: Literal["upper", "lower"] = Field("upper", description=(
+        "upper: fail only when the 95% interval's upper bound is below the bar (confidently bad); "
+        "lower: fail unless its lower bound reaches it (confidently good)"))
+    max_regression: float | None = Field(None, gt=0, lt=1, description=(
+        "fail when acceptance (and, with `baseline`, the speedup) is more than this fraction below the last "
+        "passing gate on this host with the same model, drafter and prompts"))
+
+    @model_validator(mode="after")
+    def _one_prompt_source(self) -> SpecDecodeGate:
+        if self.prompts_file is not None and "prompts" in self.model_fields_set:
+            raise ValueError("give `prompts` or `prompts_file`, not both")
+        return self
+
+    def bind(self, base: Path) -> None:
+        """Read `prompts_file` (relative to the recipe's folder) into `prompts`."""
+        if self.prompts_file is None:
+            return
+        path = (base / self.prompts_file).resolve()
+        if not path.is_relative_to(base.resolve()):
+            raise ValueError(f"{self.prompts_file!r} leaves the recipe's folder")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        if path.suffix == ".json":
+            import json
+
+            try:
+                prompts = json.loads(text)
+            except ValueError as exc:
+                raise ValueError(f"{path} is not JSON: {exc}") from None
+            if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+                raise ValueError(f"{path} must hold a JSON list of strings")
+        else:
+            prompts = [line for line in text.splitlines() if line.strip()]
+        if not prompts:
+            raise ValueError(f"{path} holds no prompt")
+        self.prompts = prompts
 
 
 class Baseline(Strict):
@@ -209,17 +262,23 @@ class LaunchStep(Strict):
         return self
 
 
+KIND_KEY = "a step kind's key"  # marks a Step field as one (steps/registry.py checks they are its kinds)
+
+
 class Step(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str | None = None
-    patch: PatchStep | None = None
-    check: CheckStep | None = None
-    deploy: DeployStep | None = None
-    launch: LaunchStep | None = None
+    patch: Annotated[PatchStep | None, KIND_KEY] = None
+    check: Annotated[CheckStep | None, KIND_KEY] = None
+    deploy: Annotated[DeployStep | None, KIND_KEY] = None
+    launch: Annotated[LaunchStep | None, KIND_KEY] = None
     verify: Verify | None = None
     upstream: str | None = Field(None, description="URL of the upstream fix or issue this step carries (shown by "
                                                    "plan, journaled; status says when the fix is upstream)")
     why: str | None = Field(None, description="why the step exists, in a sentence (shown by plan, journaled)")
+    notify: list[str] = Field(default_factory=list, description=(
+        "launch steps (later in the recipe) whose server restarts when this patch/deploy step changes a file; "
+        "once a launch step is notified by any step, only those steps' changes in a run restart it"))
 
     @field_validator("upstream")
     @classmethod
@@ -235,6 +294,8 @@ class Step(Strict):
             raise ValueError(f"a step needs exactly one of: {', '.join(STEP_KINDS)}")
         if self.verify is not None and self.patch is None:
             raise ValueError("`verify` goes with a `patch` step")
+        if self.notify and self.patch is None and self.deploy is None:
+            raise ValueError("`notify` goes with a `patch` or `deploy` step (it names launch steps to restart)")
         return self
 
     @property
@@ -247,7 +308,7 @@ class Step(Strict):
         return self.verify or Verify()
 
 
-STEP_KINDS = ("patch", "check", "deploy", "launch")
+STEP_KINDS = tuple(name for name, f in Step.model_fields.items() if KIND_KEY in f.metadata)
 
 
 class Recipe(Strict):
@@ -259,6 +320,9 @@ class Recipe(Strict):
         "variables whose values never appear in reports, journals or logs (shown as <secret:NAME>); "
         "names with a word ending in token, key, secret or password are secret anyway"))
     keep_runs: int = Field(20, ge=1, description="runs kept in each host's journal for this recipe")
+    serial: list[int | str] | int | str | None = Field(None, description=(
+        "rollout batches, e.g. [1, 10%, 100%]: a batch starts once every host of the batches before succeeded "
+        "(--serial wins; then this; then the inventory's)"))
     steps: list[Step] = Field(min_length=1)
 
     @field_validator("steps")
@@ -269,7 +333,23 @@ class Recipe(Strict):
             if step.name in seen:
                 raise ValueError(f"two steps are named {step.name!r}")
             seen.add(step.name)
+        for i, step in enumerate(steps):
+            later = {s.name for s in steps[i + 1:] if s.launch is not None}
+            for name in step.notify:
+                if name not in later:
+                    launches = [s.name for s in steps[i + 1:] if s.launch is not None]
+                    raise ValueError(f"step {step.name!r} notifies {name!r}, which is not a launch step after it "
+                                     f"(launch steps after it: {', '.join(launches) or 'none'})")
         return steps
+
+    @field_validator("serial")
+    @classmethod
+    def _batch_sizes(cls, value: list[int | str] | int | str | None) -> list[int | str] | int | str | None:
+        if value is not None:
+            from patchkit.rollout import parse_serial
+
+            parse_serial(value)
+        return value
 
     @field_validator("secrets")
     @classmethod
@@ -335,6 +415,12 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Lo
         commands=[c for ln in launches for c in (ln.command, ln.baseline.command if ln.baseline else [])],
         envs=[ln.env for ln in launches]))
     for i, step in enumerate(recipe.steps):
+        if step.launch and step.launch.spec_decode and step.launch.spec_decode.prompts_file is not None:
+            try:
+                step.launch.spec_decode.bind(path.parent)
+            except ValueError as exc:
+                raise source_error(loaded.mark_for(("steps", i, "launch", "spec_decode", "prompts_file")),
+                                   f"steps[{i}].launch.spec_decode.prompts_file", str(exc)) from None
         if step.patch and step.patch.edit.codemod:
             step.patch.edit.codemod.bind(path.parent)
         if step.patch and step.patch.edit.diff and step.patch.edit.diff.file is not None:

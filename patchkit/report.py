@@ -12,7 +12,7 @@ _HEADER = re.compile(r"^(---|\+\+\+) (?:[ab]/)?(.*)$")
 
 STATUS_STYLE = {
     "changed": "bold yellow", "ok": "green", "skipped": "dim", "failed": "bold red",
-    "applied": "green", "pending": "yellow", "drifted": "bold magenta", "not-applicable": "dim",
+    "applied": "green", "pending": "yellow", "drifted": "bold magenta", "stale": "bold magenta", "not-applicable": "dim",
 }
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 StepStatus = Literal["changed", "ok", "skipped", "failed"]
-StateStatus = Literal["applied", "pending", "drifted", "not-applicable", "failed"]
+StateStatus = Literal["applied", "pending", "drifted", "stale", "not-applicable", "failed"]
 
 
 class Check(BaseModel):
@@ -52,12 +53,13 @@ class StepResult(BaseModel):
 
 
 class HostResult(BaseModel):
-    status: StepStatus | Literal["drifted", "pending", "applied"]
+    status: StepStatus | Literal["drifted", "pending", "applied", "stale"]
     message: str = ""
     steps: list[StepResult] = Field(default_factory=list)
     exec_requests: int = 0
     warnings: list[str] = Field(default_factory=list)  # e.g. a login shell's banner, skipped (agent/client.py)
     notices: list[str] = Field(default_factory=list)  # what the user should know, e.g. changes a container loses
+    batch: str | None = None  # "2/3": the rollout batch the host ran in (--serial)
     transport: str | None = None  # local | ssh | openssh | podman | docker | k8s ...: how it was reached
     address: str | None = None
     seconds: float | None = None  # wall time of this host's work, connection included
@@ -85,6 +87,11 @@ class RunReport(BaseModel):
         return self
 
 
+# kind name -> did a journaled result of that kind change the host? Filled by steps/registry.py
+# from each kind's `changed` (this module is below the kinds: it cannot import them).
+CHANGES_HOST: dict[str, Callable[[StepResult], bool]] = {}
+
+
 class RunRecord(BaseModel):
     """One run on one host, as kept in that host's journal."""
 
@@ -105,20 +112,23 @@ class RunRecord(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def changed_steps(self) -> list[StepResult]:
-        """Steps that changed something we can undo (a patched file, deployed files, a server)."""
-        return [s for s in self.steps
-                if s.status in ("changed", "failed") and s.kind == "launch" and (s.details or {}).get("servers")
-                or s.status == "changed" and (s.file and s.backup or s.files)]
+        """Steps that changed something we can undo (a patched file, deployed files, a server),
+        as each step's kind judges it (StepKind.changed); a kind no longer known changed nothing."""
+        if not CHANGES_HOST:
+            raise RuntimeError("no step kinds registered: import patchkit.steps.registry before reading a journal")
+        return [s for s in self.steps if s.kind in CHANGES_HOST and CHANGES_HOST[s.kind](s)]
 
     def live_steps(self) -> list[StepResult]:
         """Changed steps whose change has not been rolled back."""
         return [s for s in self.changed_steps() if s.name not in self.rolled_back_steps]
 
 
-def host_status(steps: list[StepResult]) -> StepStatus:
+def host_status(steps: list[StepResult]) -> StepStatus | Literal["stale"]:
     statuses = {s.status for s in steps}
     if "failed" in statuses:
         return "failed"
+    if "stale" in statuses:  # a server left running older code (--no-restart): not converged
+        return "stale"
     if "changed" in statuses:
         return "changed"
     if statuses and statuses <= {"skipped"}:
@@ -175,6 +185,7 @@ class LaunchServer(BaseModel):
     command_hash: str
     salt: str | None = None
     started: float | None = None
+    run_id: str | None = None  # the run that started it (staleness.py)
 
     def as_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_unset=True)

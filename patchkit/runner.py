@@ -20,15 +20,17 @@ from patchkit.agent import AgentClient
 from patchkit.agent.protocol import LOCK
 from patchkit.errors import HostError
 from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
-from patchkit.inventory import HostSpec, Scheme
-from patchkit.journal import DEFAULT_STATE_DIR, Journal, rollback_target
+from patchkit.inventory import HostSpec
+from patchkit.journal import DEFAULT_STATE_DIR, AmbiguousRun, Journal, rollback_target
 from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
 from patchkit.redact import Redactor
 from patchkit.results import HostResult, RunRecord, StepResult, StepStatus, host_status
+from patchkit.rollout import Size
 from patchkit.steps.context import EditCache, HostContext
 from patchkit.steps.registry import kind_named
-from patchkit.transport import LocalTransport, Transport
+from patchkit.transport import Transport, schemes
+from patchkit.transport.base import Reach
 
 log = get_logger("patchkit")
 
@@ -43,8 +45,8 @@ class Options:
     concurrency: int = 32
     lock_timeout: float = 60.0
     state_dir: str | None = None  # for hosts whose inventory entry names none
-    serial: int | None = None  # canary batch size
-    max_fail: int | None = None
+    serial: list[Size] | None = None  # rollout batches (rollout.py)
+    max_fail: Size | None = None
     progress: bool = False
     no_restart: bool = False  # launch: refuse to replace a server running a different command
     verify_all: bool = False  # deploy: re-hash every file instead of trusting size+mtime caches
@@ -60,49 +62,10 @@ class Session:
     journal: Journal
 
 
-def _local_transport(host: HostSpec, options: Options) -> Transport:
-    return LocalTransport()
-
-
-def _ssh_transport(host: HostSpec, options: Options) -> Transport:
-    from patchkit.transport.ssh_common import SSHTarget
-
-    target = SSHTarget.from_host(host, options.accept_new_host_keys)  # all an SSH transport knows of the host
-    if host.ssh_client == "openssh":
-        from patchkit.transport.openssh import (
-            OpenSSHTransport,  # the system `ssh`, opted in per host
-        )
-
-        return OpenSSHTransport(target)
-    from patchkit.transport.ssh import (
-        SSHTransport,  # asyncssh only when a host needs it
-    )
-
-    return SSHTransport(target)
-
-
-def _container_transport(host: HostSpec, options: Options) -> Transport:
-    from patchkit.transport.container import (
-        CHANGES_NOTE,
-        ContainerTarget,
-        ContainerTransport,
-    )
-
-    return ContainerTransport(ContainerTarget.from_host(host), CHANGES_NOTE if options.changes_note else None)
-
-
-# How a host is reached, by its address's scheme (HostSpec.scheme).
-TRANSPORTS: dict[Scheme, Callable[[HostSpec, Options], Transport]] = {
-    "local": _local_transport,
-    "ssh": _ssh_transport,
-    "podman": _container_transport,
-    "docker": _container_transport,
-    "k8s": _container_transport,
-}
-
-
 def transport_for(host: HostSpec, options: Options | None = None) -> Transport:
-    return TRANSPORTS[host.scheme](host, options or Options())
+    """The host's transport, by its address's scheme (transport/schemes.py)."""
+    options = options or Options()
+    return schemes.transport_for(host, Reach(options.accept_new_host_keys, options.changes_note))
 
 
 def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Options) -> str:
@@ -223,6 +186,7 @@ class Runner:
                 result = await self._run_step(ctx, step)
                 log.info("step.done", host=s.host.name, step=step.name, status=result.status, message=result.message)
             record.steps.append(result)
+            ctx.done.append(result)
             if result.status == "failed" and not self.options.dry_run:
                 stopped_by = step.name  # a plan reads only: it goes on, to show every problem at once
             if result.status in ("changed", "failed") and not self.options.dry_run:
@@ -244,9 +208,8 @@ class Runner:
         return HostResult(status=status, steps=record.steps, notices=notices)
 
     async def _run_step(self, ctx: HostContext, step: Step) -> StepResult:
-        kind = kind_named(step.kind)
         try:
-            return await kind.apply(ctx, step, await kind.plan(ctx, step))
+            return await kind_named(step.kind).run(ctx, step)
         except HostError as exc:
             return StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc))
 
@@ -259,13 +222,12 @@ class Runner:
         records = await s.journal.runs(self.loaded.recipe.name)
         steps = []
         for step in self.loaded.recipe.select(self.options.steps):
-            kind = kind_named(step.kind)
             try:
-                steps.append(await kind.state(ctx, step, await kind.plan(ctx, step), records))
+                steps.append(await kind_named(step.kind).status(ctx, step, records))
             except HostError as exc:
                 steps.append(StepResult(name=step.name, kind=step.kind, status="failed", message=str(exc)))
-        order: list[Literal["failed", "drifted", "pending"]] = ["failed", "drifted", "pending"]
-        worst: Literal["failed", "drifted", "pending", "ok"] = next(
+        order: list[Literal["failed", "drifted", "stale", "pending"]] = ["failed", "drifted", "stale", "pending"]
+        worst: Literal["failed", "drifted", "stale", "pending", "ok"] = next(
             (o for o in order if any(st.status == o for st in steps)), "ok")
         return HostResult(status=worst, steps=steps)
 
@@ -278,7 +240,10 @@ class Runner:
         wanted = self.options.steps
         if wanted:
             recipe.select(wanted)  # unknown names are a usage error
-        target = rollback_target(records, self.options.run, wanted)
+        try:
+            target = rollback_target(records, self.options.run, wanted)
+        except AmbiguousRun as exc:
+            return HostResult(status="failed", message=str(exc))
         if target is None:
             what = f"run {self.options.run}" if self.options.run else "applied change"
             if self.options.run:
@@ -288,7 +253,11 @@ class Runner:
                            recipe_sha256=self.loaded.content_sha256, host=s.host.name, user=_user(),
                            patchkit_version=__version__, started=time.time(), rollback_of=target.run_id)
         ctx = self._context(s)
-        for step in reversed(target.live_steps()):
+        # Kinds that restart what runs (launch) go last: a server restarted onto the original
+        # code must start after the files are the original again.
+        undo_order = list(reversed(target.live_steps()))
+        undo_order.sort(key=lambda st: bool(getattr(kind_named(st.kind), "undo_last", False)))  # stable
+        for step in undo_order:
             if wanted and step.name not in wanted:
                 continue
             try:
@@ -352,9 +321,9 @@ def _history_line(record: RunRecord) -> str:
 
 def transport_of(host: HostSpec) -> tuple[str, str]:
     """How a host is reached, and at what address, as the report says it."""
-    if host.is_local:
+    scheme = host.scheme
+    if scheme == "local":
         return "local", "local"
-    scheme = str(host.scheme)
     return (f"ssh/{host.ssh_client}" if scheme == "ssh" else scheme), host.address or host.name
 
 

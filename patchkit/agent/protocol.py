@@ -114,36 +114,24 @@ class CheckResult(TypedDict):
     detail: str
 
 
-class ApplyArgs(TypedDict):
+class VerifyProgram(TypedDict):
+    """A patch step's `verify: python`: run after the import check (host: check_program)."""
+
+    code: str
+    variables: dict[str, Any]  # the recipe's variables, as JSON in PATCHKIT_VARS
+    timeout_s: float
+
+
+class FileToVerify(TypedDict):
     path: str
-    expected_sha256: str
-    content_b64: str
-    backup_path: str
-    verify_imports: list[str]
-    import_timeout_s: float
-
-
-class ApplyPassed(TypedDict):
-    ok: Literal[True]
-    checks: list[CheckResult]
-    sha256_after: str
-
-
-class ApplyFailed(TypedDict):
-    ok: Literal[False]
-    checks: list[CheckResult]
-    failure: str  # why
-    restored: bool  # is the original back?
-
-
-ApplyReply = ApplyPassed | ApplyFailed  # `if reply["ok"]:` tells them apart
+    expected_sha256: str | None  # what the file must hold; None: it must be absent (the unit removed it)
 
 
 class VerifyArgs(TypedDict):
-    path: str
-    expected_sha256: str | None
+    files: list[FileToVerify]  # a unit's files, verified as op_apply_files verifies them after a write
     verify_imports: list[str]
     import_timeout_s: float
+    verify_python: NotRequired[VerifyProgram | None]
 
 
 class VerifyPassed(TypedDict):
@@ -186,6 +174,7 @@ class ApplyFilesArgs(TypedDict):
     files: list[FileToApply]
     verify_imports: list[str]
     import_timeout_s: float
+    verify_python: NotRequired[VerifyProgram | None]
 
 
 class ApplyFilesPassed(TypedDict):
@@ -198,7 +187,9 @@ class ApplyFilesFailed(TypedDict):
     ok: Literal[False]
     checks: list[CheckResult]
     failure: str
-    restored: bool  # is every file back as it was?
+    restored: bool  # is every file written back as it was?
+    written: list[str]  # paths (as sent) this run changed before the failure, in order
+    restored_files: list[str]  # those of them put back
 
 
 ApplyFilesReply = ApplyFilesPassed | ApplyFilesFailed
@@ -233,6 +224,7 @@ class DistFilesReply(TypedDict):
 class CheckArgs(TypedDict):
     code: str
     timeout_s: float
+    variables: NotRequired[dict[str, Any]]  # the recipe's variables, as JSON in PATCHKIT_VARS
 
 
 class PythonRun(TypedDict):
@@ -374,6 +366,7 @@ class ServerRecordReply(TypedDict):
     command_hash: str
     salt: str
     started: float
+    run_id: NotRequired[str | None]
 
 
 class LaunchStartArgs(TypedDict):
@@ -386,6 +379,7 @@ class LaunchStartArgs(TypedDict):
     command_hash: str
     shown_argv: list[str]
     salt: str
+    run_id: NotRequired[str]  # the run starting it: what changed after it is in later runs
 
 
 class HttpReply(TypedDict):
@@ -461,7 +455,6 @@ LOAD: Op[LoadArgs, LoadReply] = Op("load")
 LOCATE: Op[LocateArgs, LocateReply] = Op("locate")
 READ: Op[ReadArgs, ReadReply] = Op("read")
 HASH: Op[HashArgs, HashReply] = Op("hash")
-APPLY: Op[ApplyArgs, ApplyReply] = Op("apply")
 VERIFY: Op[VerifyArgs, VerifyReply] = Op("verify")
 RESTORE: Op[RestoreArgs, RestoreReply] = Op("restore")
 APPLY_FILES: Op[ApplyFilesArgs, ApplyFilesReply] = Op("apply_files")
@@ -484,6 +477,6 @@ HTTP_BATCH: Op[HttpBatchArgs, HttpBatchReply] = Op("http_batch")
 LOG_TAIL: Op[LogTailArgs, LogTailReply] = Op("log_tail")
 
 OPS: dict[str, Op[Any, Any]] = {op.name: op for op in (
-    HELLO, LOAD, LOCATE, READ, HASH, APPLY, VERIFY, RESTORE, APPLY_FILES, DIST_FILES, CHECK, LOCK, JOURNAL_WRITE, JOURNAL_LIST,
+    HELLO, LOAD, LOCATE, READ, HASH, VERIFY, RESTORE, APPLY_FILES, DIST_FILES, CHECK, LOCK, JOURNAL_WRITE, JOURNAL_LIST,
     JOURNAL_PRUNE, MANIFEST, PART_INFO, RECEIVE_FILE, REMOVE_FILE, READ_CHECKPOINT, LAUNCH_START, LAUNCH_INSPECT,
     LAUNCH_STOP, HTTP, HTTP_BATCH, LOG_TAIL)}

@@ -1,12 +1,19 @@
 """Pure CST edit operations, registered by the name a recipe uses for them.
 
 specs.py holds what a recipe writes; each operation's module (list_insert.py, ...) holds
-its libcst engine, imported only when an edit is computed.
+its libcst engine, imported only when an edit is computed (the spec's `compute`).
+
+Adding an op: its spec (an `EditSpec` with a `kind` and a `compute` that imports its
+engine), its engine module, one line in `OPS`, and its tests (the idempotency table in
+tests/unit/test_edits.py and a fuzz generator in tests/real/test_edit_fuzz.py are asked for
+by tests that go through `OPS`).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel, ConfigDict, create_model, model_validator
 
 from patchkit.edits.model import EditBug, EditError, EditResult, EditSpec, Verdict
 from patchkit.edits.specs import (
@@ -20,49 +27,76 @@ from patchkit.edits.specs import (
     SetValue,
 )
 
-__all__ = ["Edit", "EditBug", "EditError", "EditResult", "EditSpec", "Verdict", "EDIT_KINDS"]
+__all__ = ["Edit", "EditBug", "EditError", "EditResult", "EditSpec", "Verdict", "EDIT_KINDS", "OPS"]
 
-EDIT_KINDS: dict[str, type[EditSpec]] = {
-    "list_insert": ListInsert,
-    "list_remove": ListRemove,
-    "set_value": SetValue,
-    "dict_set": DictSet,
-    "call_kwarg": CallKwarg,
-    "codemod": CodemodEdit,
-    "replace_function": ReplaceFunction,
-    "diff": DiffEdit,
-}
+# The edit operations, in the order messages and the JSON Schema list them: the one registry.
+OPS: tuple[type[EditSpec], ...] = (
+    ListInsert,
+    ListRemove,
+    SetValue,
+    DictSet,
+    CallKwarg,
+    CodemodEdit,
+    ReplaceFunction,
+    DiffEdit,
+)
 
 
-class Edit(BaseModel):
+def _kinds(ops: tuple[type[EditSpec], ...]) -> dict[str, type[EditSpec]]:
+    kinds: dict[str, type[EditSpec]] = {}
+    for op in ops:
+        if not op.kind or op.kind in kinds:
+            raise TypeError(f"edit op {op.__name__}: kind {op.kind!r} is empty or taken")
+        kinds[op.kind] = op
+    return kinds
+
+
+EDIT_KINDS: dict[str, type[EditSpec]] = _kinds(OPS)
+
+S = TypeVar("S", bound=EditSpec)
+
+
+# `Edit` is this class with one optional field per op of `OPS` (create_model, below); mypy
+# sees this class, and reads an op through `op`, `of(Spec)` or the two typed names below.
+class EditChoice(BaseModel):
     """Exactly one edit operation, written as `{kind: {params}}` in a recipe."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    list_insert: ListInsert | None = None
-    list_remove: ListRemove | None = None
-    set_value: SetValue | None = None
-    dict_set: DictSet | None = None
-    call_kwarg: CallKwarg | None = None
-    codemod: CodemodEdit | None = None
-    replace_function: ReplaceFunction | None = None
-    diff: DiffEdit | None = None
-
     @model_validator(mode="after")
-    def _exactly_one(self) -> "Edit":
-        chosen = [k for k in EDIT_KINDS if getattr(self, k) is not None]
+    def _exactly_one(self) -> EditChoice:
+        chosen = [k for k in EDIT_KINDS if self.__dict__.get(k) is not None]
         if len(chosen) != 1:
             raise ValueError(f"give exactly one edit operation, one of: {', '.join(EDIT_KINDS)}")
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in EDIT_KINDS if getattr(self, k) is not None)
+        return self.op.kind
 
     @property
     def op(self) -> EditSpec:
-        spec: EditSpec = getattr(self, self.kind)
-        return spec
+        chosen: EditSpec = next(v for v in (self.__dict__.get(k) for k in EDIT_KINDS) if v is not None)
+        return chosen
+
+    def of(self, op: type[S]) -> S | None:
+        """The op when it is of this type (`edit.of(DiffEdit)`), else None."""
+        spec = self.op
+        return spec if isinstance(spec, op) else None
+
+    if TYPE_CHECKING:  # fields at run time (one per op); mypy's type of the two the patch step reads by name
+        @property
+        def diff(self) -> DiffEdit | None: ...
+
+        @property
+        def codemod(self) -> CodemodEdit | None: ...
 
     def apply(self, source: str) -> EditResult:
         return self.op.apply(source)
+
+
+if TYPE_CHECKING:
+    Edit = EditChoice
+else:
+    Edit = create_model("Edit", __base__=EditChoice, __module__=__name__, __doc__=EditChoice.__doc__,
+                        **{kind: (op | None, None) for kind, op in EDIT_KINDS.items()})

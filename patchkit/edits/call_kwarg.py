@@ -99,5 +99,6 @@ def _append_to(args: list[cst.Arg], opening: cst.BaseParenthesizableWhitespace, 
         whitespace_after=cst.SimpleWhitespace(" ")
     )
     args[-1] = last.with_changes(comma=sep, whitespace_after_arg=cst.SimpleWhitespace(""))
-    args.append(new.with_changes(whitespace_after_arg=last.whitespace_after_arg))
+    # `f(a, )`: the user's trailing comma stays the last thing before the paren
+    args.append(new.with_changes(whitespace_after_arg=last.whitespace_after_arg, comma=last.comma))
     return args

@@ -20,8 +20,16 @@ from patchkit.edits.base import (
     parenthesized,
     quote_style,
     same_expression,
+    snippet,
 )
-from patchkit.edits.paths import Edited, dict_key_index, displays, replace_part, through
+from patchkit.edits.paths import (
+    Edited,
+    chain,
+    dict_key_index,
+    displays,
+    replace_part,
+    through,
+)
 from patchkit.edits.places import run_value_edit
 from patchkit.edits.sequence import insert_item
 from patchkit.edits.values import wanted_node
@@ -58,6 +66,7 @@ class DictSetter:
             note = f"set key {self.spec.key!r} to {self.spec.describe()}"
             if count > 1:
                 note += f" (the last of its {count} entries: Python keeps the last)"
+            note += _override_warning(value, part, index)
             elements = list(part.elements)
             elements[index] = element.with_changes(value=parenthesized(wanted))
             return replace_part(value, part, part.with_changes(elements=elements)), note
@@ -66,4 +75,21 @@ class DictSetter:
                               parenthesized(wanted_node(self.spec, quote, layout)))
         part = parts[-1]
         node = insert_item(part, new, len(part.elements), layout.unit)
-        return replace_part(value, part, node), f"added key {self.spec.key!r}: {self.spec.describe()}"
+        note = f"added key {self.spec.key!r}: {self.spec.describe()}"
+        return replace_part(value, part, node), note + _override_warning(value, part, len(part.elements))
+
+
+def _override_warning(value: cst.BaseExpression, part: cst.Dict, index: int) -> str:
+    """What comes after the key's entry and may map the key at run time: `**o` later in its
+    dict, or a later operand of the `|` chain that is not a display (`{'a': 1} | o`)."""
+    later = [f"**{snippet(e.value, 30)}" for e in part.elements[index + 1:] if isinstance(e, cst.StarredDictElement)]
+    operands = chain(value, (cst.Add, cst.BitOr))
+    at = next(i for i, p in enumerate(operands) if p is part)
+    for operand in operands[at + 1:]:
+        if isinstance(operand, cst.Dict):
+            later += [f"**{snippet(e.value, 30)}" for e in operand.elements if isinstance(e, cst.StarredDictElement)]
+        else:
+            later.append(f"| {snippet(operand, 30)}")
+    if not later:
+        return ""
+    return f" (warning: {', '.join(f'`{w}`' for w in later)} after it may override it at run time)"

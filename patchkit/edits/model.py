@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,9 +33,11 @@ class EditBug(EditError):
 
 
 class EditSpec(BaseModel):
-    """Base of every edit's parameters; subclasses implement `apply`."""
+    """Base of every edit's parameters; subclasses implement `apply`. `kind` is the name a
+    recipe writes the op under (`{list_insert: {...}}`); the registry (edits/__init__.py) lists the ops."""
 
     model_config = ConfigDict(extra="forbid", strict=True)  # a recipe's `names: [1]` is not ["1"]
+    kind: ClassVar[str] = ""
 
     def apply(self, source: str) -> EditResult:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -46,7 +46,17 @@ def edit_at(value: cst.BaseExpression, path: Sequence[Scalar], op: ValueOp, layo
         inner = edit_at(child, rest, op, layout)
     except EditError as exc:
         raise EditError(f"at {step!r}: {exc}") from None
-    return None if inner is None else (put(inner[0]), inner[1])
+    return None if inner is None else (put(inner[0]), inner[1] + _later_double_stars(value, step))
+
+
+def _later_double_stars(node: cst.BaseExpression, key: Scalar) -> str:
+    """A warning when a `**o` after the key's entry may map the key at run time."""
+    if not isinstance(node, cst.Dict):
+        return ""
+    index = dict_key_index(node, key)
+    later = [f"`**{snippet(e.value, 30)}`" for e in node.elements[(index or 0) + 1:]
+             if isinstance(e, cst.StarredDictElement)]
+    return f" (warning: {', '.join(later)} after {key!r} may override it at run time)" if later else ""
 
 
 def through(value: cst.BaseExpression, edit: Callable[[cst.BaseExpression], Edited]) -> Edited:

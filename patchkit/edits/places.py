@@ -29,6 +29,7 @@ from patchkit.edits.base import (
     Layout,
     ScopedTransformer,
     ast_dump,
+    code_of,
     scope_matches,
     snippet,
 )
@@ -50,6 +51,14 @@ class Place:
     error: str | None = None
     avoid: str = ""  # quotes of the f-strings it sits in
     where: Location | None = None  # the statement it sits in (path, indentation): how its edit is written
+    route: tuple[cst.CSTNode, ...] = ()  # the nodes from that statement down to `node`
+    inside: Place | None = None  # the place whose node holds this one's (`f(a=f(a=1))`)
+    changes_before: int = 0  # the places changed when it was found: more at its end, one inside it changed
+
+
+def _holds(node: cst.CSTNode, wanted: cst.CSTNode) -> bool:
+    """`wanted` (by identity) is `node` or in its subtree: an inner place's edit survived."""
+    return node is wanted or any(_holds(child, wanted) for child in node.children)
 
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
@@ -130,6 +139,7 @@ class Locator(ScopedTransformer):
         self.choice = choice
         self.places: list[Place] = []
         self._open: dict[int, Place] = {}
+        self._changes = 0  # places changed so far in the pass
         self.elsewhere: dict[str, str] = {}  # what matched outside the scope -> where
         self.nested_in: dict[str, str] = {}  # what matched in a scope nested in `within` -> where
         self.unit = "    "
@@ -173,8 +183,9 @@ class Locator(ScopedTransformer):
             else:
                 self.elsewhere.setdefault(target, where)
             return
+        inside = next(reversed(self._open.values()), None)  # the places still open hold this one
         place = Place(len(self.places), node, where, avoid="".join(sorted(set(self._fstring_quotes))),
-                      where=self.where())
+                      where=self.where(), route=self.route(), inside=inside, changes_before=self._changes)
         self.places.append(place)
         self._open[id(node)] = place
 
@@ -183,7 +194,14 @@ class Locator(ScopedTransformer):
         if place is None:
             return updated
         self._edit(place, updated)
-        return updated if place.new is None else place.new
+        if place.new is None:
+            return updated
+        if self._changes > place.changes_before:  # a place inside it changed: say what the file had
+            new, note = place.new, place.note
+            self._edit(place, original)
+            place.new, place.note, place.error = new, place.note or note, None
+        self._changes += 1
+        return place.new
 
     def _edit(self, place: Place, node: cst.CSTNode) -> None:
         place.new, place.note, place.error = None, "", None
@@ -212,16 +230,14 @@ class Locator(ScopedTransformer):
         return "; ".join(parts)
 
 
-def _lines(module: cst.Module, places: Sequence[Place]) -> dict[int, int]:
-    """Line numbers, computed only for a message (resolving positions costs a full pass)."""
-    from libcst.metadata import MetadataWrapper, PositionProvider  # a full pass: for messages only
-
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    return {p.order: positions[p.node].start.line for p in places}
+def _lines(tree: SourceTree, places: Sequence[Place]) -> dict[int, int]:
+    """Line numbers, for a message: each from its own statement (SourceTree.lines_of)."""
+    lines = tree.lines_of([(p.where, p.node) for p in places])
+    return {p.order: line for p, line in zip(places, lines)}
 
 
-def list_places(module: cst.Module, places: Sequence[Place]) -> str:
-    lines = _lines(module, places)
+def list_places(tree: SourceTree, places: Sequence[Place]) -> str:
+    lines = _lines(tree, places)
     return "; ".join(
         f"{i}) line {lines[p.order]} in {p.scope}: `{snippet(p.node)}`"
         + (f" (cannot be edited: {p.error})" if p.error else "")
@@ -237,8 +253,8 @@ def how_to_choose(scopes: Sequence[str]) -> str:
     return text
 
 
-def ambiguity(what: str, module: cst.Module, places: Sequence[Place]) -> str:
-    return (f"{what} is ambiguous: it matches {len(places)} places: {list_places(module, places)}; "
+def ambiguity(what: str, tree: SourceTree, places: Sequence[Place]) -> str:
+    return (f"{what} is ambiguous: it matches {len(places)} places: {list_places(tree, places)}; "
             + how_to_choose([p.scope for p in places]))
 
 
@@ -250,7 +266,7 @@ def run_locator(source: str, make: Callable[[], Locator]) -> EditResult:
     if locator.needles():
         locator.start_walk(tree, locator.needles())
         result = _run_locator(tree, locator)
-        if result.verdict != "not_found" or not locator.pruned:
+        if locator.places or not locator.pruned:  # every place is on a needle's line: all were found
             return result
         locator = make()
     locator.start_walk(tree)
@@ -268,33 +284,37 @@ def _run_locator(tree: SourceTree, locator: Locator) -> EditResult:
         if choice.occurrence > len(places):
             return EditResult("not_found", source, (
                 f"occurrence {choice.occurrence} asked, but the {what} matches {len(places)} "
-                f"place{'s' if len(places) > 1 else ''}: {list_places(module, places)}"))
+                f"place{'s' if len(places) > 1 else ''}: {list_places(tree, places)}"))
         chosen = [places[choice.occurrence - 1]]
         if len(places) > 1:
             locator._edit(chosen[0], chosen[0].node)  # from the original: only this place's edit
     elif choice.all or len(places) == 1:
         chosen = places
     else:
-        return EditResult("not_found", source, ambiguity(what, module, places))
+        return EditResult("not_found", source, ambiguity(what, tree, places))
 
     failed = [p for p in chosen if p.error]
     if failed:
-        lines = _lines(module, failed)
+        lines = _lines(tree, failed)
         problems = "; ".join(f"line {lines[p.order]} in {p.scope}: {p.error}" for p in failed)
         return EditResult("not_found", source, f"cannot edit the {what}: {problems}")
     changed = [p for p in chosen if p.new is not None]
     if not changed:
         return EditResult("already", source, "already in place")
-    message = "; ".join(p.note for p in changed)
+    outermost, covered = _outermost(changed)
+    kept = [p for p in changed if p not in covered]  # not inside a value another edit replaced
+    message = "; ".join(p.note for p in kept)
     if choice.occurrence is not None:
         message += f" (occurrence {choice.occurrence} of {len(places)})"
     elif choice.all and len(places) > 1:
         rest = len(places) - len(changed)
-        message += (f" ({len(changed)} of {len(places)} places changed (all: true)"
+        message += (f" ({len(kept)} of {len(places)} places changed (all: true)"
+                    + (f", {len(covered)} inside a value replaced at another" if covered else "")
                     + (f", {rest} already in place)" if rest else ")"))
-    edits = [replacement(p.where, p.node, p.new) for p in changed if p.new is not None]
+    # an outer place's new node holds the edits of the places inside it
+    edits = [replacement(p.where, p.node, p.new, p.route) for p in outermost if p.new is not None]
     ready = [e for e in edits if e is not None]
-    if len(ready) == len(changed) and tree.can_replace(ready):
+    if len(ready) == len(outermost) and tree.can_replace(ready):
         return EditResult("changed", tree.replace(ready)[0], message)
     # places inside one another: the pass's own result holds every edit at once
     if len(chosen) == len(places):
@@ -302,6 +322,24 @@ def _run_locator(tree: SourceTree, locator: Locator) -> EditResult:
     else:
         new_module = module.deep_replace(changed[0].node, changed[0].new)  # type: ignore[arg-type]
     return EditResult("changed", tree.adopt(new_module), message)
+
+
+def _outermost(changed: Sequence[Place]) -> tuple[list[Place], list[Place]]:
+    """The changed places no other changed place holds, and the changed places whose edit
+    is gone: inside a value that an outer place's edit replaced (`f(a=f(a=1))`, a=2)."""
+    ids = {id(p) for p in changed}
+    outermost, covered = [], []
+    for place in changed:
+        outer, up = None, place.inside
+        while up is not None:
+            if id(up) in ids:
+                outer = up
+            up = up.inside
+        if outer is None:
+            outermost.append(place)
+        elif outer.new is not None and place.new is not None and not _holds(outer.new, place.new):
+            covered.append(place)
+    return outermost, covered
 
 
 # ------------------------------------------------------------------ the target kinds
@@ -355,8 +393,31 @@ class AssignmentLocator(Locator):
 
     def rebuild(self, node: cst.CSTNode) -> Rebuilt:
         assert isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and node.value is not None
+        replaces = getattr(self.op, "replaces_value", False)  # set_value: the value goes, not a part of it
+        if isinstance(node, cst.AugAssign) and replaces:
+            name, operator = code_of(node.target).strip(), code_of(node.operator).strip()
+            raise EditError(f"`{snippet(node)}` is an augmented assignment ({operator}): it changes {name}'s value, "
+                            f"it does not give {name} one; set_value refuses it (list_insert, list_remove and "
+                            "dict_set edit the display it adds)")
+        others = self._other_targets(node)
+        if others and replaces and not self.spec.path:
+            raise EditError(f"`{snippet(node)}` also assigns {', '.join(others)}: setting the value would set "
+                            f"{'it' if len(others) == 1 else 'them'} too; add {', '.join(others)} to `names` "
+                            "to set every one, or split the statement")
         edited = edit_at(node.value, self.spec.path, self.op, self.layout)
-        return None if edited is None else (node.with_changes(value=edited[0]), edited[1])
+        if edited is None:
+            return None
+        note = edited[1]
+        if others:  # one object for every name of the chain: changing it changes theirs
+            note += f" (the statement also assigns {', '.join(others)}: {'its' if len(others) == 1 else 'their'} " \
+                    "value changes too)"
+        return node.with_changes(value=edited[0]), note
+
+    def _other_targets(self, node: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[str]:
+        """The names of a chained assignment (`x = y = 1`) that are not targeted."""
+        if not isinstance(node, cst.Assign) or len(node.targets) < 2:
+            return []
+        return [code_of(t.target).strip() for t in node.targets if not self.targets.match(t.target)[1]]
 
     def not_found_message(self) -> str:
         parts = [f"no {self.describe()}{self.scope_words()}"]

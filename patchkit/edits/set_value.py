@@ -40,6 +40,8 @@ def strings_of(value: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 
 class Setter:
+    replaces_value = True  # the value is replaced whole (an augmented or chained assignment refuses)
+
     def __init__(self, spec: SetValue) -> None:
         self.spec = spec
 
@@ -47,7 +49,8 @@ class Setter:
         wanted = wanted_node(self.spec, quote_style(strings_of(value)), layout)
         if same_expression(value, wanted):
             return None
-        if value.lpar:
+        if value.lpar and (type(wanted) is type(value) or not isinstance(value, (cst.Tuple, cst.GeneratorExp))):
+            # a tuple's or generator's parentheses are its own: `("p")` would read like a tuple
             wanted = wanted.with_changes(lpar=value.lpar, rpar=value.rpar)
         elif not isinstance(value, cst.Tuple):  # a bare tuple sits where a bare tuple may
             wanted = parenthesized(wanted)

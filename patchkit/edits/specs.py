@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import ast
 import datetime
+import keyword
 import re
 import textwrap
-from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -40,15 +40,17 @@ def _parse(source: str, mode: str = "exec") -> ast.AST:
 
 
 class _Engine(EditSpec):
-    """An edit whose work is done by `patchkit.edits.<engine>.run(spec, source)`.
+    """An edit whose work is done by its engine: `compute`, which imports the op's libcst module
+    (a checked reference: mypy sees the import and the engine's signature).
 
     A `changed` result is compiled before it is returned: text that is not Python is a
     bug of ours (EditBug; a user's codemod gets the blame for its own), never a result."""
 
-    _engine: str = ""
+    def compute(self, source: str) -> EditResult:  # pragma: no cover - each op has its own
+        raise NotImplementedError(f"edit {self.kind} has no engine")
 
     def apply(self, source: str) -> EditResult:
-        result: EditResult = import_module(f"patchkit.edits.{self._engine}").run(self, source)
+        result = self.compute(source)
         if result.verdict == "changed":
             from patchkit.edits.tree import result_compile_error  # the engines import libcst anyway
 
@@ -58,7 +60,7 @@ class _Engine(EditSpec):
         return result
 
     def not_python(self, error: str) -> EditError:
-        return EditBug(f"patchkit bug: the {self._engine} edit produced Python that does not compile "
+        return EditBug(f"patchkit bug: the {self.kind} edit produced Python that does not compile "
                        f"({error}); nothing was changed. Please report it with the recipe and the file.")
 
 
@@ -153,6 +155,14 @@ def _check_callee(value: str | list[str] | None) -> None:
             raise ValueError(f"callee {text!r} is not a Python expression like f, mod.f or super().__init__") from None
 
 
+def _check_identifier(value: str, field: str, noun: str = "a Python name", alternative: str = "") -> None:
+    """A keyword argument's or parameter's name: an identifier, and not one of Python's keywords."""
+    if not value.isidentifier():
+        raise ValueError(f"{field} {value!r} is not {noun}{alternative}")
+    if keyword.iskeyword(value):
+        raise ValueError(f"{field} {value!r} is a Python keyword: no call can pass it and no parameter has it")
+
+
 Target = Literal["assignment", "call_arg", "return", "default"]
 
 
@@ -196,8 +206,8 @@ class Where(Choose):
     def _arg_is_a_name_or_position(cls, value: str | int | None) -> str | int | None:
         if isinstance(value, bool) or (isinstance(value, int) and value < 0):
             raise ValueError("`arg` is a keyword name or a position 0, 1, ...")
-        if isinstance(value, str) and not value.isidentifier():
-            raise ValueError(f"`arg` {value!r} is not a keyword name (or write a position: 0, 1, ...)")
+        if isinstance(value, str):
+            _check_identifier(value, "`arg`", "a keyword name", " (or write a position: 0, 1, ...)")
         return value
 
     @model_validator(mode="after")
@@ -232,39 +242,65 @@ class Where(Choose):
 class ListInsert(_Engine, Where):
     """Ensure `values` are elements of a list/tuple/set display (the right one of `A + [..]`)."""
 
-    _engine = "list_insert"
+    kind: ClassVar[str] = "list_insert"
     values: list[Scalar] = Field(min_length=1, description="literals that must be elements")
     after: Scalar = Field(None, description="insert after this element; missing: append, and say so")
+
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.list_insert import run
+
+        return run(self, source)
 
 
 class ListRemove(_Engine, Where):
     """Ensure `values` are not elements of a list/tuple/set display."""
 
-    _engine = "list_remove"
+    kind: ClassVar[str] = "list_remove"
     values: list[Scalar] = Field(min_length=1)
+
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.list_remove import run
+
+        return run(self, source)
 
 
 class SetValue(_Engine, Where, WantsValue):
     """Ensure the target's value (or the part of it at `path`) equals `value`/`expr`, by meaning."""
 
-    _engine = "set_value"
+    kind: ClassVar[str] = "set_value"
+
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.set_value import run
+
+        return run(self, source)
 
 
 class DictSet(_Engine, Where, WantsValue):
     """Ensure a dict display maps `key` to `value`/`expr` (the last of duplicate keys: Python keeps it)."""
 
-    _engine = "dict_set"
+    kind: ClassVar[str] = "dict_set"
     key: Scalar
+
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.dict_set import run
+
+        return run(self, source)
 
 
 class CallKwarg(_Engine, Choose, WantsValue):
     """Ensure a call to `callee` passes `keyword=value` (added when missing)."""
 
-    _engine = "call_kwarg"
+    kind: ClassVar[str] = "call_kwarg"
     callee: str | list[str] = Field(
         description="the called expression as written: `SamplingParams`, `torch.compile`, "
                     "`super().__init__`, `', '.join`; a list gives alternatives")
-    keyword: str
+    keyword: str = Field(description="the keyword argument's name (a Python name, not a keyword like `class`)")
+
+    @field_validator("keyword")
+    @classmethod
+    def _keyword_is_a_name(cls, value: str) -> str:
+        _check_identifier(value, "keyword")
+        return value
 
     @field_validator("callee")
     @classmethod
@@ -279,13 +315,18 @@ class CallKwarg(_Engine, Choose, WantsValue):
     def describe_target(self) -> str:
         return f"call to {' or '.join(self.callees)}"
 
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.call_kwarg import run
+
+        return run(self, source)
+
 
 class CodemodEdit(_Engine):
     """`file` (relative to the recipe, may not leave its folder) defines `transformer`,
     a libcst CSTTransformer or Codemod subclass, built with `args` as keyword arguments.
     A transformer may set `self.not_found = "why"` to report that its target is absent."""
 
-    _engine = "codemod"
+    kind: ClassVar[str] = "codemod"
     file: str
     transformer: str = Field(description="class name in `file`")
     args: dict[str, Any] = Field(default_factory=dict)
@@ -308,6 +349,11 @@ class CodemodEdit(_Engine):
             raise EditError(f"codemod file {path} does not exist")
         return path
 
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.codemod import run
+
+        return run(self, source)
+
 
 
 class ReplaceFunction(_Engine, Pick):
@@ -315,7 +361,7 @@ class ReplaceFunction(_Engine, Pick):
     `outer.inner`) is `body`, compared by meaning (AST). Decorators, signature and
     everything outside the body stay byte-identical; `body` is re-indented to fit."""
 
-    _engine = "replace_function"
+    kind: ClassVar[str] = "replace_function"
     function: str = Field(description="qualified name, e.g. Class.method, func or outer.inner")
     body: str = Field(description="Python source of the new body, dedented; re-indented to the function's indentation")
     keep_docstring: bool = Field(True, description="keep the function's docstring when `body` has none of its own")
@@ -346,15 +392,20 @@ class ReplaceFunction(_Engine, Pick):
     def has_docstring(self) -> bool:
         return ast.get_docstring(ast.parse(self.body_source), clean=False) is not None
 
+    def compute(self, source: str) -> EditResult:
+        from patchkit.edits.replace_function import run
 
-class DiffEdit(_Engine):
+        return run(self, source)
+
+
+class DiffEdit(EditSpec):
     """A unified diff (git or plain; one or several files), applied by meaning: each hunk is
     found where its lines are (within the def/class its header names), not at its line
     number. `file` is relative to the recipe (and may not leave its folder); or `text` inline.
     `reverse` applies it backwards (what it added is taken out, what it removed put back).
     Paths map to modules of the step's package after `strip` leading components (`patch -p`)."""
 
-    _engine = "diff"
+    kind: ClassVar[str] = "diff"
     file: str | None = Field(None, description="a .patch/.diff file next to the recipe (relative to its folder)")
     text: str | None = Field(None, description="the unified diff itself, inline")
     strip: int = Field(1, ge=0, description="leading path components to drop, like patch -p (default 1: a/, b/)")

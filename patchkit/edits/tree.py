@@ -19,6 +19,8 @@ from __future__ import annotations
 import ast
 import bisect
 import dataclasses
+import difflib
+import re
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -65,6 +67,9 @@ class SourceTree:
         self.units: list[Unit] | None = None
         self.parent: SourceTree | None = None
         self._spliced: list[tuple[int, int, int]] | None = None
+        self._regions: list[tuple[int, int, int]] | None = None  # per edit: first, last line, line change
+        self._partial_spans = False  # spans moved from a parent's may lack some statements
+        self._partial_spans_next = False
         self._spans: dict[int, tuple[int, int]] | None | bool = False  # False: not computed yet
         self._line_starts: list[int] | None = None
 
@@ -87,6 +92,20 @@ class SourceTree:
         if self._spans is False:
             self._spans = _spans_of(self.text, self.module)
         return self._spans  # type: ignore[return-value]
+
+    def has_spans(self, statements: Iterable[cst.CSTNode]) -> bool:
+        """Each statement has a span; spans moved from a parent's are completed by `ast` when
+        one is missing."""
+        spans = self.spans
+        if spans is None:
+            return False
+        if all(id(s) in spans for s in statements):
+            return True
+        if self._partial_spans:
+            self._partial_spans = False
+            self._spans = _spans_of(self.text, self.module)
+            return self.has_spans(statements)
+        return False
 
     def line_starts(self) -> list[int]:
         if self._line_starts is None:
@@ -113,6 +132,43 @@ class SourceTree:
                     lines.add(number)
         return sorted(lines)
 
+    def lines_of(self, found: Sequence[tuple[Location | None, cst.CSTNode]]) -> list[int]:
+        """The line each node starts on (a node inside the statement its Location ends at).
+
+        Each is found by printing only its statement, counted from where `ast` put that
+        statement; a whole-module position pass (5x a parse on a vLLM-sized file) is made
+        only for nodes this cannot place."""
+        lines: list[int | None] = [self._line_in_statement(where, node) for where, node in found]
+        if any(line is None for line in lines):
+            from libcst.metadata import MetadataWrapper, PositionProvider
+
+            positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+            lines = [positions[node].start.line if line is None else line for line, (_, node) in zip(lines, found)]
+        return [line for line in lines if line is not None]
+
+    def _line_in_statement(self, where: Location | None, node: cst.CSTNode) -> int | None:
+        from libcst.metadata import CodeRange
+        from libcst.metadata.position_provider import (
+            PositionProvider,
+            PositionProvidingCodegenState,
+        )
+
+        if where is None or not self.has_spans([where[0][-1]]):
+            return None
+        spans = self.spans
+        assert spans is not None
+        statement, indents = where[0][-1], where[1]
+        provider = PositionProvider()
+        state = PositionProvidingCodegenState(default_indent=self.module.default_indent,
+                                              default_newline=self.module.default_newline,
+                                              provider=provider, indent_tokens=list(indents))
+        statement._codegen(state)
+        position = provider._computed.get(node)
+        if not isinstance(position, CodeRange):
+            return None
+        line: int = position.start.line
+        return spans[id(statement)][0] - _leading_lines(statement) + line - 1
+
     # --- writing
     @staticmethod
     def can_replace(edits: Sequence[Replacement]) -> bool:
@@ -124,16 +180,55 @@ class SourceTree:
         """The text with each statement replaced (`can_replace`), and its tree. The code is
         spliced in where `ast` placed the statement; printed whole when it cannot be."""
         assert self.can_replace(edits)
-        spans = self.spans
         text = None
-        if FAST and spans is not None and "\r" not in self.text and all(id(e.statement) in spans for e in edits):
+        if FAST and self._newlines_are_lines() and self.has_spans(e.statement for e in edits):
             text = self._splice(edits)
+        spans = self.spans
         module, rebuilt = _rebuilt(self.module, edits)
         tree = self._next(text, module)
         tree.parent = self
         if text is not None and spans is not None and self._spliced is not None:
             tree.units = self._units(edits, rebuilt, self._spliced, text)
+            if tree._spans is False:  # a fresh tree: its spans follow from ours (no ast pass)
+                self._partial_spans_next = False
+                tree._spans = self._moved_spans(edits, rebuilt)
+                tree._partial_spans = self._partial_spans_next
         return tree.text, tree
+
+    def _moved_spans(self, edits: Sequence[Replacement], rebuilt: dict[int, cst.CSTNode]) -> dict[int, tuple[int, int]]:
+        """The statements' line spans in the spliced text, from this text's: a statement after
+        a splice moves by its change in lines; one holding a splice (the replaced statement,
+        the blocks around it: rebuilt, with new ids) grows by it; a statement inside a
+        replaced one keeps its span when the lines stayed, else it has none: the spans are
+        then partial, and computed again by `ast` when one is missed (`complete_spans`)."""
+        spans = self.spans
+        assert spans is not None and self._regions is not None
+        # per splice: its first and last line, the replaced statement's span, the line change
+        regions = [(first, last, spans[id(edit.statement)], delta)
+                   for edit, (first, last, delta) in zip(edits, self._regions)]
+        moved: dict[int, tuple[int, int]] = {}
+        for key, (a, b) in spans.items():
+            holder = key in rebuilt
+            new_a, new_b = a, b
+            for first, last, (own_a, own_b), delta in regions:
+                if a > last:
+                    new_a, new_b = new_a + delta, new_b + delta
+                elif b < first:
+                    continue
+                elif holder and a <= own_a and b >= own_b:
+                    new_b += delta
+                elif not holder and not delta and own_a <= a and b <= own_b:
+                    # inside a replaced statement whose lines stayed: the same node, unless the
+                    # edit copied it (deep_replace): then the new one is missed and completed
+                    self._partial_spans_next = True
+                    continue
+                else:
+                    break
+            else:
+                moved[id(rebuilt[key]) if holder else key] = (new_a, new_b)
+                continue
+            self._partial_spans_next = True
+        return moved
 
     def _units(self, edits: Sequence[Replacement], rebuilt: dict[int, cst.CSTNode],
                spliced: list[tuple[int, int, int]], text: str) -> list[Unit] | None:
@@ -145,7 +240,7 @@ class SourceTree:
         for edit in edits:
             index, unit = next(((i, n) for i, n in enumerate(edit.path) if isinstance(n, cst.FunctionDef)),
                                (len(edit.path) - 1, edit.statement))
-            if id(unit) not in spans:
+            if not self.has_spans([unit]):
                 return None
             blocks = sum(isinstance(n, (cst.IndentedBlock, cst.Match)) for n in edit.path[:index])
             indents = edit.indents[:blocks]
@@ -200,31 +295,55 @@ class SourceTree:
         tree.parent = self
         return tree.text
 
-    @staticmethod
-    def _next(text: str | None, module: cst.Module) -> SourceTree:
-        tree = SourceTree(module.code if text is None else text, module)
+    def _next(self, text: str | None, module: cst.Module) -> SourceTree:
+        tree = SourceTree(self._printed(module) if text is None else text, module)
         remember(tree)
         return tree
+
+    def _newlines_are_lines(self) -> bool:
+        """Every line ends in \n (or \r\n): `ast`'s line numbers are our line starts' (a
+        lone \r is a line break to Python, not to `line_starts`)."""
+        return "\r" not in self.text or self.text.count("\r") == self.text.count("\r\n")
+
+    def _printed(self, module: cst.Module) -> str:
+        """An edited tree's code, with the form feeds libcst drops from the original's lines."""
+        text = module.code
+        if "\f" not in self.text:
+            return text
+        kept = keep_form_feeds(self.text, self.module.code, text)
+        if kept is None:
+            raise EditError("libcst cannot print this file keeping its form feeds (\\f); nothing was changed")
+        return kept
 
     def _splice(self, edits: Sequence[Replacement]) -> str | None:
         """The new text, or None; `_spliced` says where each edit went: (offset, old length,
         new length)."""
-        self._spliced = None
+        self._spliced = self._regions = None
         spans = self.spans
         assert spans is not None
         starts, pieces, end, spliced = self.line_starts(), [], len(self.text), []
+        regions: dict[int, tuple[int, int, int]] = {}
         for edit in sorted(edits, key=lambda e: spans[id(e.statement)][0], reverse=True):
             first = spans[id(edit.statement)][0] - _leading_lines(edit.statement)
             if first < 1:
                 return None
             at = starts[first]
             old, new = self._code(edit.statement, edit.indents), self._code(edit.new, edit.indents)
+            if not self.text.startswith(old, at) and "\f" in self.text:
+                # libcst dropped a form feed of the statement's lines: the text's own lines, paired
+                lines = old.count("\n") + (not old.endswith("\n"))
+                region = self.text[at:starts[first + lines] if first + lines < len(starts) else len(self.text)]
+                if keep_form_feeds(region, old, old) == region:
+                    old, new = region, keep_form_feeds(region, old, new) or new
             if not self.text.startswith(old, at) or at + len(old) > end:
                 return None  # not where ast says: print the module instead
             pieces.append(new + self.text[at + len(old):end])
             spliced.append((at, len(old), len(new)))
+            lines = old.count("\n") + (not old.endswith("\n"))
+            regions[id(edit)] = (first, first + lines - 1, new.count("\n") - old.count("\n"))
             end = at
         self._spliced = spliced
+        self._regions = [regions[id(edit)] for edit in edits]  # in the edits' order
         return self.text[:end] + "".join(reversed(pieces))
 
     def _code(self, node: cst.CSTNode, indents: Sequence[str]) -> str:
@@ -232,6 +351,41 @@ class SourceTree:
                              default_newline=self.module.default_newline, indent_tokens=list(indents))
         node._codegen(state)
         return "".join(state.tokens)
+
+
+_INDENT = " \t\f"
+_LINE = re.compile(r"[^\n]*\n|[^\n]+")
+
+
+def keep_form_feeds(original: str, printed_original: str, printed: str) -> str | None:
+    """`printed` (libcst's code of an edit of `original`) with the form feeds libcst drops
+    from a statement's indentation (`\\fdef f():` prints as `def f():`) put back: every line
+    printed as it was gets the original's bytes, and a changed line whose indentation
+    stayed gets its original indentation. None when the lines do not pair up."""
+    if original == printed_original:
+        return printed
+    old, was, new = (_LINE.findall(t) for t in (original, printed_original, printed))  # not splitlines: \f splits
+    if len(old) != len(was):
+        return None
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, was, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            out += old[i1:i2]
+        elif tag == "replace" and i2 - i1 == j2 - j1:
+            out += [_reindented(o, w, n) for o, w, n in zip(old[i1:i2], was[i1:i2], new[j1:j2])]
+        else:
+            out += new[j1:j2]
+    return "".join(out)
+
+
+def _reindented(original: str, printed_original: str, printed: str) -> str:
+    """A changed line with the original's indentation, when libcst printed only that differently."""
+    indent = original[:len(original) - len(original.lstrip(_INDENT))]
+    was = printed_original[:len(printed_original) - len(printed_original.lstrip(_INDENT))]
+    if indent != was and indent.replace("\f", "") == was and original[len(indent):] == printed_original[len(was):] \
+            and printed.startswith(was):
+        return indent + printed[len(was):]
+    return printed
 
 
 def _leading_lines(node: cst.CSTNode) -> int:
@@ -481,14 +635,26 @@ class Walk:
             return None
         return tuple(self._walk_path[:self._walk_statements[-1] + 1]), tuple(self._walk_indents)
 
+    def route(self) -> tuple[cst.CSTNode, ...]:
+        """The nodes from the innermost statement down to the node being visited."""
+        return tuple(self._walk_path[self._walk_statements[-1]:]) if self._walk_statements else ()
 
-def replacement(where: Location | None, node: cst.CSTNode, new: cst.CSTNode) -> Replacement | None:
-    """`node` (inside the statement `where` ends at) becomes `new`: that statement, rebuilt."""
+
+def replacement(where: Location | None, node: cst.CSTNode, new: cst.CSTNode,
+                route: Sequence[cst.CSTNode] = ()) -> Replacement | None:
+    """`node` (inside the statement `where` ends at) becomes `new`: that statement, rebuilt.
+    With the `route` from the statement down to the node, only the nodes on it are rebuilt,
+    so the statements inside it stay the same nodes (and keep their spans)."""
     if where is None:
         return None
     path, indents = where
     statement = path[-1]
     if statement is node:
         return Replacement(path, indents, new)
+    if len(route) > 1 and route[0] is statement and route[-1] is node:
+        child = new
+        for parent, old in zip(reversed(route[:-1]), reversed(route[1:])):
+            child = _with_child(parent, id(old), child)
+        return Replacement(path, indents, child)
     rebuilt = statement.deep_replace(node, new)
     return Replacement(path, indents, rebuilt) if isinstance(rebuilt, cst.CSTNode) else None

@@ -90,15 +90,17 @@ async def plan_release(version: str, files: Path, wanted: list[str], steps: list
 async def _one_step(ctx: HostContext, step: Step, chain: bool) -> StepOutcome:
     """HostError (the agent failed us: nothing learned about the release) goes up to the caller."""
     kind = kind_named(step.kind)
-    planned = await kind.plan(ctx, step)
+    planned = await kind.plan(ctx, step, kind.spec_of(step))
     outcome = StepOutcome(planned.result)
     assert step.patch is not None
     if planned.result.status == "skipped" and step.patch.versions:
-        outcome.unranged = (await kind.plan(ctx, without_range(step))).result
+        unranged = without_range(step)
+        outcome.unranged = (await kind.plan(ctx, unranged, kind.spec_of(unranged))).result
     if planned.result.status == "changed" and chain:
         ctx.dry_run = False
         try:
-            written = await kind.apply(ctx, without_imports(step), planned)
+            quiet = without_imports(step)
+            written = await kind.apply(ctx, quiet, kind.spec_of(quiet), planned)
         finally:
             ctx.dry_run = True
         if written.status != "changed":

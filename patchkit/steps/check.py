@@ -4,22 +4,21 @@ from __future__ import annotations
 
 from patchkit.agent.protocol import CHECK
 from patchkit.errors import HostError
-from patchkit.recipe import Step
+from patchkit.recipe import CheckStep, Step
 from patchkit.results import Check, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
 from patchkit.steps.kind import Planned, StepKind
 
 
-class CheckKind(StepKind[bool]):
+class CheckKind(StepKind[CheckStep, bool]):
     """A check changes nothing: its plan is its gate, its apply runs it, it has no state to undo."""
 
     name = "check"
+    spec_model = CheckStep
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned[bool]:
+    async def plan(self, ctx: HostContext, step: Step, spec: CheckStep) -> Planned[bool]:
         """data: True when the gate lets the check run (apply runs it; a plan never does)."""
-        spec = step.check
-        assert spec is not None
-        result = StepResult(name=step.name, kind="check", status="failed")
+        result = StepResult(name=step.name, kind=self.name, status="failed")
         verdict, _ = await gate(ctx, spec.package, spec.versions)
         result.package_version = verdict.version
         if verdict.fail or verdict.skip:
@@ -29,14 +28,13 @@ class CheckKind(StepKind[bool]):
         result.status, result.message = "skipped", "checks run on apply, not in plan"
         return Planned(result, True)
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned[bool]) -> StepResult:
+    async def apply(self, ctx: HostContext, step: Step, spec: CheckStep, planned: Planned[bool]) -> StepResult:
         if ctx.dry_run or not planned.data:
             return planned.result
-        spec = step.check
-        assert spec is not None
         result = planned.result.model_copy(update={"status": "failed", "message": ""})
         try:
-            outcome = await ctx.agent.call(CHECK({"code": spec.python, "timeout_s": spec.timeout_s}),
+            outcome = await ctx.agent.call(CHECK({"code": spec.python, "timeout_s": spec.timeout_s,
+                                                  "variables": ctx.loaded.variables}),
                                            reply_wait=spec.timeout_s + 60)
         except HostError as exc:
             result.message = str(exc)
@@ -55,10 +53,13 @@ class CheckKind(StepKind[bool]):
         result.message = f"{spec.message}: {reason}" if spec.message else reason
         return result
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned[bool],
+    async def state(self, ctx: HostContext, step: Step, spec: CheckStep, planned: Planned[bool],
                     records: list[RunRecord]) -> StepResult:
-        return StepResult(name=step.name, kind="check", status="not-applicable",
+        return StepResult(name=step.name, kind=self.name, status="not-applicable",
                           message="a check has no state; apply runs it")
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
-        return StepResult(name=done.name, kind="check", status="ok", message="a check changes nothing")
+        return StepResult(name=done.name, kind=self.name, status="ok", message="a check changes nothing")
+
+    def changed(self, done: StepResult) -> bool:
+        return False

@@ -46,6 +46,9 @@ class HostContext:
     # Journal a step that is about to change the host, before it does (see apply_deploy):
     # if the connection dies half-way, the run's record already names what may have changed.
     record_intent: Callable[[StepResult], Awaitable[None]] = _no_intent
+    # This run's results so far on this host, in order: a launch step restarts its server when
+    # an earlier step changed a file (staleness.py).
+    done: list[StepResult] = field(default_factory=list)
     _located: dict[str, LocateReply] = field(default_factory=dict)
     records_request: Pending[JournalListReply] | None = None  # the journal listing asked for at the run's start
     _records: list[RunRecord] | None = None
@@ -86,17 +89,23 @@ async def gate(ctx: HostContext, package: str | None, versions: str | None, modu
         return Gate(None), {"found": False}
     located = await ctx.locate(package, list(modules), read_first)
     python = ctx.agent.info.get("python", "the target interpreter")
+    return version_gate(package, located, versions, python), located
+
+
+def version_gate(package: str, located: LocateReply, versions: str | None, python: str) -> Gate:
+    """The gate's verdict on what `locate` found (the package or not, its version, the
+    recipe's `versions`): pure, tested as a table (tests/unit/test_decision_tables.py)."""
     if not located["found"]:
         return Gate(None, fail=f"package {package} is not importable by {python} "
-                               f"(set python in the inventory or -e python=PATH)"), located
+                               f"(set python in the inventory or -e python=PATH)")
     version = located.get("version")
     if versions:
         if version is None:
-            return Gate(None, fail=f"cannot read the version of {package} at {located['root']}"), located
+            return Gate(None, fail=f"cannot read the version of {package} at {located['root']}")
         try:
             inside = Version(version) in SpecifierSet(versions, prereleases=True)
         except InvalidVersion:
-            return Gate(version, fail=f"{package} reports an unparsable version {version!r}"), located
+            return Gate(version, fail=f"{package} reports an unparsable version {version!r}")
         if not inside:
-            return Gate(version, skip=f"{package} {version} is outside {versions}"), located
-    return Gate(version), located
+            return Gate(version, skip=f"{package} {version} is outside {versions}")
+    return Gate(version)

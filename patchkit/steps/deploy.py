@@ -46,9 +46,7 @@ def _shared(ctx: HostContext, key: str, make: Callable[[], T]) -> T:
     return shared
 
 
-def _source(ctx: HostContext, step: Step) -> tuple[Path, list[FileEntry], list[str]]:
-    spec = step.deploy
-    assert spec is not None
+def _source(ctx: HostContext, step: Step, spec: DeployStep) -> tuple[Path, list[FileEntry], list[str]]:
     src = source_path(ctx, spec.src)
 
     def build() -> tuple[list[FileEntry], list[str]]:
@@ -98,12 +96,10 @@ def _cache_file(ctx: HostContext) -> str:
 DeployPlan = tuple[StepResult, list[FileEntry], ManifestReply | None]
 
 
-async def plan_deploy(ctx: HostContext, step: Step) -> DeployPlan:
-    spec = step.deploy
-    assert spec is not None
+async def plan_deploy(ctx: HostContext, step: Step, spec: DeployStep) -> DeployPlan:
     result = StepResult(name=step.name, kind="deploy", status="failed", file=spec.dest)
     try:
-        src, entries, problems = _source(ctx, step)
+        src, entries, problems = _source(ctx, step, spec)
     except UsageError as exc:
         result.message = str(exc)
         return result, [], None
@@ -141,15 +137,13 @@ def _dest_root(spec: DeployStep, src: Path) -> str:
     return spec.dest if src.is_dir() else posixpath.dirname(spec.dest.rstrip("/")) or "/"
 
 
-async def apply_deploy(ctx: HostContext, step: Step, planned: DeployPlan) -> StepResult:
-    spec = step.deploy
-    assert spec is not None
+async def apply_deploy(ctx: HostContext, step: Step, spec: DeployStep, planned: DeployPlan) -> StepResult:
     result, todo, remote = planned
     result = result.model_copy(deep=True)
     if result.status == "ok" and not ctx.dry_run:
         cut = _cut_off(await ctx.records(), step.name)
         if cut is not None:
-            return await _complete_cut_off(ctx, step, result, *cut)
+            return await _complete_cut_off(ctx, step, spec, result, *cut)
     if result.status != "changed" or ctx.dry_run:
         return result
     assert remote is not None  # a change was planned from the host's manifest
@@ -258,13 +252,11 @@ def _cut_off(records: list[RunRecord], step_name: str) -> tuple[RunRecord, StepR
     return None
 
 
-async def _complete_cut_off(ctx: HostContext, step: Step, result: StepResult, record: RunRecord,
-                            done: StepResult) -> StepResult:
+async def _complete_cut_off(ctx: HostContext, step: Step, spec: DeployStep, result: StepResult,
+                            record: RunRecord, done: StepResult) -> StepResult:
     """Every file is in place, but run `record` was cut off before it validated them and
     recorded what landed: validate now, then complete its record (so status and rollback see
     a finished deploy)."""
-    spec = step.deploy
-    assert spec is not None
     if spec.validate_as:
         try:
             view = await ctx.agent.call(READ_CHECKPOINT({"path": spec.dest}), reply_wait=600)
@@ -418,22 +410,27 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-class DeployKind(StepKind[DeployPlan]):
+class DeployKind(StepKind[DeployStep, DeployPlan]):
     name = "deploy"
+    spec_model = DeployStep
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned[DeployPlan]:
-        result, todo, remote = await plan_deploy(ctx, step)
+    async def plan(self, ctx: HostContext, step: Step, spec: DeployStep) -> Planned[DeployPlan]:
+        result, todo, remote = await plan_deploy(ctx, step, spec)
         return Planned(result, (result, todo, remote))
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned[DeployPlan]) -> StepResult:
-        return await apply_deploy(ctx, step, planned.data)
+    async def apply(self, ctx: HostContext, step: Step, spec: DeployStep, planned: Planned[DeployPlan]) -> StepResult:
+        return await apply_deploy(ctx, step, spec, planned.data)
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned[DeployPlan],
+    async def state(self, ctx: HostContext, step: Step, spec: DeployStep, planned: Planned[DeployPlan],
                     records: list[RunRecord]) -> StepResult:
         return await status_deploy(step, planned.data, records)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         undone = await undo_files(ctx.agent, deployed_files(done), force=ctx.force)
         message = undone.message if not undone.ok else f"{undone.message} (deployed by run {target.run_id})"
-        return StepResult(name=done.name, kind="deploy", status="changed" if undone.ok else "failed",
+        return StepResult(name=done.name, kind=self.name, status="changed" if undone.ok else "failed",
                           file=done.file, message=message)
+
+    def changed(self, done: StepResult) -> bool:
+        """A deploy that finished (changed) wrote its files; the record names each with its backup."""
+        return done.status == "changed" and bool(done.file and done.backup)

@@ -1,8 +1,10 @@
-"""The one shape every step kind has: plan, apply, state, undo.
+"""The one shape every step kind has: plan, apply, state, undo, and what it owns of the recipe.
 
 The runner knows no kind by name: it looks the step's kind up in `steps.registry` and
-calls these four. A kind's module owns all four (and whatever helpers they share), so
-adding a kind touches its own module and the registry only.
+calls these. A kind's module owns them all (and whatever helpers they share), its spec model
+(`spec_model`: what the recipe holds under the kind's key) and its judgement of a journaled
+result (`changed`: did it change the host, so rollback has something to undo). Its methods
+receive the step's spec typed as that model: no kind digs it out of the step itself.
 
 - plan:  read the host, decide what would change; nothing is written (plan, status, apply)
 - apply: make the planned change, verified and journaled; under --dry-run, the plan itself
@@ -14,13 +16,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel
 
 from patchkit.recipe import Step
 from patchkit.results import RunRecord, StepResult
 from patchkit.steps.context import HostContext
 
-
+Spec = TypeVar("Spec", bound=BaseModel)  # the kind's recipe model (PatchStep, CheckStep, ...)
 Data = TypeVar("Data")  # a kind's own plan data, between its plan and its apply or state
 
 
@@ -42,19 +46,45 @@ class Undone:
     message: str
 
 
-class StepKind(ABC, Generic[Data]):
+class StepKind(ABC, Generic[Spec, Data]):
     name: ClassVar[str]  # the recipe key: `patch:`, `check:`, ...
+    spec_model: type[Spec]  # what the recipe holds under that key (a class attribute of each kind)
+
+    def spec_of(self, step: Step) -> Spec:
+        """The step's spec, as this kind's model (the recipe validated exactly one kind key)."""
+        spec: Any = getattr(step, self.name)
+        assert isinstance(spec, self.spec_model), (step.name, self.name)
+        return spec
 
     @abstractmethod
-    async def plan(self, ctx: HostContext, step: Step) -> Planned[Data]: ...
+    async def plan(self, ctx: HostContext, step: Step, spec: Spec) -> Planned[Data]: ...
 
     @abstractmethod
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned[Data]) -> StepResult: ...
+    async def apply(self, ctx: HostContext, step: Step, spec: Spec, planned: Planned[Data]) -> StepResult: ...
 
     @abstractmethod
-    async def state(self, ctx: HostContext, step: Step, planned: Planned[Data],
+    async def state(self, ctx: HostContext, step: Step, spec: Spec, planned: Planned[Data],
                     records: list[RunRecord]) -> StepResult: ...
 
     @abstractmethod
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         """Undo `done`, a step of journaled run `target` (ctx.force: even if it drifted)."""
+
+    @abstractmethod
+    def changed(self, done: StepResult) -> bool:
+        """Did this journaled result change the host (so rollback has something to undo)?"""
+
+    def written(self, done: StepResult) -> list[tuple[str, str | None]]:
+        """(path, sha256 after) of each installed file `done` wrote: what `audit` and `status`
+        explain as patched by patchkit. None for most kinds."""
+        return []
+
+    async def run(self, ctx: HostContext, step: Step) -> StepResult:
+        """plan, then apply (apply and plan commands)."""
+        spec = self.spec_of(step)
+        return await self.apply(ctx, step, spec, await self.plan(ctx, step, spec))
+
+    async def status(self, ctx: HostContext, step: Step, records: list[RunRecord]) -> StepResult:
+        """plan, then state (the status command)."""
+        spec = self.spec_of(step)
+        return await self.state(ctx, step, spec, await self.plan(ctx, step, spec), records)

@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import json
 import posixpath
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -32,19 +33,31 @@ from tenacity import (
 
 from patchkit.agent import AgentClient
 from patchkit.agent.protocol import (
-    HTTP, HTTP_BATCH, LAUNCH_INSPECT, LAUNCH_START, LAUNCH_STOP, LOG_TAIL,
-    HttpRequest, LaunchInspectReply, LaunchStopReply,
+    HTTP,
+    HTTP_BATCH,
+    LAUNCH_INSPECT,
+    LAUNCH_START,
+    LAUNCH_STOP,
+    LOG_TAIL,
+    MANIFEST,
+    HttpReply,
+    HttpRequest,
+    LaunchInspectReply,
+    LaunchStopReply,
 )
 from patchkit.errors import HostError
 from patchkit.recipe import Health, LaunchStep, SpecDecodeGate, Step
 from patchkit.redact import Redactor
 from patchkit.results import LaunchDetails, LaunchServer, RunRecord, StepResult
 from patchkit.steps.context import HostContext
+from patchkit.steps.gate_stats import Acceptance, below, regressed, show_interval
 from patchkit.steps.kind import Planned, StepKind, Undone
+from patchkit.steps.staleness import Stale, last_change, stale_change
 
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"  # label `position`, 0-based
 
 
 class GateFailed(Exception):
@@ -110,30 +123,57 @@ def base_url(url: str) -> str:
 def parse_prometheus(text: str) -> dict[str, float]:
     """Sum of every sample per metric name (labels folded), e.g. over engines."""
     totals: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_part, _, rest = line.partition(" ")
-        name = name_part.split("{", 1)[0]
-        try:
-            value = float(rest.split()[0])
-        except (IndexError, ValueError):
-            continue
+    for name, _, value in _samples(text):
         totals[name] = totals.get(name, 0.0) + value
     return totals
 
 
-def acceptance(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
-    drafted = after.get(DRAFT_TOKENS, 0.0) - before.get(DRAFT_TOKENS, 0.0)
-    accepted = after.get(ACCEPTED, 0.0) - before.get(ACCEPTED, 0.0)
-    drafts = after.get(DRAFTS, 0.0) - before.get(DRAFTS, 0.0)
-    return {
-        "draft_tokens": drafted,
-        "accepted_tokens": accepted,
-        "drafts": drafts,
-        "acceptance_rate": accepted / drafted if drafted > 0 else None,
-        "mean_acceptance_length": 1 + accepted / drafts if drafts > 0 else None,
-    }
+def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of each sample of a Prometheus text exposition."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, rest = line.rpartition("}") if "}" in line else ("", "", line)
+        if head:
+            name, _, label_text = head.partition("{")
+        else:
+            name, _, rest = line.partition(" ")
+            label_text = ""
+        try:
+            value = float(rest.split()[0])
+        except (IndexError, ValueError):
+            continue
+        labels = dict(_LABEL.findall(label_text))
+        out.append((name.strip(), labels, value))
+    return out
+
+
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def per_position(text: str) -> dict[int, float]:
+    """position -> accepted tokens at that draft position (0-based), summed over engines."""
+    out: dict[int, float] = {}
+    for name, labels, value in _samples(text):
+        if name in (PER_POSITION, PER_POSITION + "_total") and labels.get("position", "").isdigit():
+            position = int(labels["position"])
+            out[position] = out.get(position, 0.0) + value
+    return out
+
+
+def acceptance(before: str, after: str) -> Acceptance:
+    """What the counters moved by between two /metrics texts."""
+    b, a = parse_prometheus(before), parse_prometheus(after)
+
+    def delta(name: str) -> float:
+        return a.get(name, 0.0) - b.get(name, 0.0)
+
+    drafts = delta(DRAFTS)
+    pos_before, pos_after = per_position(before), per_position(after)
+    rates = [(pos_after.get(i, 0.0) - pos_before.get(i, 0.0)) / drafts for i in sorted(pos_after)] \
+        if pos_after and drafts > 0 else None
+    return Acceptance(delta(DRAFT_TOKENS), delta(ACCEPTED), drafts, rates)
 
 
 async def _inspect(agent: AgentClient, state_dir: str, name: str, health: Health | None) -> LaunchInspectReply:
@@ -224,27 +264,62 @@ def _clip(redactor: Redactor, body: str | None, limit: int = 300) -> str:
     return redactor.text(body or "")[:limit]
 
 
+def prompts_sha256(gate: SpecDecodeGate) -> str:
+    """What makes two measurements comparable: the prompts and how they are sampled."""
+    return hashlib.sha256(json.dumps([gate.prompts, gate.max_tokens, gate.temperature, gate.seed]).encode()).hexdigest()
+
+
 async def measure(agent: AgentClient, url: str, gate: SpecDecodeGate, redactor: Redactor) -> dict[str, Any]:
-    """Run the gate's prompts; acceptance from the counters, tokens/s timed on the host."""
+    """Send the gate's prompts, again from the first, until `min_draft_tokens` drafted tokens
+    were verified (or max_prompts / timeout_s): acceptance from the counters, tokens/s timed
+    on the host."""
     root = base_url(url)
     model = gate.model or (await _models(agent, url))[0]
     metrics_before = await agent.call(HTTP({"method": "GET", "url": root + "/metrics"}), reply_wait=60)
-    requests: list[HttpRequest] = [
-        {"method": "POST", "url": root + "/v1/completions",
-         "body": {"model": model, "prompt": p, "max_tokens": gate.max_tokens, "temperature": gate.temperature}}
-        for p in gate.prompts]
-    batch = await agent.call(HTTP_BATCH({"requests": requests}), reply_wait=3600)
-    metrics_after = await agent.call(HTTP({"method": "GET", "url": root + "/metrics"}), reply_wait=60)
-    failed = [r for r in batch["results"] if r.get("status") != 200]
-    if failed:
-        first = failed[0]
-        raise GateFailed(f"{len(failed)} of {len(requests)} completions failed: "
-                         f"{first.get('status') or first.get('error')} {_clip(redactor, first.get('body'))}")
-    tokens = sum(json.loads(r["body"]).get("usage", {}).get("completion_tokens", 0) for r in batch["results"])
-    out: dict[str, Any] = {"completion_tokens": tokens, "seconds": round(batch["seconds"], 3),
-                           "tokens_per_s": round(tokens / batch["seconds"], 2) if batch["seconds"] else None}
-    if metrics_before.get("status") == 200 and metrics_after.get("status") == 200:
-        out.update(acceptance(parse_prometheus(metrics_before["body"]), parse_prometheus(metrics_after["body"])))
+    started = time.monotonic()
+    sent, tokens, seconds = 0, 0, 0.0
+    measured: Acceptance | None = None
+    while True:
+        count = min(len(gate.prompts), gate.max_prompts - sent)
+        requests: list[HttpRequest] = []
+        for n in range(sent, sent + count):
+            body: dict[str, Any] = {"model": model, "prompt": gate.prompts[n % len(gate.prompts)],
+                                    "max_tokens": gate.max_tokens, "temperature": gate.temperature}
+            if gate.seed is not None:
+                body["seed"] = gate.seed + n
+            requests.append({"method": "POST", "url": root + "/v1/completions", "body": body})
+        batch = await agent.call(HTTP_BATCH({"requests": requests}), reply_wait=3600)
+        sent += count
+        failed = [r for r in batch["results"] if r.get("status") != 200]
+        if failed:
+            first = failed[0]
+            raise GateFailed(f"{len(failed)} of {len(requests)} completions failed: "
+                             f"{first.get('status') or first.get('error')} {_clip(redactor, first.get('body'))}")
+        tokens += sum(json.loads(r["body"]).get("usage", {}).get("completion_tokens", 0) for r in batch["results"])
+        seconds += batch["seconds"]
+        metrics_after: HttpReply = await agent.call(HTTP({"method": "GET", "url": root + "/metrics"}), reply_wait=60)
+        if metrics_before.get("status") != 200 or metrics_after.get("status") != 200:
+            break
+        measured = acceptance(metrics_before["body"], metrics_after["body"])
+        if (measured.draft_tokens >= gate.min_draft_tokens or measured.draft_tokens == 0
+                or sent >= gate.max_prompts or time.monotonic() - started >= gate.timeout_s):
+            break
+    out: dict[str, Any] = {"completion_tokens": tokens, "seconds": round(seconds, 3), "prompts_sent": sent,
+                           "tokens_per_s": round(tokens / seconds, 2) if seconds else None,
+                           "prompts_sha256": prompts_sha256(gate)}
+    if measured is not None:
+        rate = measured.rate
+        out.update({"draft_tokens": measured.draft_tokens, "accepted_tokens": measured.accepted_tokens,
+                    "drafts": measured.drafts, "acceptance_rate": rate,
+                    "mean_acceptance_length": measured.mean_acceptance_length,
+                    "per_position": [round(p, 4) for p in measured.per_position] if measured.per_position else None})
+        if rate is not None:
+            low, high = measured.interval()
+            out["acceptance_interval"] = [round(low, 4), round(high, 4)]
+            out["effective_trials"] = round(measured.effective_trials(), 1)
+            length = measured.length_interval()
+            if length is not None:
+                out["mean_acceptance_length_interval"] = [round(length[0], 3), round(length[1], 3)]
     return out
 
 
@@ -253,10 +328,10 @@ def _log_path(ctx: HostContext, step_name: str, spec_log: str | None) -> str:
 
 
 async def _start(agent: AgentClient, state_dir: str, name: str, cmd: ServerCommand, command_hash: str,
-                 log: str) -> LaunchServer:
+                 log: str, run_id: str) -> LaunchServer:
     started = await agent.call(LAUNCH_START({
         "state_dir": state_dir, "name": name, "argv": cmd.argv, "env": cmd.env, "cwd": cmd.cwd, "log_path": log,
-        "command_hash": command_hash, "shown_argv": cmd.shown_argv, "salt": cmd.salt}))
+        "command_hash": command_hash, "shown_argv": cmd.shown_argv, "salt": cmd.salt, "run_id": run_id}))
     return LaunchServer.model_validate(started)
 
 
@@ -269,16 +344,44 @@ async def _stop(ctx: HostContext, name: str, timeout_s: float) -> LaunchStopRepl
 LaunchPlan = tuple[StepResult, LaunchInspectReply, ServerCommand]
 
 
-async def plan_launch(ctx: HostContext, step: Step) -> LaunchPlan:
-    spec = step.launch
-    assert spec is not None
+def when(epoch: Any) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(float(epoch))) if epoch is not None else "at an unknown time"
+
+
+def _this_run(ctx: HostContext) -> RunRecord:
+    """The run in progress on this host, as far as it got: its earlier steps' changes count."""
+    return RunRecord(run_id=ctx.run_id, kind="apply", recipe=ctx.loaded.recipe.name, recipe_sha256="", host=ctx.host,
+                     patchkit_version="", started=time.time(), steps=list(ctx.done))
+
+
+def _notified(ctx: HostContext, step: Step, records: list[RunRecord]) -> list[RunRecord]:
+    """With `notify:` naming this launch step, this recipe's changes count only from the steps
+    that notify it (another recipe's changes always count: it cannot vouch for them)."""
+    notifiers = {s.name for s in ctx.loaded.recipe.steps if step.name in s.notify}
+    if not notifiers:
+        return records
+    return [r.model_copy(update={"steps": [s for s in r.steps if s.name in notifiers or s.kind == "launch"]})
+            if r.recipe == ctx.loaded.recipe.name else r for r in records]
+
+
+async def staleness(ctx: HostContext, step: Step, record: dict[str, Any]) -> tuple[Stale | None, Stale | None]:
+    """(why the running server is stale or None, the newest change journaled on the host)."""
+    records = await ctx.journal.runs(None)  # every recipe's: another one may patch what this one serves
+    current, *journaled = _notified(ctx, step, [_this_run(ctx), *records])
+    return stale_change(record, step.name, journaled, current), last_change(journaled, current)
+
+
+async def plan_launch(ctx: HostContext, step: Step, spec: LaunchStep) -> LaunchPlan:
     result = StepResult(name=step.name, kind="launch", status="changed", file=spec.health.url)
     info = await _inspect(ctx.agent, ctx.journal.state_dir, step.name, spec.health)
     record = info.get("record") or {}
     cmd = server_command(ctx, spec.command, spec.env, spec.cwd, record.get("salt"))
     wanted = await cmd.command_hash()
     healthy = _healthy(info)
-    if info["running"] and record.get("command_hash") == wanted and healthy:
+    stale, newest = (await staleness(ctx, step, record)) if info["running"] else (None, None)
+    if stale is not None and record.get("command_hash") == wanted:
+        result.message = "restart onto the code on disk: " + stale.describe(record.get("pid"), when(record.get("started")))
+    elif info["running"] and record.get("command_hash") == wanted and healthy:
         result.status = "ok"
         result.message = f"running and healthy (pid {record['pid']})"
     elif info["running"] and record.get("command_hash") == wanted:
@@ -293,36 +396,45 @@ async def plan_launch(ctx: HostContext, step: Step) -> LaunchPlan:
     result.details = {"pid": record.get("pid"), "running": info["running"], "healthy": healthy,
                       "same_command": record.get("command_hash") == wanted, "log": record.get("log"),
                       "command_hash": wanted}
+    if info["running"]:
+        result.details["started"] = record.get("started")
+        result.details["stale"] = stale.describe(record.get("pid"), when(record.get("started"))) if stale else None
+        if newest is not None:
+            result.details["last_change"] = {"run_id": newest.run_id, "step": newest.step, "file": newest.file}
     return result, info, cmd
 
 
-async def apply_launch(ctx: HostContext, step: Step, planned: LaunchPlan) -> StepResult:
-    spec = step.launch
-    assert spec is not None
+async def apply_launch(ctx: HostContext, step: Step, spec: LaunchStep, planned: LaunchPlan) -> StepResult:
     result, info, cmd = planned
     result = result.model_copy(deep=True)
     if result.status == "ok" or ctx.dry_run:
         if ctx.dry_run and result.status == "changed":
-            result.message = "would start: " + result.message
+            result.message = ("would " if result.message.startswith("restart") else "would start: ") + result.message
         return result
     record = info.get("record") or {}
     wanted = (result.details or {})["command_hash"]
     replaced = None
+    stale = (result.details or {}).get("stale")
     if info["running"]:
         if record.get("command_hash") != wanted and ctx.no_restart:
             result.status = "failed"
             result.message = (f"a different command runs as {step.name} (pid {record['pid']}); "
                               "--no-restart refuses to replace it")
             return result
+        if stale and ctx.no_restart:
+            result.status, result.message = "stale", f"stale: {stale} (--no-restart)"
+            return result
         stopped = await _stop(ctx, step.name, spec.stop_timeout_s)
         replaced = public_record(stopped.get("record"))
     log = _log_path(ctx, step.name, spec.log)
-    started = await _start(ctx.agent, ctx.journal.state_dir, step.name, cmd, wanted, log)
+    started = await _start(ctx.agent, ctx.journal.state_dir, step.name, cmd, wanted, log, ctx.run_id)
     details = LaunchDetails(servers=[started], replaced=LaunchServer.model_validate(replaced) if replaced else None,
                             log=log)
     try:
         details.startup_s = round(await wait_healthy(ctx.agent, ctx.journal.state_dir, step.name, spec.health), 1)
         notes = [f"healthy after {details.startup_s}s (pid {started.pid})"]
+        if stale:
+            notes.insert(0, f"restarted onto the code on disk ({stale})")
         ready = await check_ready(ctx.agent, spec, ctx.loaded.redactor)
         if ready:
             notes.append(ready)
@@ -345,26 +457,142 @@ async def apply_launch(ctx: HostContext, step: Step, planned: LaunchPlan) -> Ste
     return result
 
 
+def served_models(argv: list[str]) -> tuple[str | None, str | None]:
+    """(model, drafter) a vLLM or SGLang command line serves, as given there."""
+    model = drafter = None
+
+    def value(i: int, flag: str) -> str | None:
+        word = argv[i]
+        if word == flag:
+            return argv[i + 1] if i + 1 < len(argv) else None
+        return word.split("=", 1)[1] if word.startswith(flag + "=") else None
+
+    for i, word in enumerate(argv):
+        if word == "serve" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            model = model or argv[i + 1]
+        for flag in ("--model", "--model-path"):
+            model = value(i, flag) or model
+        drafter = value(i, "--speculative-draft-model-path") or drafter
+        for flag in ("--speculative-config", "--speculative_config"):
+            config = value(i, flag)
+            if config:
+                try:
+                    found = json.loads(config)
+                except ValueError:
+                    found = None
+                if isinstance(found, dict) and isinstance(found.get("model"), str):
+                    drafter = found["model"]
+    return model, drafter
+
+
+async def _tree_sha256(ctx: HostContext, path: str | None) -> str | None:
+    """One hash of a model folder's files on the host (the deploy step's hash cache makes a
+    second look at an unchanged folder cheap); a name that is no path (a hub id) is itself."""
+    if not path:
+        return None
+    found = await ctx.agent.call(MANIFEST({"dest": path, "cache_file": posixpath.join(ctx.journal.state_dir,
+                                                                                       "hashcache.json")}),
+                                 reply_wait=3600)
+    if not found["exists"]:
+        return "name:" + path
+    listing = sorted((rel, f["sha256"]) for rel, f in found["files"].items())
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+
+
+async def gate_identity(ctx: HostContext, spec: LaunchStep) -> dict[str, str | None]:
+    """What a measurement is comparable by: the model's, the drafter's and the prompts' hashes."""
+    assert spec.spec_decode is not None
+    model, drafter = served_models(ctx.loaded.redactor.value(spec.command))
+    # Hashing a model's files costs a read of all of them the first time (hundreds of GB for a
+    # large target; the hash cache spares later runs): only a gate that compares pays it.
+    hashed = spec.spec_decode.max_regression is not None
+    return {"model": model, "model_sha256": await _tree_sha256(ctx, model) if hashed else None,
+            "drafter": drafter, "drafter_sha256": await _tree_sha256(ctx, drafter) if hashed else None,
+            "prompts_sha256": prompts_sha256(spec.spec_decode)}
+
+
+_COMPARABLE = ("model_sha256", "drafter_sha256", "prompts_sha256")
+
+
+def last_good(records: list[RunRecord], identity: dict[str, str | None], run_id: str) -> tuple[str, dict[str, Any]] | None:
+    """(run id, figures) of the newest passing gate on this host with the same hashes."""
+    for record in sorted(records, key=lambda r: r.run_id, reverse=True):
+        if record.run_id == run_id or record.kind != "apply":
+            continue
+        for step in record.steps:
+            figures = (step.details or {}).get("spec_decode") if step.kind == "launch" else None
+            if not isinstance(figures, dict) or not figures.get("passed"):
+                continue
+            theirs = figures.get("identity") or {}
+            if theirs.get("model_sha256") and all(theirs.get(k) == identity.get(k) for k in _COMPARABLE):
+                return record.run_id, figures
+    return None
+
+
+def _evidence(measured: dict[str, Any], gate: SpecDecodeGate) -> str:
+    return (f"{int(measured['accepted_tokens'])} of {int(measured['draft_tokens'])} drafted tokens accepted "
+            f"over {measured['prompts_sent']} prompts")
+
+
 async def _spec_gate(ctx: HostContext, step: Step, spec: LaunchStep, details: LaunchDetails) -> str:
     gate = spec.spec_decode
     assert gate is not None
     measured = await measure(ctx.agent, spec.health.url, gate, ctx.loaded.redactor)
+    measured["identity"] = await gate_identity(ctx, spec)
+    measured["passed"] = False
     details.spec_decode = measured
     rate, mal = measured.get("acceptance_rate"), measured.get("mean_acceptance_length")
     if rate is None:
         raise GateFailed("no draft tokens were proposed: is speculative decoding on? "
                          f"({DRAFT_TOKENS} did not move)")
-    note = f"acceptance {rate:.1%}, mean acceptance length {mal:.2f}, {measured['tokens_per_s']} tok/s"
+    interval = (measured["acceptance_interval"][0], measured["acceptance_interval"][1])
+    rule = f"fail_when: {gate.fail_when}"
+    bound = "upper" if gate.fail_when == "upper" else "lower"
+    note = f"acceptance {rate:.1%} ({show_interval(interval)}), mean acceptance length {mal:.2f}"
+    if measured.get("per_position"):
+        note += " (per position " + ", ".join(f"{p:.2f}" for p in measured["per_position"]) + ")"
+    note += f", {measured['tokens_per_s']} tok/s"
+    if measured["draft_tokens"] < gate.min_draft_tokens:
+        note += (f"; only {int(measured['draft_tokens'])} of the {gate.min_draft_tokens} drafted tokens asked for "
+                 f"(max_prompts {gate.max_prompts} / timeout_s {gate.timeout_s:g} reached)")
     problems = []
-    if gate.min_acceptance_rate is not None and rate < gate.min_acceptance_rate:
-        problems.append(f"acceptance rate {rate:.2%} is below {gate.min_acceptance_rate:.0%}")
-    if gate.min_mean_acceptance_length is not None and mal is not None and mal < gate.min_mean_acceptance_length:
-        problems.append(f"mean acceptance length {mal:.2f} is below {gate.min_mean_acceptance_length}")
+    if gate.min_acceptance_rate is not None and below(interval, gate.min_acceptance_rate, gate.fail_when):
+        problems.append(f"acceptance rate {rate:.2%} ({show_interval(interval)}) is below "
+                        f"{gate.min_acceptance_rate:.0%}: the interval's {bound} bound is ({rule})")
+    length = measured.get("mean_acceptance_length_interval")
+    if gate.min_mean_acceptance_length is not None and mal is not None and length is not None \
+            and below((length[0], length[1]), gate.min_mean_acceptance_length, gate.fail_when):
+        problems.append(f"mean acceptance length {mal:.2f} ({show_interval((length[0], length[1]), False)}) is below "
+                        f"{gate.min_mean_acceptance_length}: the interval's {bound} bound is ({rule})")
+    previous = None
+    if gate.max_regression is not None:
+        previous = last_good(await ctx.journal.runs(None), measured["identity"], ctx.run_id)
+        if previous is None:
+            note += "; no earlier passing gate with the same model, drafter and prompts to compare with"
+        else:
+            then_id, then = previous
+            floor = then["acceptance_rate"] * (1 - gate.max_regression)
+            measured["regression_baseline"] = {"run_id": then_id, "acceptance_rate": then["acceptance_rate"],
+                                               "speedup": then.get("speedup")}
+            compared = (f"run {then_id}'s {then['acceptance_rate']:.1%} (the last passing gate on this host with "
+                        f"the same model, drafter and prompts; floor {floor:.1%})")
+            if regressed(interval, then["acceptance_rate"], gate.max_regression, gate.fail_when):
+                problems.append(f"acceptance {rate:.1%} ({show_interval(interval)}) in run {ctx.run_id} is more than "
+                                f"{gate.max_regression:.0%} below {compared} ({rule})")
+            else:
+                note += f"; within {gate.max_regression:.0%} of {compared}"
     if problems:
-        raise GateFailed("; ".join(problems) + f" ({int(measured['accepted_tokens'])} of "
-                         f"{int(measured['draft_tokens'])} drafted tokens accepted over {len(gate.prompts)} prompts)")
+        raise GateFailed("; ".join(problems) + f" ({_evidence(measured, gate)})")
     if spec.baseline:
         note += "; " + await _baseline(ctx, step, spec, details)
+        measured["speedup"] = details.speedup
+        then_speedup = previous[1].get("speedup") if previous else None
+        if gate.max_regression is not None and previous and then_speedup and details.speedup is not None \
+                and details.speedup < then_speedup * (1 - gate.max_regression):
+            details.gate_failed = True
+            note = (f"speedup {details.speedup:.2f}x is more than {gate.max_regression:.0%} below run "
+                    f"{previous[0]}'s {then_speedup:.2f}x; {note}")
+    measured["passed"] = not details.gate_failed
     return note
 
 
@@ -374,7 +602,7 @@ async def _baseline(ctx: HostContext, step: Step, spec: LaunchStep, details: Lau
     name = f"{step.name}-baseline"
     log = _log_path(ctx, name, None)
     cmd = server_command(ctx, base.command, spec.env, spec.cwd)
-    started = await _start(ctx.agent, ctx.journal.state_dir, name, cmd, await cmd.command_hash(), log)
+    started = await _start(ctx.agent, ctx.journal.state_dir, name, cmd, await cmd.command_hash(), log, ctx.run_id)
     details.servers.append(started)
     await wait_healthy(ctx.agent, ctx.journal.state_dir, name, base.health)
     plain = await measure(ctx.agent, base.health.url, spec.spec_decode, ctx.loaded.redactor)
@@ -398,7 +626,7 @@ async def _baseline(ctx: HostContext, step: Step, spec: LaunchStep, details: Lau
 
 
 async def undo_launch(agent: AgentClient, state_dir: str, step: StepResult, force: bool,
-                      redactor: Redactor, env: dict[str, str]) -> Undone:
+                      redactor: Redactor, env: dict[str, str], run_id: str) -> Undone:
     """Stop the servers a run started (if they are still the ones it started); restart what it replaced.
 
     redactor and env are those of the recipe being rolled back: the journal holds no secret or
@@ -423,14 +651,14 @@ async def undo_launch(agent: AgentClient, state_dir: str, step: StepResult, forc
         notes.append(f"stopped {server.name} (pid {server.pid}, {stopped['how']})")
     previous = details.replaced
     if previous and ok:
-        restarted = await _restart(agent, state_dir, previous, redactor, env)
+        restarted = await _restart(agent, state_dir, previous, redactor, env, run_id)
         ok = restarted.ok
         notes.append(restarted.message)
     return Undone(ok, "; ".join(notes) or "nothing to stop")
 
 
 async def _restart(agent: AgentClient, state_dir: str, previous: LaunchServer, redactor: Redactor,
-                   env: dict[str, str]) -> Undone:
+                   env: dict[str, str], run_id: str) -> Undone:
     shown = list(previous.argv)
     revealed = [redactor.reveal(word) for word in shown]
     unknown = sorted({name for _, names in revealed for name in names})
@@ -449,17 +677,46 @@ async def _restart(agent: AgentClient, state_dir: str, previous: LaunchServer, r
         return Undone(False, refused + (f"this recipe's values for {', '.join(what) or 'its command'} are not the "
                                         "ones it ran with (patchkit keeps none of them); roll back again with the "
                                         "recipe or -e values it ran with"))
-    again = await _start(agent, state_dir, previous.name, cmd, previous.command_hash, previous.log)
+    again = await _start(agent, state_dir, previous.name, cmd, previous.command_hash, previous.log, run_id)
     return Undone(True, f"restarted the server it replaced (pid {again.pid})")
 
 
+def last_gate(records: list[RunRecord], step_name: str) -> tuple[str, dict[str, Any]] | None:
+    """(run id, figures) of the newest measurement of this launch step's gate in the journal."""
+    for record in sorted(records, key=lambda r: r.run_id, reverse=True):
+        for step in record.steps:
+            figures = (step.details or {}).get("spec_decode") if step.kind == "launch" else None
+            if step.name == step_name and isinstance(figures, dict) and figures.get("acceptance_rate") is not None:
+                return record.run_id, figures
+    return None
+
+
+def gate_summary(figures: dict[str, Any]) -> str:
+    text = f"acceptance {figures['acceptance_rate']:.1%}"
+    if figures.get("acceptance_interval"):
+        low, high = figures["acceptance_interval"]
+        text += f" ({show_interval((low, high))})"
+    if figures.get("mean_acceptance_length") is not None:
+        text += f", mean acceptance length {figures['mean_acceptance_length']:.2f}"
+    if figures.get("per_position"):
+        text += " (per position " + ", ".join(f"{p:.2f}" for p in figures["per_position"]) + ")"
+    passed = figures.get("passed")
+    return text + ("" if passed is None else ", passed" if passed else ", failed")
+
+
 def launch_state(planned: StepResult) -> StepResult:
-    """running and healthy -> applied; the same command running, unhealthy -> drifted; another
-    command running or none -> pending."""
+    """running and healthy -> applied; running code older than the disk -> stale; the same
+    command running, unhealthy -> drifted; another command running or none -> pending."""
     out = planned.model_copy(deep=True)
     details = planned.details or {}
-    if planned.status == "ok":
-        out.status, out.message = "applied", f"running, healthy (pid {details.get('pid')})"
+    if details.get("stale") and details.get("same_command"):
+        out.status, out.message = "stale", f"stale: {details['stale']}"
+    elif planned.status == "ok":
+        last = details.get("last_change")
+        since = (f"; started after the last change (run {last['run_id']} changed {last['file']})" if last
+                 else "; no change journaled on this host")
+        out.status = "applied"
+        out.message = f"running, healthy (pid {details.get('pid')}, started {when(details.get('started'))}){since}"
     elif details.get("running") and details.get("same_command"):
         out.status, out.message = "drifted", f"unhealthy: {planned.message}"
     elif details.get("running"):
@@ -469,24 +726,37 @@ def launch_state(planned: StepResult) -> StepResult:
     return out
 
 
-class LaunchKind(StepKind[LaunchPlan]):
+class LaunchKind(StepKind[LaunchStep, LaunchPlan]):
     name = "launch"
+    spec_model = LaunchStep
+    undo_last = True  # rollback restarts servers after the files are back (runner.rollback)
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned[LaunchPlan]:
-        result, info, cmd = await plan_launch(ctx, step)
+    async def plan(self, ctx: HostContext, step: Step, spec: LaunchStep) -> Planned[LaunchPlan]:
+        result, info, cmd = await plan_launch(ctx, step, spec)
         return Planned(result, (result, info, cmd))
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned[LaunchPlan]) -> StepResult:
-        return await apply_launch(ctx, step, planned.data)
+    async def apply(self, ctx: HostContext, step: Step, spec: LaunchStep, planned: Planned[LaunchPlan]) -> StepResult:
+        return await apply_launch(ctx, step, spec, planned.data)
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned[LaunchPlan],
+    async def state(self, ctx: HostContext, step: Step, spec: LaunchStep, planned: Planned[LaunchPlan],
                     records: list[RunRecord]) -> StepResult:
-        return launch_state(planned.result)
+        out = launch_state(planned.result)
+        last = last_gate(records, step.name)
+        if last is not None:
+            run_id, figures = last
+            out.message += f"; last gate (run {run_id}): {gate_summary(figures)}"
+            out.details = {**(out.details or {}), "last_gate": {"run_id": run_id, **figures}}
+        return out
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         # The journal keeps env names only: the values come from the recipe being rolled back.
         found = next((s for s in ctx.loaded.recipe.steps if s.name == done.name and s.launch), None)
         env = dict(found.launch.env) if found and found.launch else {}
-        undone = await undo_launch(ctx.agent, ctx.journal.state_dir, done, ctx.force, ctx.loaded.redactor, env)
-        return StepResult(name=done.name, kind="launch", status="changed" if undone.ok else "failed",
+        undone = await undo_launch(ctx.agent, ctx.journal.state_dir, done, ctx.force, ctx.loaded.redactor, env,
+                                   ctx.run_id)
+        return StepResult(name=done.name, kind=self.name, status="changed" if undone.ok else "failed",
                           message=undone.message)
+
+    def changed(self, done: StepResult) -> bool:
+        """A launch that started servers (even one whose gate then failed) has them to stop."""
+        return done.status in ("changed", "failed") and bool((done.details or {}).get("servers"))

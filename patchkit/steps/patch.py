@@ -1,4 +1,6 @@
-"""The patch step: plan (read, edit on the control side, diff) and apply (verified write)."""
+"""The patch step: plan (read the files, edit them on the control side, diff); everything
+after the plan, the write and its checks, status, rollback, is the unit pipeline of
+steps/unit.py, for the one file an edit of a module changes as for the files of a diff."""
 
 from __future__ import annotations
 
@@ -7,34 +9,34 @@ import difflib
 import hashlib
 import json
 import os
+import posixpath
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit import __version__
-from patchkit.agent.protocol import APPLY, READ, RESTORE, VERIFY
+from patchkit.agent.protocol import READ
 from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.edits import EditError, EditResult
+from patchkit.edits.specs import DiffEdit
 from patchkit.errors import HostError
-from patchkit.journal import active_step, unverified_step
-from patchkit.recipe import Step
-from patchkit.results import Check, RunRecord, StepResult
+from patchkit.journal import PATCHED, UNEXPLAINED, explain
+from patchkit.recipe import PatchStep, Step
+from patchkit.results import FileChange, RunRecord, StepResult
 from patchkit.steps.context import HostContext, gate
 from patchkit.steps.kind import Planned, StepKind
-from patchkit.steps.patch_files import (
-    FilesPlan,
-    apply_files,
-    files_state,
-    plan_files,
-    undo_files,
+from patchkit.steps.unit import (
+    UnitPlan,
+    apply_unit,
+    set_unit,
+    undo_unit,
+    unit_files,
+    unit_state,
 )
 from patchkit.steps.upstream import with_upstream_note
 
-
-@dataclass
-class PatchPlan:
-    result: StepResult
-    new_content: bytes | None = None
+if TYPE_CHECKING:
+    from patchkit.edits.hunk_locate import FileOutcome
 
 
 _HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
@@ -70,13 +72,12 @@ def _diff(ctx: HostContext, path: str, old: str, new: str, key: tuple[str, str])
     return f"--- a{path}\n+++ b{path}\n{body}"
 
 
-def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
+def _edit(ctx: HostContext, step: Step, spec: PatchStep, source: bytes, sha: str) -> EditResult:
     key = (f"{ctx.loaded.content_sha256}:{step.name}", sha)
     cached = ctx.edits.results.get(key)
     if cached is not None:
         ctx.edits.hits += 1
         return cached
-    assert step.patch
     try:
         text = source.decode("utf-8")
     except UnicodeDecodeError:
@@ -84,7 +85,7 @@ def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
     else:
         # A UTF-8 byte order mark is not Python: edit what follows it, then put it back.
         bom = "\ufeff" if text.startswith("\ufeff") else ""
-        result = _stored_edit(step, sha, text[len(bom):]) or _compute_edit(step, sha, text[len(bom):])
+        result = _stored_edit(spec, sha, text[len(bom):]) or _compute_edit(spec, sha, text[len(bom):])
         if bom:
             result = EditResult(result.verdict, bom + result.source, result.message)
     ctx.edits.results[key] = result
@@ -94,17 +95,16 @@ def _edit(ctx: HostContext, step: Step, source: bytes, sha: str) -> EditResult:
 # Edits are pure: (edit parameters, file content) -> result. A fleet re-applied daily sees
 # the same few file versions again and again, so results are kept on the control machine;
 # a no-op run then needs neither libcst nor a parse of the file.
-def _edit_cache_path(step: Step, sha: str) -> Path | None:
-    assert step.patch
-    if step.patch.edit.codemod or step.patch.edit.diff:
+def _edit_cache_path(spec: PatchStep, sha: str) -> Path | None:
+    if spec.edit.codemod or spec.edit.diff:
         return None  # depends on the user's transformer (or diff) file too
-    params = json.dumps([__version__, step.patch.edit.model_dump(mode="json")], sort_keys=True)
+    params = json.dumps([__version__, spec.edit.model_dump(mode="json")], sort_keys=True)
     digest = hashlib.sha256(params.encode()).hexdigest()[:24]
     return cache_dir() / "edits" / f"{digest}-{sha}.json"
 
 
-def _stored_edit(step: Step, sha: str, text: str) -> EditResult | None:
-    path = _edit_cache_path(step, sha)
+def _stored_edit(spec: PatchStep, sha: str, text: str) -> EditResult | None:
+    path = _edit_cache_path(spec, sha)
     try:
         data = json.loads(path.read_text()) if path else None
     except (OSError, ValueError):
@@ -117,13 +117,12 @@ def _stored_edit(step: Step, sha: str, text: str) -> EditResult | None:
     return EditResult(data["verdict"], new, data["message"])
 
 
-def _compute_edit(step: Step, sha: str, text: str) -> EditResult:
-    assert step.patch
+def _compute_edit(spec: PatchStep, sha: str, text: str) -> EditResult:
     try:
-        result = step.patch.edit.apply(text)
+        result = spec.edit.apply(text)
     except EditError as exc:
         return EditResult("not_found", text, str(exc))
-    path = _edit_cache_path(step, sha)
+    path = _edit_cache_path(spec, sha)
     if path is not None:
         entry: dict[str, str] = {"verdict": result.verdict, "message": result.message}
         if result.verdict == "changed":
@@ -132,16 +131,25 @@ def _compute_edit(step: Step, sha: str, text: str) -> EditResult:
     return result
 
 
-async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
-    spec = step.patch
-    assert spec is not None
-    result = StepResult(name=step.name, kind="patch", status="failed", upstream=step.upstream, why=step.why)
+def _start(step: Step) -> StepResult:
+    return StepResult(name=step.name, kind=PatchKind.name, status="failed", upstream=step.upstream, why=step.why)
+
+
+def _not_found(result: StepResult, spec: PatchStep, version: str | None, misses: list[str]) -> None:
+    gate_note = f"; this step applies to {spec.package} {spec.versions}" if spec.versions else ""
+    found = f"{spec.package} {version}" if version else spec.package
+    result.message = f"{found}: target not found — " + " | ".join(misses) + gate_note
+
+
+async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
+    """An edit of a module: the first candidate module holding the target is the unit's one file."""
+    result = _start(step)
     verdict_gate, located = await gate(ctx, spec.package, spec.versions, spec.modules, read_first=True)
     result.package_version = verdict_gate.version
     if verdict_gate.fail or verdict_gate.skip:
         result.status = "failed" if verdict_gate.fail else "skipped"
         result.message = verdict_gate.fail or verdict_gate.skip or ""
-        return PatchPlan(result)
+        return UnitPlan(result)
 
     misses: list[str] = []
     for module in spec.modules:
@@ -158,173 +166,117 @@ async def plan_patch(ctx: HostContext, step: Step) -> PatchPlan:
             result.file = path
             result.message = (f"{path} is a symlink to {read['symlink_to']}: patchkit does not write through "
                               "symlinks (the file behind it may belong to other environments); nothing changed")
-            return PatchPlan(result)
+            return UnitPlan(result)
         content = base64.b64decode(read["content_b64"])
-        edit = _edit(ctx, step, content, read["sha256"])
+        edit = _edit(ctx, step, spec, content, read["sha256"])
         if edit.verdict == "not_found":
             misses.append(f"{path}: {edit.message}")
             continue
-        result.file = path
-        result.sha256_before = read["sha256"]
+        change = FileChange(file=path, sha256_before=read["sha256"], sha256_after=read["sha256"])
         if edit.verdict == "already":
             result.status, result.message = "ok", "already in place"
-            result.sha256_after = read["sha256"]
-            return PatchPlan(result)
+            set_unit(result, [change], many=False)
+            return UnitPlan(result)
         new_content = edit.source.encode("utf-8")
-        result.status = "changed"
-        result.message = edit.message
-        result.sha256_after = hashlib.sha256(new_content).hexdigest()
-        result.diff = _diff(ctx, path, content.decode("utf-8"), edit.source, (read["sha256"], result.sha256_after))
-        return PatchPlan(result, new_content)
+        result.status, result.message = "changed", edit.message
+        change.sha256_after = hashlib.sha256(new_content).hexdigest()
+        change.diff = _diff(ctx, path, content.decode("utf-8"), edit.source, (read["sha256"], change.sha256_after))
+        set_unit(result, [change], many=False)
+        return UnitPlan(result, {path: new_content})
 
-    gate_note = f"; this step applies to {spec.package} {spec.versions}" if spec.versions else ""
-    found = f"{spec.package} {verdict_gate.version}" if verdict_gate.version else spec.package
-    result.message = f"{found}: target not found — " + " | ".join(misses) + gate_note
-    return PatchPlan(result)
+    _not_found(result, spec, verdict_gate.version, misses)
+    return UnitPlan(result)
 
 
-async def apply_patch(ctx: HostContext, step: Step, plan: PatchPlan) -> StepResult:
-    """Write a planned change through the agent's verified pipeline; first settle a change to
-    the same file that an earlier run left unverified (it was cut off)."""
-    result = plan.result.model_copy(deep=True)
-    if ctx.dry_run or result.status not in ("changed", "ok") or not result.file:
-        return result
-    left = unverified_step(await ctx.records(), step.name, result.file)
-    note = ""
-    if left is not None:
-        record, done = left
-        if result.status == "ok" and done.sha256_after == result.sha256_before:
-            return await _settle_unverified(ctx, step, result, record, done)
-        if result.status == "changed" and done.sha256_before == result.sha256_before:
-            await _void(ctx, record, step.name)  # it never wrote: nothing of it to undo
-            note = f" (run {record.run_id} was cut off before its write; this run makes it)"
-    if result.status != "changed":
-        return result
-    assert plan.new_content is not None and result.file and result.sha256_before
-    backup = ctx.journal.backup_path(ctx.run_id, step.name, result.file)
-    verify = step.checks
-    # In the journal before the write (same round trip, pipelined): a run cut off after the
-    # host wrote the file still names it and its backup, so it can be rolled back. The agent
-    # refuses the write if this record did not land.
-    await ctx.record_intent(result.model_copy(update={
-        "backup": backup, "verified": False, "message": "cut off while writing or verifying"}))
-    try:
-        outcome = await ctx.agent.call(APPLY({
-            "path": result.file,
-            "expected_sha256": result.sha256_before,
-            "content_b64": base64.b64encode(plan.new_content).decode(),
-            "backup_path": backup,
-            "verify_imports": verify.import_,
-            "import_timeout_s": verify.timeout_s,
-        }), reply_wait=verify.timeout_s + 120)
-    except HostError as exc:
-        result.status, result.message = "failed", str(exc)
-        return result
-    result.checks = [Check.model_validate(c) for c in outcome["checks"]]
-    result.backup = backup
-    if outcome["ok"]:
-        passed = ", ".join(c.name for c in result.checks)
-        result.message = f"{result.message}; verified ({passed}){note}"
-        result.verified = True
-        return result
-    result.status = "failed"
-    result.restored = outcome["restored"]
-    restored = "original restored" if outcome["restored"] else "ORIGINAL NOT RESTORED, backup at " + backup
-    result.message = f"{outcome['failure']}; {restored}"
-    result.sha256_after = result.sha256_before if outcome["restored"] else None
-    return result
-
-
-async def _settle_unverified(ctx: HostContext, step: Step, result: StepResult, record: RunRecord,
-                             done: StepResult) -> StepResult:
-    """The file holds what run `record` wrote, but that run was cut off before its checks were
-    recorded: run them now; on failure put its original back, as that run would have."""
-    verify = step.checks
-    assert result.file
-    try:
-        outcome = await ctx.agent.call(VERIFY({
-            "path": result.file, "expected_sha256": done.sha256_after,
-            "verify_imports": verify.import_, "import_timeout_s": verify.timeout_s,
-        }), reply_wait=verify.timeout_s + 120)
-    except HostError as exc:
-        result.status, result.message = "failed", f"pending verification of run {record.run_id}: {exc}"
-        return result
-    result.checks = [Check.model_validate(c) for c in outcome["checks"]]
-    cut = f"run {record.run_id} was cut off before its checks were recorded"
-    if outcome["ok"]:
-        done.verified = True
-        await ctx.amend(record)
-        result.message = f"already in place; {cut}: verified now ({', '.join(c.name for c in result.checks)})"
-        return result
-    result.status = "failed"
-    assert done.backup  # a journaled change to a file names its backup (RunRecord.changed_steps)
-    try:
-        await ctx.agent.call(RESTORE({"path": result.file, "backup_path": done.backup,
-                                      "expected_current": done.sha256_after, "original_sha256": done.sha256_before,
-                                      "force": False}))
-    except HostError as exc:
-        result.message = f"{cut}, and its change fails: {outcome['failure']}; ORIGINAL NOT RESTORED: {exc}"
-        return result
-    await _void(ctx, record, step.name)
-    result.restored, result.sha256_after = True, done.sha256_before
-    result.message = f"{cut}, and its change fails: {outcome['failure']}; original restored"
-    return result
-
-
-async def _void(ctx: HostContext, record: RunRecord, step_name: str) -> None:
-    """Mark an earlier run's change to this step as undone (by this run)."""
-    record.rolled_back_steps = sorted(set(record.rolled_back_steps) | {step_name})
-    record.rolled_back_by = ctx.run_id
-    await ctx.amend(record)
-
-
-def state_of(planned: StepResult, records: list[RunRecord]) -> StepResult:
-    """Map a dry plan plus the journal to applied | pending | drifted | not-applicable."""
-    out = planned.model_copy(deep=True)
-    out.diff = planned.diff
-    if planned.status == "skipped":
-        out.status = "not-applicable"
-        return out
-    left = unverified_step(records, planned.name, planned.file) if planned.file else None
-    if left is not None:
-        record, done = left
-        if planned.status == "ok" and done.sha256_after == planned.sha256_before:
-            out.status = "pending"
-            out.message = (f"pending verification: run {record.run_id} wrote this change and was cut off before "
-                           "its checks were recorded; apply re-runs them (and restores the original if they fail)")
-            return out
-        if planned.status == "changed" and done.sha256_before == planned.sha256_before:
-            out.status = "pending"
-            out.message = f"run {record.run_id} was cut off before its write; {planned.message}"
-            return out
-    ours = active_step(records, planned.name, planned.file) if planned.file else None
-    if planned.status == "failed":
-        mine = [s for r in records for s in r.live_steps() if s.name == planned.name]
-        if mine:
-            out.status, out.message = "drifted", f"patched by patchkit, but now: {planned.message}"
-        return out
-    if planned.status == "changed":
-        if ours:
-            out.status = "drifted"
-            out.message = f"patched by patchkit, but the file changed since and the change is gone: {planned.message}"
+async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
+    """A diff over several files (or one it adds or deletes): every file it names, under the
+    package's root, is one file of the unit; any file not found fails the step."""
+    assert spec.edit.diff is not None
+    diff: DiffEdit = spec.edit.diff
+    result = _start(step)
+    verdict_gate, located = await gate(ctx, spec.package, spec.versions, spec.modules)
+    result.package_version = verdict_gate.version
+    if verdict_gate.fail or verdict_gate.skip:
+        result.status = "failed" if verdict_gate.fail else "skipped"
+        result.message = verdict_gate.fail or verdict_gate.skip or ""
+        return UnitPlan(result)
+    root = located["root"]
+    reads = []
+    for rel, _module, _patch in diff.targets():
+        path = posixpath.join(root, *rel.split("/")[1:])
+        reads.append((rel, path, await ctx.agent.send(READ({"path": path}))))
+    changes: list[FileChange] = []
+    contents: dict[str, bytes | None] = {}
+    misses: list[str] = []
+    for rel, path, pending in reads:
+        read = await pending.result()
+        if not read["exists"]:
+            outcome = diff.apply_to(rel, None)  # a file the diff adds, or one it deleted already
+            if outcome.verdict == "not_found":
+                misses.append(f"{path}: {outcome.message}")
+                continue
+            change = FileChange(file=path, message=outcome.message)
+            if outcome.verdict == "changed" and outcome.source is not None:  # an empty file too
+                new = outcome.source.encode("utf-8")
+                change.sha256_after = hashlib.sha256(new).hexdigest()
+                change.diff = unified_diff(path, "", outcome.source).replace(f"--- a{path}", "--- /dev/null", 1) \
+                    or f"--- /dev/null\n+++ b{path}\n"  # an empty new file: no hunk, the header says it
+                contents[path] = new
+            changes.append(change)
+            continue
+        if read.get("symlink_to"):
+            misses.append(f"{path} is a symlink to {read['symlink_to']}: patchkit does not write through symlinks")
+            continue
+        content = base64.b64decode(read["content_b64"])
+        try:
+            text = content.decode("utf-8")
+        except UnicodeDecodeError:
+            misses.append(f"{path}: not UTF-8 text")
+            continue
+        bom = "\ufeff" if text.startswith("\ufeff") else ""
+        key = f"diff-file:{ctx.loaded.content_sha256}:{step.name}:{rel}:{read['sha256']}"
+        cached: FileOutcome | None = ctx.edits.memo.get(key)  # a fleet's hosts hold the same files: once
+        if cached is not None:
+            outcome = cached
+            ctx.edits.hits += 1
         else:
-            out.status = "pending"
-        return out
-    # already in place
-    if ours and ours.sha256_after != planned.sha256_before:
-        out.status = "drifted"
-        out.message = "in place, but the file changed since patchkit wrote it (rollback would refuse)"
-    elif ours:
-        out.status, out.message = "applied", f"applied by patchkit (backup {ours.backup})"
-    else:
-        out.status, out.message = "applied", "in place (not applied by patchkit: nothing to roll back)"
-    return out
+            try:
+                outcome = diff.apply_to(rel, text[len(bom):])
+            except EditError as exc:
+                misses.append(f"{path}: {exc}")
+                continue
+            ctx.edits.memo[key] = outcome
+        if outcome.verdict == "not_found":
+            misses.append(outcome.message)
+            continue
+        change = FileChange(file=path, sha256_before=read["sha256"], sha256_after=read["sha256"],
+                            message=outcome.message)
+        if outcome.verdict == "changed" and outcome.source is None:  # the diff deletes it
+            change.sha256_after = None
+            change.diff = unified_diff(path, text, "").replace(f"+++ b{path}", "+++ /dev/null", 1)
+            contents[path] = None
+        elif outcome.verdict == "changed" and outcome.source is not None:
+            new = (bom + outcome.source).encode("utf-8")
+            change.sha256_after = hashlib.sha256(new).hexdigest()
+            change.diff = unified_diff(path, text, bom + outcome.source)
+            contents[path] = new
+        changes.append(change)
+    if misses:
+        _not_found(result, spec, verdict_gate.version, misses)
+        return UnitPlan(result)
+    set_unit(result, changes, many=True)
+    if not contents:
+        result.status, result.message = "ok", f"already in place ({len(changes)} files)"
+        result.diff = None
+        return UnitPlan(result)
+    result.status = "changed"
+    result.message = "; ".join(c.message for c in changes if c.file in contents)
+    return UnitPlan(result, contents)
 
 
 async def _record_view(ctx: HostContext, package: str, out: StepResult, records: list[RunRecord]) -> None:
     """What `audit` says of the step's files, added to its status: do they match the installed
     distribution's RECORD, and if not, does a patchkit change explain the difference?"""
-    from patchkit.audit import PATCHED, UNEXPLAINED, explain
     from patchkit.installed import installed
 
     paths = [out.file] if out.file else [f.file for f in out.files or []]
@@ -335,7 +287,7 @@ async def _record_view(ctx: HostContext, package: str, out: StepResult, records:
     if not dist.listed:
         return
     where = f"{dist.name} {dist.version}'s RECORD"
-    whys = [explain(changed, records) for changed in dist.changed]
+    whys = [explain(changed, records, written_files) for changed in dist.changed]
     verdict = "matches" if not whys else UNEXPLAINED if any(w.verdict == UNEXPLAINED for w in whys) else PATCHED
     out.details = {**(out.details or {}), "record": verdict}
     if verdict == "matches":
@@ -347,51 +299,57 @@ async def _record_view(ctx: HostContext, package: str, out: StepResult, records:
         out.message += f"; differs from {where}: {why} (patchkit audit lists every such file)"
 
 
-PatchData = bytes | FilesPlan | None  # one file's new content, or a multi-file plan (patch_files.py)
+def written_files(step: StepResult) -> list[tuple[str, str | None]]:
+    """(path, sha256 after) of each file a journaled patch step wrote (its unit); none for another kind."""
+    if step.kind != PatchKind.name:  # a journaled step of another kind
+        return []
+    return [(c.file, c.sha256_after) for c in unit_files(step)]
 
 
-class PatchKind(StepKind[PatchData]):
+def _is_many(spec: PatchStep) -> bool:
+    """A diff over several files, or adding or deleting one: recorded as `files`; an edit of one
+    module (a one-file diff too) in the single-file fields the product's JSON names."""
+    targets = spec.edit.diff.targets() if spec.edit.diff else []
+    return len(targets) > 1 or any(p.added or p.deleted for _, _, p in targets)
+
+
+def _says_it_verifies(ctx: HostContext, step: Step, result: StepResult) -> StepResult:
+    """A change that a `verify: python` program will judge says so in the plan."""
+    if ctx.dry_run and result.status == "changed" and step.checks.python is not None:
+        result.message += "; apply runs the step's verify program after the write"
+    return result
+
+
+class PatchKind(StepKind[PatchStep, UnitPlan]):
     name = "patch"
+    spec_model = PatchStep
 
-    async def plan(self, ctx: HostContext, step: Step) -> Planned[PatchData]:
-        targets = step.patch.edit.diff.targets() if step.patch and step.patch.edit.diff else []
-        if len(targets) > 1 or any(p.added or p.deleted for _, _, p in targets):
-            files = await plan_files(ctx, step)  # several files, or one added/removed (patch_files.py)
-            return Planned(files.result, files)
-        planned = await plan_patch(ctx, step)
-        return Planned(planned.result, planned.new_content)
+    async def plan(self, ctx: HostContext, step: Step, spec: PatchStep) -> Planned[UnitPlan]:
+        planned = await (plan_diff(ctx, step, spec) if _is_many(spec) else plan_module_edit(ctx, step, spec))
+        return Planned(_says_it_verifies(ctx, step, planned.result), planned)
 
-    async def apply(self, ctx: HostContext, step: Step, planned: Planned[PatchData]) -> StepResult:
-        if isinstance(planned.data, FilesPlan):
-            return await apply_files(ctx, step, planned.data)
-        return await apply_patch(ctx, step, PatchPlan(planned.result, planned.data))
+    async def apply(self, ctx: HostContext, step: Step, spec: PatchStep, planned: Planned[UnitPlan]) -> StepResult:
+        async def replan() -> UnitPlan:
+            return (await self.plan(ctx, step, spec)).data
 
-    async def state(self, ctx: HostContext, step: Step, planned: Planned[PatchData],
+        return await apply_unit(ctx, step, UnitPlan(planned.result, planned.data.contents), replan)
+
+    async def state(self, ctx: HostContext, step: Step, spec: PatchStep, planned: Planned[UnitPlan],
                     records: list[RunRecord]) -> StepResult:
-        if isinstance(planned.data, FilesPlan):
-            out = files_state(planned.result, records)
-        else:
-            out = state_of(planned.result, records)
-        if step.patch and (out.file or out.files):
-            await _record_view(ctx, step.patch.package, out, records)
-        return with_upstream_note(out, step)
+        out = unit_state(planned.result, records)
+        if out.file or out.files:
+            await _record_view(ctx, spec.package, out, records)
+        return with_upstream_note(out, step, spec)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
-        """The backup back in place, only if the file still holds what the run wrote (or forced)."""
-        if done.files:
-            return await undo_files(ctx, done, target)
-        result = StepResult(name=done.name, kind="patch", status="failed", file=done.file,
-                            sha256_before=done.sha256_after, sha256_after=done.sha256_before, backup=done.backup)
-        assert done.file and done.backup  # a journaled change to a file names both (RunRecord.changed_steps)
-        try:
-            outcome = await ctx.agent.call(RESTORE({"path": done.file, "backup_path": done.backup,
-                                                    "expected_current": done.sha256_after,
-                                                    "original_sha256": done.sha256_before, "force": ctx.force}))
-        except HostError as exc:
-            result.message = str(exc)
-            return result
-        if outcome["already"]:
-            result.status, result.message = "ok", "already the original"
-        else:
-            result.status, result.message = "changed", f"restored the original from run {target.run_id}"
-        return result
+        """Every file's backup back in place, only if each still holds what the run wrote (or forced)."""
+        return await undo_unit(ctx, done, target)
+
+    def changed(self, done: StepResult) -> bool:
+        """A change in place, or a failure that could not put every file back (restored False):
+        rollback puts back what it left."""
+        named = bool(done.file and done.backup or done.files)
+        return named and (done.status == "changed" or done.status == "failed" and done.restored is False)
+
+    def written(self, done: StepResult) -> list[tuple[str, str | None]]:
+        return written_files(done)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from patchkit.recipe import Step
+from patchkit.recipe import PatchStep, Step
 from patchkit.results import StepResult
 
 _UPPER = ("<", "<=", "==", "===", "~=")
@@ -29,10 +29,9 @@ def past_range(version: str, versions: str) -> bool:
     return False
 
 
-def with_upstream_note(result: StepResult, step: Step) -> StepResult:
+def with_upstream_note(result: StepResult, step: Step, spec: PatchStep) -> StepResult:
     """status of a step with `upstream:` on a release past its range: the fix is upstream, the step can go."""
-    spec = step.patch
-    if (result.status != "not-applicable" or not step.upstream or spec is None or not spec.versions
+    if (result.status != "not-applicable" or not step.upstream or not spec.versions
             or not result.package_version or not past_range(result.package_version, spec.versions)):
         return result
     result.message = (f"{result.message}; the fix is upstream ({step.upstream}): {spec.package} "

@@ -6,7 +6,11 @@ transport only has to say how a process is started on its kind of host.
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from patchkit.inventory import HostSpec
 
 
 class ByteWriter(Protocol):
@@ -64,3 +68,24 @@ class Transport(Protocol):
         """Start argv on the host (never through an unquoted shell)."""
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What a run tells every transport beyond the host's own inventory entry."""
+
+    accept_new_host_keys: bool = False  # SSH: record unknown host keys (a changed key is still refused)
+    changes_note: bool = True  # containers: apply says once per host that changes last as long as it
+
+
+class HostTransport(Protocol):
+    """A scheme's transport class (schemes.py): it reads its own address form and builds a
+    transport from the host's inventory entry."""
+
+    @classmethod
+    def check_address(cls, scheme: str, rest: str) -> None:
+        """ValueError, one line naming the form wanted, when `scheme://rest` is not an address
+        of this transport (`rest` is the whole address for the bare schemes, local and ssh)."""
+
+    @classmethod
+    def for_host(cls, host: HostSpec, reach: Reach) -> Transport: ...

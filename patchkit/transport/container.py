@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
-from collections import deque
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
-from patchkit.transport.pipes import start_piped
-from patchkit.inventory import CONTAINER_SCHEMES, ContainerAddress, HostSpec
-from patchkit.transport.base import NoFileSplice
+from patchkit.inventory import K8S_NAME, split_address
+from patchkit.transport.base import NoFileSplice, Reach
+from patchkit.transport.pipes import PipedProcess, start_piped
 from patchkit.transport.container_errors import (
     ContainerFailure,
     Where,
@@ -37,12 +38,55 @@ from patchkit.transport.container_errors import (
     is_engine_note,
 )
 
-STDERR_LINES = 200
+if TYPE_CHECKING:
+    from patchkit.inventory import HostSpec
+
 CLOSE_TIMEOUT_S = 10.0
 ERROR_TAIL_LINES = 5
 
 CHANGES_NOTE = ("changes made inside a running container are lost when the container is recreated from its "
                 "image: bake them into the image (`patchkit bake RECIPE --from IMAGE -t TAG`)")
+
+
+ENGINES: dict[str, str] = {"podman": "podman", "docker": "docker", "k8s": "kubectl"}  # scheme -> engine binary
+_CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # podman/docker names and ids
+
+
+@dataclass(frozen=True)
+class ContainerAddress:
+    """A parsed container address: `podman://C`, `docker://C`, `k8s://NS/POD[/CONTAINER]`."""
+
+    scheme: Literal["podman", "docker", "k8s"]
+    container: str  # the container's name or id; for k8s the pod
+    namespace: str | None = None  # k8s only
+    pod_container: str | None = None  # k8s only: the container in the pod (-c), None: the pod's default
+
+    def __str__(self) -> str:
+        if self.scheme != "k8s":
+            return f"{self.scheme}://{self.container}"
+        tail = f"/{self.pod_container}" if self.pod_container else ""
+        return f"k8s://{self.namespace}/{self.container}{tail}"
+
+
+def parse_container_address(address: str) -> ContainerAddress:
+    """The container `podman://C`, `docker://C` or `k8s://NS/POD[/CONTAINER]` names; ValueError
+    (one line, naming the form wanted) for a malformed one."""
+    scheme, rest = split_address(address)
+    if scheme == "k8s":
+        parts = rest.split("/")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise ValueError(f"address {address!r}: want k8s://NAMESPACE/POD or k8s://NAMESPACE/POD/CONTAINER")
+        for what, part in zip(("namespace", "pod", "container"), parts):
+            if not K8S_NAME.fullmatch(part):
+                raise ValueError(f"address {address!r}: {what} {part!r} is not a Kubernetes name "
+                                 "(lower-case letters, digits, '-' and '.')")
+        return ContainerAddress("k8s", parts[1], parts[0], parts[2] if len(parts) == 3 else None)
+    if scheme not in ("podman", "docker"):
+        raise ValueError(f"address {address!r} is not a container address (podman://, docker:// or k8s://)")
+    if not _CONTAINER_NAME.fullmatch(rest):
+        raise ValueError(f"address {address!r}: want {scheme}://CONTAINER, a container name or id "
+                         "(letters, digits, '_', '.', '-')")
+    return ContainerAddress("podman" if scheme == "podman" else "docker", rest)
 
 
 @dataclass(frozen=True)
@@ -60,10 +104,8 @@ class ContainerTarget:
 
     @classmethod
     def from_host(cls, host: HostSpec, python: str = "python3") -> ContainerTarget:
-        address = host.container
-        if address is None:
-            raise ValueError(f"{host.name}: {host.address!r} is not a container address")
-        return cls(name=host.name, address=address, engine=host.engine or CONTAINER_SCHEMES[address.scheme],
+        address = parse_container_address(host.address or "")
+        return cls(name=host.name, address=address, engine=host.engine or ENGINES[address.scheme],
                    engine_args=tuple(host.engine_args),
                    user=host.user if address.scheme != "k8s" else None,
                    kubeconfig=host.kubeconfig, context=host.context, python=python)
@@ -110,6 +152,14 @@ class ContainerTransport:
         self.exec_requests = 0
         self.changes_note = changes_note
         self._live: set[_ContainerStreams] = set()
+
+    @classmethod
+    def check_address(cls, scheme: str, rest: str) -> None:
+        parse_container_address(f"{scheme}://{rest}")
+
+    @classmethod
+    def for_host(cls, host: HostSpec, reach: Reach) -> ContainerTransport:
+        return cls(ContainerTarget.from_host(host), CHANGES_NOTE if reach.changes_note else None)
 
     async def spawn(self, argv: list[str]) -> _ContainerStreams:
         target = self.target
@@ -169,11 +219,10 @@ class _ContainerStreams(NoFileSplice):
         self.transport = transport
         self.proc = proc
         self.where = where
+        self.piped = PipedProcess(proc)  # stderr read as it comes; how the exec is ended
         self.stdin = _Stdin(self)  # write/drain
         self.stdout = self  # readline
-        self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
         self.answered = False  # a line of stdout arrived: the exec started the interpreter
-        self._pump: asyncio.Task[None] | None = asyncio.create_task(self._read_stderr())
 
     async def ended(self) -> str:
         """Why the exec is gone, for a broken pipe: its exit status, and what that usually means."""
@@ -184,25 +233,8 @@ class _ContainerStreams(NoFileSplice):
         meaning = " (the container was stopped or removed?)" if code in (137, 143, 255) or code < 0 else ""
         return f"{self.where.engine} exec exited with {code}{meaning}"
 
-    async def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        while True:
-            try:
-                line = await self.proc.stderr.readline()
-            except ValueError:  # a line over the limit: dropped
-                continue
-            if not line:
-                return
-            self._stderr.append(line.decode("utf-8", "replace").rstrip("\r\n"))
-
     async def _stderr_lines(self) -> list[str]:
-        try:
-            await asyncio.wait_for(self.proc.wait(), 5)
-            if self._pump is not None:
-                await asyncio.wait_for(asyncio.shield(self._pump), 5)
-        except (TimeoutError, ValueError):
-            pass
-        return list(self._stderr)
+        return await self.piped.stderr_lines()
 
     async def readline(self) -> bytes:
         assert self.proc.stdout is not None
@@ -233,20 +265,8 @@ class _ContainerStreams(NoFileSplice):
 
     async def close(self) -> None:
         self.transport._live.discard(self)
-        proc = self.proc
-        if proc.returncode is None:
-            try:
-                assert proc.stdin is not None
-                proc.stdin.close()
-                await asyncio.wait_for(proc.wait(), CLOSE_TIMEOUT_S)
-            except (TimeoutError, OSError):
-                proc.kill()
-                await proc.wait()
-        if self._pump is not None and not self._pump.done():
-            try:
-                await asyncio.wait_for(self._pump, 5)
-            except (TimeoutError, ValueError):
-                pass
+        await self.piped.end(CLOSE_TIMEOUT_S)
 
 
-__all__ = ["CHANGES_NOTE", "ContainerFailure", "ContainerTarget", "ContainerTransport"]
+__all__ = ["CHANGES_NOTE", "ContainerAddress", "ContainerFailure", "ContainerTarget", "ContainerTransport",
+           "parse_container_address"]

@@ -3,45 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-import os
+from typing import TYPE_CHECKING
 
-from patchkit.transport.pipes import start_piped
 from patchkit.errors import HostError
-from patchkit.transport.base import NoFileSplice
+from patchkit.transport.base import NoFileSplice, Reach
+from patchkit.transport.pipes import PipedProcess, start_piped
+
+if TYPE_CHECKING:
+    from patchkit.inventory import HostSpec
 
 
 class _LocalStreams(NoFileSplice):
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
+        self.piped = PipedProcess(proc, keep=None)  # a local agent's stderr is kept whole
         assert proc.stdin and proc.stdout
         self.stdin = proc.stdin
         self.stdout = proc.stdout
-        self._stderr: str | None = None
 
     async def stderr_text(self) -> str:
-        if self._stderr is None:
-            if self.proc.stderr is None:
-                return ""
-            try:
-                await asyncio.wait_for(self.proc.wait(), 5)
-                data = await asyncio.wait_for(self.proc.stderr.read(), 5)
-            except asyncio.TimeoutError:
-                return ""
-            self._stderr = data.decode("utf-8", "replace")
-        return self._stderr
+        lines = await self.piped.stderr_lines()
+        return "".join(line + "\n" for line in lines)
 
     async def error_tail(self) -> str:
         return "\n".join((await self.stderr_text()).strip().splitlines()[-5:])
 
     async def close(self) -> None:
-        if self.proc.returncode is None:
-            assert self.proc.stdin is not None  # spawned with stdin=PIPE
-            self.proc.stdin.close()
-            try:
-                await asyncio.wait_for(self.proc.wait(), 10)
-            except asyncio.TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
+        await self.piped.end()
 
 
 class LocalTransport:
@@ -49,6 +36,14 @@ class LocalTransport:
 
     def __init__(self) -> None:
         self.exec_requests = 0
+
+    @classmethod
+    def check_address(cls, scheme: str, rest: str) -> None:
+        return None  # none, "" or `local`: nothing more to it
+
+    @classmethod
+    def for_host(cls, host: HostSpec, reach: Reach) -> LocalTransport:
+        return cls()
 
     async def spawn(self, argv: list[str]) -> _LocalStreams:
         self.exec_requests += 1

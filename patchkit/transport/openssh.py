@@ -30,13 +30,12 @@ import fcntl
 import os
 import shlex
 import shutil
-from collections import deque
 
 from typing import ClassVar
 
 from tenacity import retry_if_exception_type
 
-from patchkit.transport.pipes import start_piped
+from patchkit.transport.pipes import PipedProcess, start_piped
 from patchkit.errors import HostError
 from patchkit.logs import get_logger
 from patchkit.transport.openssh_errors import PERMANENTLY_ADDED, classify, openssh_failure, resolve
@@ -53,7 +52,6 @@ from patchkit.transport.ssh_common import (
 )
 
 REPLAY_LIMIT = 8 << 20  # what is kept for a retry until the agent first answers (its source + a few requests)
-STDERR_LINES = 200
 PIPE_SIZE = 1 << 20  # ssh's stdin pipe while a file is spliced into it
 _splice = getattr(os, "splice", None)  # Linux, Python >= 3.10
 
@@ -165,8 +163,7 @@ class _OpenSSHStreams:
         self._argv = argv
         self._sudo_user = sudo_user
         self.proc: asyncio.subprocess.Process | None = None
-        self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
-        self._pump: asyncio.Task[None] | None = None
+        self.piped: PipedProcess | None = None  # the current ssh: its stderr, and how it is ended
         self._replay: bytearray | None = bytearray()
         self._answered = False  # a byte of stdout arrived: the remote command runs
         self._broken = False  # the pipe to this ssh broke before the first answer
@@ -180,30 +177,12 @@ class _OpenSSHStreams:
         except OSError as exc:
             raise HostError(f"{self._transport.target.name}: cannot run {self._argv[0]}: {exc.strerror or exc}") from None
         self.proc, self._broken = proc, False
-        self._stderr = deque(maxlen=STDERR_LINES)
-        self._pump = asyncio.create_task(self._read_stderr(proc, self._stderr))
-
-    @staticmethod
-    async def _read_stderr(proc: asyncio.subprocess.Process, lines: deque[str]) -> None:
-        assert proc.stderr is not None
-        while True:
-            try:
-                line = await proc.stderr.readline()
-            except ValueError:  # a line over the limit: dropped
-                continue
-            if not line:
-                return
-            lines.append(line.decode("utf-8", "replace").rstrip("\r\n"))
+        self.piped = PipedProcess(proc)
 
     async def _stderr_lines(self) -> list[str]:
         """ssh's stderr (its own messages and the remote's), once the process has exited."""
-        assert self.proc is not None and self._pump is not None
-        try:
-            await asyncio.wait_for(self.proc.wait(), 5)
-            await asyncio.wait_for(asyncio.shield(self._pump), 5)
-        except (asyncio.TimeoutError, ValueError):
-            pass  # a ProxyCommand holding stderr open, or a line over the limit: what we have
-        return list(self._stderr)
+        assert self.piped is not None
+        return await self.piped.stderr_lines()
 
     # ------------------------------------------------------------------ stdin
 
@@ -320,7 +299,8 @@ class _OpenSSHStreams:
 
     def _on_answer(self) -> None:
         self._answered, self._replay = True, None
-        for line in self._stderr:
+        assert self.piped is not None
+        for line in self.piped.stderr:
             if line.startswith(PERMANENTLY_ADDED):
                 log.warning("ssh.host_key_recorded", host=self._transport.target.name, message=line,
                             known_hosts=self._transport.target.known_hosts or "OpenSSH's default")
@@ -335,12 +315,12 @@ class _OpenSSHStreams:
     # ------------------------------------------------------------------ AgentStreams
 
     async def stderr_text(self) -> str:
-        if self.proc is None or self._pump is None:
+        if self.piped is None:
             return ""
         return "\n".join(line for line in await self._stderr_lines() if not line.startswith(PERMANENTLY_ADDED))
 
     async def error_tail(self) -> str:
-        if self.proc is None or self._pump is None:
+        if self.proc is None or self.piped is None:
             return ""
         lines = await self._stderr_lines()
         if self.proc.returncode == 255 and not self._answered and classify(lines) is not None:
@@ -349,20 +329,5 @@ class _OpenSSHStreams:
 
     async def close(self) -> None:
         self._transport._live.discard(self)
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.returncode is None:
-            try:
-                assert proc.stdin is not None
-                proc.stdin.close()
-                await asyncio.wait_for(proc.wait(), CLOSE_TIMEOUT_S)
-            except (asyncio.TimeoutError, OSError):
-                proc.kill()
-                await proc.wait()
-        if self._pump is not None and not self._pump.done():
-            try:
-                await asyncio.wait_for(self._pump, 5)
-            except (asyncio.TimeoutError, ValueError):
-                pass
-
+        if self.piped is not None:
+            await self.piped.end(CLOSE_TIMEOUT_S)

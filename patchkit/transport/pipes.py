@@ -1,12 +1,17 @@
-"""Starting a local process with its three pipes: how every subprocess-based transport (local,
-the OpenSSH client, the container engines) starts what runs the agent."""
+"""A local process with its three pipes: how every subprocess-based transport (local, the
+OpenSSH client, the container engines) starts what runs the agent, reads its stderr and ends
+it. The transports differ only in what they make of a failure (their streams classes)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 
 READ_LIMIT = 1 << 26  # a reply line may carry a whole file
+STDERR_LINES = 200  # what is kept of a process's stderr for messages
+CLOSE_TIMEOUT_S = 10.0  # after stdin is closed, how long the process has to exit before it is killed
+SETTLE_S = 5.0  # how long an exited process's stderr is waited for (a child may hold it open)
 
 
 async def start_piped(argv: Sequence[str], own_session: bool = True) -> asyncio.subprocess.Process:
@@ -20,3 +25,52 @@ async def start_piped(argv: Sequence[str], own_session: bool = True) -> asyncio.
         limit=READ_LIMIT,
         start_new_session=own_session,
     )
+
+
+class PipedProcess:
+    """One started process: its stderr read as it comes (a pipe nobody reads fills up and
+    stalls the process) into its last `keep` lines (None: all), and the one way to end it."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, keep: int | None = STDERR_LINES) -> None:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        self.proc = proc
+        self.stderr: deque[str] = deque(maxlen=keep)
+        self._pump: asyncio.Task[None] = asyncio.create_task(self._read_stderr())
+
+    async def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        while True:
+            try:
+                line = await self.proc.stderr.readline()
+            except ValueError:  # a line over the limit: dropped
+                continue
+            if not line:
+                return
+            self.stderr.append(line.decode("utf-8", "replace").rstrip("\r\n"))
+
+    async def stderr_lines(self) -> list[str]:
+        """Its stderr, once it has exited (or what there is after SETTLE_S: a ProxyCommand or a
+        child holding stderr open)."""
+        try:
+            await asyncio.wait_for(self.proc.wait(), SETTLE_S)
+            await asyncio.wait_for(asyncio.shield(self._pump), SETTLE_S)
+        except (TimeoutError, ValueError):
+            pass
+        return list(self.stderr)
+
+    async def end(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """Close its stdin (the agent's cue to exit), wait `timeout`, then kill it."""
+        proc = self.proc
+        if proc.returncode is None:
+            try:
+                assert proc.stdin is not None
+                proc.stdin.close()
+                await asyncio.wait_for(proc.wait(), timeout)
+            except (TimeoutError, OSError):
+                proc.kill()
+                await proc.wait()
+        if not self._pump.done():
+            try:
+                await asyncio.wait_for(self._pump, SETTLE_S)
+            except (TimeoutError, ValueError):
+                pass

@@ -23,6 +23,7 @@ from tenacity.retry import retry_base
 
 from patchkit.errors import HostUnreachable
 from patchkit.inventory import HostSpec
+from patchkit.transport.base import Reach, Transport
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 CONNECT_TIMEOUT_S = 10.0  # TCP + handshake (+ authentication for asyncssh), per attempt
@@ -66,6 +67,26 @@ class SSHTarget:
     def known_hosts_path(self) -> str:
         """The inventory's known_hosts, else ~/.ssh/known_hosts (expanded)."""
         return os.path.expanduser(self.known_hosts or DEFAULT_KNOWN_HOSTS)
+
+
+class SSHScheme:
+    """The `ssh` scheme: a bare host name or address (~/.ssh/config may alias it, so any name
+    will do); the host's `ssh_client` picks the embedded asyncssh or the system OpenSSH."""
+
+    @classmethod
+    def check_address(cls, scheme: str, rest: str) -> None:
+        return None
+
+    @classmethod
+    def for_host(cls, host: HostSpec, reach: Reach) -> Transport:
+        target = SSHTarget.from_host(host, reach.accept_new_host_keys)  # all an SSH transport knows of the host
+        if host.ssh_client == "openssh":
+            from patchkit.transport.openssh import OpenSSHTransport  # the system `ssh`, opted in per host
+
+            return OpenSSHTransport(target)
+        from patchkit.transport.ssh import SSHTransport  # asyncssh only when a host needs it
+
+        return SSHTransport(target)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import pytest
 
 from patchkit.agent import AgentClient
 from patchkit.agent.client import SKIP_LIMIT, START_MARK, agent_source
-from patchkit.agent.protocol import APPLY, HELLO, LOCATE, LOG_TAIL, MANIFEST, READ, NoArgs, Op
+from patchkit.agent.protocol import APPLY_FILES, HELLO, LOCATE, LOG_TAIL, MANIFEST, READ, NoArgs, Op
 from patchkit.errors import HostError
 from patchkit.journal import Journal
 from patchkit.results import RunRecord
@@ -103,9 +103,9 @@ def test_a_journal_write_that_did_not_land_is_reported_at_the_next_flush(tmp_pat
         target = tmp_path / "module.py"
         target.write_text("x = 1\n")
         with pytest.raises(HostError, match="a journal write of this run failed earlier"):
-            await agent.call(APPLY({"path": str(target), "expected_sha256": sha256_hex(target), "content_b64": "eCA9IDIK",
-                                    "backup_path": str(tmp_path / "b" / "r1" / "module.py"), "verify_imports": [],
-                                    "import_timeout_s": 5}))
+            await agent.call(APPLY_FILES({"files": [{
+                "path": str(target), "expected_sha256": sha256_hex(target), "content_b64": "eCA9IDIK",
+                "backup_path": str(tmp_path / "b" / "r1" / "module.py")}], "verify_imports": [], "import_timeout_s": 5}))
         assert target.read_text() == "x = 1\n"
 
     with_agent(work)

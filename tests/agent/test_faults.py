@@ -178,7 +178,7 @@ def test_agent_killed_during_a_passing_check_is_verified_by_the_next_apply(tmp_p
     again = host.run("apply")
     assert again.returncode == 0, again
     assert step(again)["status"] == "ok" and "verified now" in step(again)["message"], again
-    assert [c["name"] for c in step(again)["checks"]] == ["syntax", "import"]
+    assert [c["name"] for c in step(again)["checks"]] == ["read-back", "syntax", "import"]  # the checks of a write
     status = host.run("status")
     assert status.returncode == 0 and step(status)["status"] == "applied", status
     assert host.run("apply").returncode == 0
@@ -433,8 +433,9 @@ def test_a_module_owned_by_someone_else_is_not_taken_over(tmp_path: Path, monkey
     before = sha256(module)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(agent.Refused, match="belongs to uid 0, not to this user .uid 1000.: replacing it would change"):
-        agent.op_apply(str(module), before, base64.b64encode(b"X = 2\n").decode(),
-                       str(tmp_path / "state" / "backups" / "r" / "module.py"), [], 5)
+        agent.op_apply_files([{"path": str(module), "expected_sha256": before,
+                               "content_b64": base64.b64encode(b"X = 2\n").decode(),
+                               "backup_path": str(tmp_path / "state" / "backups" / "r" / "module.py")}], [], 5)
     assert sha256(module) == before and module.stat().st_uid == 0
 
 

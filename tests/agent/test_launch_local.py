@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.helpers import PATCHKIT
 
 
@@ -223,3 +225,206 @@ def test_the_smoke_completion_is_given_its_own_timeout(tmp_path: Path, timeout_s
             assert "smoke completion failed" in step["message"] and "timed out" in step["message"], step
     finally:
         patchkit(state, "rollback", str(recipe))
+
+
+# ------------------------------------------------------------------ running code vs disk
+
+WEBAPP_SERVER = '''
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from webapp.version import VERSION  # read once, at start: as a server imports its code
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        data = VERSION.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+'''
+
+
+def get(port: int) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
+        return response.read().decode()
+
+
+@pytest.fixture
+def webapp(tmp_path: Path):
+    """A package `webapp` (its version module and a server that serves VERSION) in a venv of its
+    own, and a recipe that patches VERSION and launches the server."""
+    from tests.helpers import make_venv
+
+    pkgs = tmp_path / "pkgs"
+    (pkgs / "webapp").mkdir(parents=True)
+    (pkgs / "webapp" / "__init__.py").write_text("")
+    (pkgs / "webapp" / "version.py").write_text('VERSION = "1.0"\n')
+    (pkgs / "webapp" / "serve.py").write_text(WEBAPP_SERVER)
+    python = make_venv(tmp_path, [pkgs])
+    port = free_port()
+    launch = {"name": "web", "launch": {
+        "command": ["python", "-m", "webapp.serve", str(port)],
+        "health": {"url": f"http://127.0.0.1:{port}/", "timeout_s": 20, "interval_s": 0.2}}}
+
+    def recipe(version: str | None, **patch_extra: object) -> Path:
+        steps: list[dict] = []
+        if version is not None:
+            steps.append({"name": "bump", **patch_extra, "patch": {
+                "package": "webapp", "modules": ["webapp.version"],
+                "edit": {"set_value": {"names": ["VERSION"], "value": version}}}})
+        steps.append(launch)
+        path = tmp_path / f"web-{version}-{len(patch_extra)}.yaml"
+        path.write_text(json.dumps({"name": "web", "steps": steps}))
+        return path
+
+    state = tmp_path / "state"
+
+    def run(*args: str) -> tuple[int, dict]:
+        return patchkit(state, *args, "-e", f"python={python}")
+
+    yield recipe, run, port, pkgs / "webapp" / "version.py"
+    for record in (state / "launch").glob("*.json"):  # never leave a server behind
+        try:
+            os.killpg(json.loads(record.read_text())["pid"], signal.SIGKILL)
+        except (ProcessLookupError, ValueError, KeyError):
+            pass
+
+
+def steps_by_name(report: dict) -> dict[str, dict]:
+    return {s["name"]: s for s in report["hosts"]["local"]["steps"]}
+
+
+def test_a_patch_under_a_running_server_restarts_it(webapp) -> None:
+    recipe, run, port, version_file = webapp
+    code, report = run("apply", str(recipe(None)))
+    assert code == 0, report
+    first = step_of(report)["details"]["servers"][0]["pid"]
+    assert get(port) == "1.0"
+
+    # The same recipe plus a patch to the module the server imported: the server restarts.
+    patched = recipe("2.0")
+    code, report = run("apply", str(patched))
+    steps = steps_by_name(report)
+    assert code == 0 and steps["bump"]["status"] == "changed", report
+    assert steps["web"]["status"] == "changed", steps["web"]
+    second = steps["web"]["details"]["servers"][0]["pid"]
+    assert second != first and not alive(first) and alive(second)
+    assert get(port) == "2.0"
+    assert steps["web"]["details"]["replaced"]["pid"] == first
+
+    # Converged: a second apply changes nothing, status says applied and names the change it postdates.
+    code, report = run("apply", str(patched))
+    assert code == 0 and steps_by_name(report)["web"]["status"] == "ok", report
+    code, report = run("status", str(patched))
+    web = steps_by_name(report)["web"]
+    assert code == 0 and web["status"] == "applied", web
+    assert f"pid {second}" in web["message"] and "started after the last change" in web["message"], web
+    assert str(version_file) in web["message"]
+
+    # Rollback puts the file back first, then restarts the replaced server: onto the original code.
+    code, report = run("rollback", str(patched))
+    assert code == 0, report
+    assert version_file.read_text() == 'VERSION = "1.0"\n'
+    assert not alive(second)
+    assert get(port) == "1.0"
+    code, report = run("status", str(recipe(None)))
+    assert code == 0 and step_of(report)["status"] == "applied", report
+
+
+def test_no_restart_leaves_the_server_stale_and_says_so(webapp) -> None:
+    recipe, run, port, version_file = webapp
+    code, report = run("apply", str(recipe(None)))
+    pid = step_of(report)["details"]["servers"][0]["pid"]
+
+    code, report = run("apply", str(recipe("2.0")), "--no-restart")
+    steps = steps_by_name(report)
+    assert code == 3, report
+    assert steps["bump"]["status"] == "changed" and 'VERSION = "2.0"' in version_file.read_text()
+    web = steps["web"]
+    assert web["status"] == "stale", web
+    run_id = report["run_id"]
+    assert re.match(rf"stale: pid {pid} started \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\dZ, before run {re.escape(run_id)} "
+                    rf"changed {re.escape(str(version_file))}", web["message"]), web["message"]
+    assert alive(pid) and get(port) == "1.0"  # untouched: still the old code
+    assert report["hosts"]["local"]["status"] == "stale"
+
+    # status (of any recipe launching it) sees it from the journal: exit 3, the same words.
+    code, report = run("status", str(recipe(None)))
+    web = step_of(report)
+    assert code == 3 and web["status"] == "stale", web
+    assert f"before run {run_id} changed {version_file}" in web["message"]
+
+    # plan says what apply would do; a later apply without --no-restart restarts it onto the code on disk.
+    code, report = run("plan", str(recipe(None)))
+    assert step_of(report)["message"].startswith(f"would restart onto the code on disk: pid {pid} started "), report
+    assert alive(pid)
+    code, report = run("apply", str(recipe(None)))
+    web = step_of(report)
+    assert code == 0 and web["status"] == "changed" and "restarted onto the code on disk (pid" in web["message"], web
+    assert get(port) == "2.0"
+
+
+def test_a_patch_applied_and_rolled_back_under_a_server_leaves_it_current(webapp) -> None:
+    """Net effect per file: the server's bytes are on disk again, so it is not stale."""
+    recipe, run, port, version_file = webapp
+    original = version_file.read_text()
+    code, report = run("apply", str(recipe(None)))
+    pid = step_of(report)["details"]["servers"][0]["pid"]
+    patched = recipe("2.0")
+    code, report = run("apply", str(patched), "--no-restart")
+    assert code == 3
+    code, report = run("rollback", str(patched), "--steps", "bump")
+    assert code == 0, report
+    assert version_file.read_text() == original
+    code, report = run("status", str(recipe(None)))
+    assert code == 0 and step_of(report)["status"] == "applied", report
+    assert alive(pid) and get(port) == "1.0"
+
+
+def test_notify_restricts_what_restarts_a_server(webapp, tmp_path: Path) -> None:
+    """Once a step notifies `web`, the recipe's other changes (here a file the server never
+    imported) do not restart it; the notifying step's change does."""
+    recipe, run, port, version_file = webapp
+    (version_file.parent / "extra.py").write_text("X = 1\n")
+    code, report = run("apply", str(recipe(None)))
+    pid = step_of(report)["details"]["servers"][0]["pid"]
+
+    def with_extra(x: int, version: str) -> Path:
+        doc = json.loads(recipe(version, notify=["web"]).read_text())
+        doc["steps"].insert(0, {"name": "extra", "patch": {
+            "package": "webapp", "modules": ["webapp.extra"],
+            "edit": {"set_value": {"names": ["X"], "value": x}}}})
+        path = tmp_path / f"extra-{x}-{version}.yaml"
+        path.write_text(json.dumps(doc))
+        return path
+
+    code, report = run("apply", str(with_extra(2, "1.0")))
+    steps = steps_by_name(report)
+    assert code == 0 and steps["extra"]["status"] == "changed" and steps["bump"]["status"] == "ok", steps
+    assert steps["web"]["status"] == "ok" and alive(pid), steps["web"]
+    code, report = run("status", str(with_extra(2, "1.0")))
+    assert code == 0 and steps_by_name(report)["web"]["status"] == "applied", report
+
+    code, report = run("apply", str(with_extra(2, "2.0")))
+    web = steps_by_name(report)["web"]
+    assert code == 0 and web["status"] == "changed" and "restarted onto the code on disk" in web["message"], web
+    assert get(port) == "2.0" and not alive(pid)
+
+    # notify must name a launch step after it
+    doc = json.loads(with_extra(2, "2.0").read_text())
+    doc["steps"][1]["notify"] = ["extra"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(json.dumps(doc))
+    proc = subprocess.run([PATCHKIT, "validate", str(bad)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "notifies 'extra', which is not a launch step after it (launch steps after it: web)" in proc.stderr

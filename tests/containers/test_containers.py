@@ -37,9 +37,8 @@ from patchkit.inventory import (
     HostSpec,
     Inventory,
     PodSelector,
-    parse_container_address,
 )
-from patchkit.transport.container import ContainerTarget
+from patchkit.transport.container import ContainerTarget, parse_container_address
 from patchkit.transport.container_errors import classify
 from patchkit.transport.kubectl import (
     get_pods_argv,
@@ -575,7 +574,7 @@ def test_the_dockerfile_alternative_runs_patchkit_apply_in_a_build(built_images:
     ("k8s://onlyns", "want k8s://NAMESPACE/POD or k8s://NAMESPACE/POD/CONTAINER"),
     ("k8s://ns/Pod_1", "pod 'Pod_1' is not a Kubernetes name"),
     ("podman://", "want podman://CONTAINER"),
-    ("lxc://c1", "unknown scheme 'lxc://'"),
+    ("nope://c1", "unknown scheme 'nope://'"),
 ])
 def test_a_bad_container_address_is_one_line_naming_its_place(tmp_path: Path, address: str, problem: str) -> None:
     inv = tmp_path / "inv.yaml"
@@ -637,7 +636,7 @@ def test_addresses_parse_into_schemes() -> None:
     assert HostSpec(address="gpu-1.internal").scheme == "ssh"
     assert HostSpec(address="local").scheme == "local" and HostSpec().scheme == "local"
     pod = parse_container_address("k8s://serving/vllm-0/engine")
-    assert pod is not None and (pod.namespace, pod.container, pod.pod_container) == ("serving", "vllm-0", "engine")
+    assert (pod.namespace, pod.container, pod.pod_container) == ("serving", "vllm-0", "engine")
     assert str(pod) == "k8s://serving/vllm-0/engine"
 
 

@@ -25,12 +25,12 @@ import tokenize
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
 from fixtures.vllm_envs import release_tree
-from patchkit.edits import Edit, EditResult
+from patchkit.edits import EDIT_KINDS, Edit, EditResult
 from patchkit.edits import tree
 from patchkit.edits.base import literal_key
 
@@ -46,6 +46,8 @@ REFUSALS = (
     "are one element of a set in Python",
     "are one key in Python",
     "has no fixed positions",
+    "is an augmented assignment",  # set_value on `x += v`: v is not x's value
+    "setting the value would set",  # set_value on one name of `x = y = v`
 )
 
 
@@ -271,6 +273,7 @@ def run_case(case: Case) -> EditResult | str:
     edit = Edit.model_validate(case.spec)
     first = edit.apply(source)
     label = f"{case.info.path.name}: {case.spec}"
+    check_moved_spans(first, label)
     plain = plain_route(edit, source)
     assert (plain.verdict, plain.source, plain.message) == (first.verdict, first.source, first.message), \
         f"{label}\nthe fast route (pruned pass, spliced text) differs from the plain one:\n{first}\n{plain}"
@@ -303,6 +306,18 @@ def run_case(case: Case) -> EditResult | str:
         assert (vague.verdict, vague.source) == ("not_found", source), f"{label}\nnot refused without occurrence"
         assert f"is ambiguous: it matches {count} places" in vague.message, f"{label}\n{vague.message}"
     return first
+
+
+def check_moved_spans(result: EditResult, label: str) -> None:
+    """A spliced result's statement spans are moved from the original's, not read by `ast`
+    again: each must be where `ast` puts that statement in the new text."""
+    moved = tree._CACHE.get(result.source)
+    if result.verdict != "changed" or moved is None or not isinstance(moved._spans, dict):
+        return
+    truth = tree._spans_of(moved.text, moved.module)
+    assert truth is not None, label
+    wrong = {k: (v, truth[k]) for k, v in moved._spans.items() if k in truth and truth[k] != v}
+    assert not wrong, f"{label}\nmoved spans differ from ast's (moved, ast): {list(wrong.values())[:5]}"
 
 
 def plain_route(edit: Edit, source: str) -> EditResult:
@@ -412,46 +427,84 @@ def reachable(place: Place) -> list[tuple[list[Any], ast.AST]]:
     return out
 
 
+def draw_value_case(op: str, info: FileInfo, rng: random.Random) -> Case | None:
+    """list_insert, list_remove, dict_set, set_value: a value an assignment, return, default or
+    call argument holds (or a part of it, by `path`)."""
+    value_places = [p for p in info.places if p.kind in ("assignment", "return", "default")]
+    kinds = (ast.Dict,) if op == "dict_set" else DISPLAYS
+    options = [(p, path, n) for p in value_places for path, n in reachable(p)
+               if op == "set_value" or displays(n, kinds)]
+    options += call_arg_options(info, kinds if op != "set_value" else None)
+    if not options:
+        return None
+    place, path, node = rng.choice(options)
+    spec = where(info, place, path) if place.kind != "call" else call_arg_spec(info, place, path)
+    return value_case(op, info, place, spec, node, rng)
+
+
+def draw_call_kwarg(op: str, info: FileInfo, rng: random.Random) -> Case | None:
+    calls = [p for p in info.places if p.kind == "call"]
+    if not calls:
+        return None
+    place = rng.choice(calls)
+    call = place.node
+    assert isinstance(call, ast.Call)
+    existing = [k.arg for k in call.keywords if k.arg]
+    keyword = rng.choice(existing) if existing and rng.random() < 0.4 else FRESH
+    value = rng.choice([1, True, None, "x y", 2.5])
+    current = next((k.value for k in call.keywords if k.arg == keyword), None)
+    if current is not None and literal_or_none(current) == (True, value):
+        value = "different"
+    spec = choose({"callee": place.text, "keyword": keyword, "value": value}, info, place)
+    return Case(info, place, {"call_kwarg": spec}, "passes", (keyword, value))
+
+
+def draw_replace_function(op: str, info: FileInfo, rng: random.Random) -> Case | None:
+    functions = [p for p in info.places if p.kind == "function"]
+    if not functions:
+        return None
+    place = rng.choice(functions)
+    body = rng.choice(BODIES)
+    fn = place.node
+    assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+    own = fn.body[1:] if ast.get_docstring(fn, clean=False) is not None else fn.body
+    if ast.dump(ast.Module(body=own, type_ignores=[])) == ast.dump(ast.parse(body)):
+        body = BODIES[(BODIES.index(body) + 1) % len(BODIES)]  # already its body (`pass`): a change
+    spec: dict[str, Any] = {"function": place.text, "body": body}
+    rank, count = info.rank(place)
+    if count > 1:
+        spec["occurrence"] = rank
+    return Case(info, place, {op: spec}, "body", body)
+
+
+# A random edit of an op in a file (None: the file offers no target for it), for every op of
+# the registry (patchkit.edits.OPS) but those fuzzed elsewhere: a new op is fuzzed here, or
+# test_every_op_is_fuzzed (tests/unit/test_edits.py) says it has no generator.
+GENERATORS: dict[str, Callable[[str, FileInfo, random.Random], Case | None]] = {
+    "list_insert": draw_value_case,
+    "list_remove": draw_value_case,
+    "set_value": draw_value_case,
+    "dict_set": draw_value_case,
+    "call_kwarg": draw_call_kwarg,
+    "replace_function": draw_replace_function,
+}
+FUZZED_ELSEWHERE = {
+    "codemod": "runs the recipe author's own transformer: what it promises is theirs to test",
+    "diff": "tests/real/test_diff_real_releases.py applies the diffs between real releases",
+}
+
+
 def draw_case(op: str, info: FileInfo, rng: random.Random) -> Case | None:
     """A random edit of kind `op` in this file, or None when the file offers no target for it."""
-    value_places = [p for p in info.places if p.kind in ("assignment", "return", "default")]
-    if op in ("list_insert", "list_remove", "dict_set", "set_value"):
-        kinds = (ast.Dict,) if op == "dict_set" else DISPLAYS
-        options = [(p, path, n) for p in value_places for path, n in reachable(p)
-                   if op == "set_value" or displays(n, kinds)]
-        options += call_arg_options(info, kinds if op != "set_value" else None)
-        if not options:
-            return None
-        place, path, node = rng.choice(options)
-        spec = where(info, place, path) if place.kind != "call" else call_arg_spec(info, place, path)
-        return value_case(op, info, place, spec, node, rng)
-    if op == "call_kwarg":
-        calls = [p for p in info.places if p.kind == "call"]
-        if not calls:
-            return None
-        place = rng.choice(calls)
-        call = place.node
-        assert isinstance(call, ast.Call)
-        existing = [k.arg for k in call.keywords if k.arg]
-        keyword = rng.choice(existing) if existing and rng.random() < 0.4 else FRESH
-        value = rng.choice([1, True, None, "x y", 2.5])
-        current = next((k.value for k in call.keywords if k.arg == keyword), None)
-        if current is not None and literal_or_none(current) == (True, value):
-            value = "different"
-        spec = choose({"callee": place.text, "keyword": keyword, "value": value}, info, place)
-        return Case(info, place, {"call_kwarg": spec}, "passes", (keyword, value))
-    if op == "replace_function":
-        functions = [p for p in info.places if p.kind == "function"]
-        if not functions:
-            return None
-        place = rng.choice(functions)
-        body = rng.choice(BODIES)
-        spec = {"function": place.text, "body": body}
-        rank, count = info.rank(place)
-        if count > 1:
-            spec["occurrence"] = rank
-        return Case(info, place, {op: spec}, "body", body)
-    raise AssertionError(op)
+    generator = GENERATORS.get(op)
+    if generator is None:
+        raise AssertionError(missing_generator(op))
+    return generator(op, info, rng)
+
+
+def missing_generator(op: str) -> str:
+    return (f"edit op {op} has no fuzz generator: add one to GENERATORS in tests/real/test_edit_fuzz.py "
+            "(or name where it is fuzzed in FUZZED_ELSEWHERE)")
 
 
 BODIES = [
@@ -576,7 +629,7 @@ def _value_case(op: str, info: FileInfo, place: Place, spec: dict[str, Any], nod
 
 # ------------------------------------------------------------------------ the tests
 
-OPS = ["list_insert", "list_remove", "set_value", "dict_set", "call_kwarg", "replace_function"]
+OPS = [kind for kind in EDIT_KINDS if kind not in FUZZED_ELSEWHERE]  # the registry's order
 EXAMPLES_PER_OP = 30
 
 pytestmark = [pytest.mark.wheels, pytest.mark.timeout(900)]

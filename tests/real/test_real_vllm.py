@@ -77,7 +77,10 @@ def test_preflight_stops_the_full_recipe_on_0_16(sandbox: Path, tmp_path: Path) 
     steps = {s["name"]: s for s in report["hosts"]["local"]["steps"]}
     assert code == 1
     assert steps["eagle3-preflight"]["status"] == "failed"
-    assert "SupportsEagle3" in steps["eagle3-preflight"]["message"]
+    # no target model on this host: the fallback class, named
+    assert steps["eagle3-preflight"]["message"].endswith(
+        "DeepseekV2ForCausalLM (no /models/kimi-k2.5/config.json on the host; the class Kimi-K2 loads through) "
+        "does not implement SupportsEagle3"), steps["eagle3-preflight"]["message"]
     assert steps["eagle3-whitelist"]["status"] == "skipped"
     assert "eagle3-preflight failed" in steps["eagle3-whitelist"]["message"]
     assert sha(target) == before
@@ -93,7 +96,10 @@ def test_apply_verify_reapply_status_rollback(sandbox: Path, tmp_path: Path) -> 
     step = report["hosts"]["local"]["steps"][0]
     assert code == 0, step["message"]
     assert step["status"] == "changed"
-    assert {c["name"]: c["ok"] for c in step["checks"]} == {"read-back": True, "syntax": True, "import": True}
+    assert {c["name"]: c["ok"] for c in step["checks"]} == {"read-back": True, "syntax": True, "import": True,
+                                                            "python": True}
+    # no target model on this host: vLLM's own EAGLE-3 check, on a synthetic config of each added type
+    assert "vLLM accepts for EAGLE-3: a synthetic kimi_k2, a synthetic deepseek_v3" in step["checks"][-1]["detail"]
     assert step["sha256_after"] == sha(target)
     assert '"afmoe",\n            "kimi_k2",\n            "deepseek_v3",\n        ]' in target.read_text()
     # The patched list is what vLLM itself now sees.

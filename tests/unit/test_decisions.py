@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from patchkit.journal import active_changes, rollback_target, unverified_step
-from patchkit.results import RunRecord, StepResult
+from patchkit.results import FileChange, RunRecord, StepResult
 from patchkit.steps.launch import launch_state
-from patchkit.steps.patch import state_of
+from patchkit.steps.registry import KINDS, kind_named
+from patchkit.steps.unit import standing, unit_state
 
 FILE = "/site/pkg/config.py"
 A, B, C = "a" * 64, "b" * 64, "c" * 64  # original, patched, someone else's version
@@ -54,9 +55,87 @@ STATE_TABLE = [
 @pytest.mark.parametrize("found, records, status, words", [row[1:] for row in STATE_TABLE],
                          ids=[row[0] for row in STATE_TABLE])
 def test_status_of_a_patch(found: StepResult, records: list[RunRecord], status: str, words: str) -> None:
-    out = state_of(found, records)
+    out = unit_state(found, records)
     assert out.status == status, out
     assert words in out.message, out.message
+
+
+F1, F2 = "/site/pkg/a.py", "/site/pkg/b.py"
+
+
+def unit(before: tuple[str | None, str | None], after: tuple[str | None, str | None]) -> list[FileChange]:
+    return [FileChange(file=f, sha256_before=b, sha256_after=a, backup=f"/state/backups/{f}" if b else None)
+            for f, b, a in zip((F1, F2), before, after)]
+
+
+def planned_unit(status: str, now: tuple[str | None, str | None], after: tuple[str | None, str | None] | None = None,
+                 message: str = "") -> StepResult:
+    """A plan of a two-file step that read `now` (each file's sha256_before)."""
+    return StepResult(name="fix", kind="patch", status=status, files=unit(now, after or now), message=message)
+
+
+def unit_change(verified: bool | None = True, status: str = "changed", restored: bool | None = None) -> StepResult:
+    return StepResult(name="fix", kind="patch", status=status, files=unit((A, A), (B, B)), verified=verified,
+                      restored=restored)
+
+
+UNIT_TABLE = [
+    ("never applied", planned_unit("changed", (A, A), (B, B)), [], "pending", ""),
+    ("applied by us", planned_unit("ok", (B, B)), [run("r1", unit_change())], "applied", "2 files, backups"),
+    ("one file changed since", planned_unit("ok", (B, C)), [run("r1", unit_change())], "drifted", F2),
+    ("cut off before its checks", planned_unit("ok", (B, B)), [run("r1", unit_change(verified=False))], "pending",
+     "pending verification"),
+    ("cut off before its write", planned_unit("changed", (A, A), (B, B)), [run("r1", unit_change(verified=False))],
+     "pending", "cut off before its write"),
+    ("cut off between its files", planned_unit("changed", (B, A), (B, B)), [run("r1", unit_change(verified=False))],
+     "pending", "1 of its 2 files written"),
+    ("a failure left files in place", planned_unit("changed", (B, A), (B, B)),
+     [run("r1", unit_change(status="failed", restored=False))], "drifted", "the change is gone"),
+    ("a failure put all back", planned_unit("changed", (A, A), (B, B)),
+     [run("r1", unit_change(status="failed", restored=True))], "pending", ""),
+]
+
+
+@pytest.mark.parametrize("found, records, status, words", [row[1:] for row in UNIT_TABLE],
+                         ids=[row[0] for row in UNIT_TABLE])
+def test_status_of_a_multi_file_patch(found: StepResult, records: list[RunRecord], status: str, words: str) -> None:
+    out = unit_state(found, records)
+    assert out.status == status, out
+    assert words in out.message, out.message
+
+
+STANDING_TABLE = [
+    ("as it wrote them", (B, B), "holds"),
+    ("as before it", (A, A), "untouched"),
+    ("one of two written", (B, A), "half"),
+    ("someone else's", (B, C), None),
+]
+
+
+@pytest.mark.parametrize("now, where", [row[1:] for row in STANDING_TABLE], ids=[row[0] for row in STANDING_TABLE])
+def test_where_the_host_stands_against_a_journaled_unit(now: tuple[str, str], where: str | None) -> None:
+    assert standing(unit_change(), unit(now, now)) == where
+
+
+CHANGED_TABLE = [
+    ("patch in place", StepResult(name="s", kind="patch", status="changed", file=FILE, backup="/b"), True),
+    ("patch of several files", StepResult(name="s", kind="patch", status="changed", files=unit((A, A), (B, B))), True),
+    ("patch failed, restored", StepResult(name="s", kind="patch", status="failed", file=FILE, backup="/b",
+                                          restored=True), False),
+    ("patch failed, not restored", StepResult(name="s", kind="patch", status="failed", file=FILE, backup="/b",
+                                              restored=False), True),
+    ("patch already in place", StepResult(name="s", kind="patch", status="ok", file=FILE), False),
+    ("launch with servers", StepResult(name="s", kind="launch", status="failed", details={"servers": [{}]}), True),
+    ("launch without", StepResult(name="s", kind="launch", status="changed", details={}), False),
+    ("deploy", StepResult(name="s", kind="deploy", status="changed", file="/m", backup="/b"), True),
+    ("check", StepResult(name="s", kind="check", status="ok"), False),
+]
+
+
+@pytest.mark.parametrize("done, changed", [row[1:] for row in CHANGED_TABLE], ids=[row[0] for row in CHANGED_TABLE])
+def test_each_kind_says_whether_a_journaled_result_changed_the_host(done: StepResult, changed: bool) -> None:
+    assert kind_named(done.kind).changed(done) is changed
+    assert (run("r1", done).changed_steps() == [done]) is changed  # what rollback and the journal go by
 
 
 LAUNCH_TABLE = [
@@ -92,6 +171,18 @@ def test_rollback_target_by_run_id_and_by_step() -> None:
     assert rollback_target([rollback], None, None) is None  # a rollback is not undone by rollback
 
 
+def test_rollback_run_takes_a_unique_prefix_and_refuses_an_ambiguous_one() -> None:
+    import pytest
+
+    from patchkit.journal import AmbiguousRun
+
+    a, b, c = (run(rid, change(name="add")) for rid in ("20261201T101010.1Z-aa", "20261201T101010.1Z-ab", "20261202T0"))
+    assert rollback_target([a, b, c], "20261202", None) is c
+    assert rollback_target([a, b, c], "20261201T101010.1Z-ab", None) is b  # a whole id is never ambiguous
+    with pytest.raises(AmbiguousRun, match="names 2 runs: 20261201T101010.1Z-aa, 20261201T101010.1Z-ab"):
+        rollback_target([a, b, c], "20261201", None)
+
+
 def test_live_changes_and_unverified_steps() -> None:
     verified, cut = run("r1", change()), run("r2", change(before=B, after=C, verified=False))
     assert active_changes([verified, cut])[("add", FILE)].run_id == "r2"
@@ -107,9 +198,9 @@ def test_the_recipe_s_step_kinds_are_the_registry_s() -> None:
     """A recipe key for every registered kind and a kind for every recipe key: a kind added
     to one and not the other is caught here, not by a user's recipe."""
     from patchkit.recipe import STEP_KINDS, Step
-    from patchkit.steps.registry import KINDS
 
     assert set(STEP_KINDS) == set(KINDS)
     assert all(name in Step.model_fields for name in KINDS)
     for name, kind in KINDS.items():
         assert kind.name == name
+        assert Step.model_fields[name].annotation == kind.spec_model | None

@@ -19,7 +19,7 @@ SOURCE = 'class SpeculativeConfig:\n    def _verify_args(self):\n        eagle3_
 def step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path / "cache"))
     recipe = load_recipe(REPO / "recipes" / "kimi_eagle3.yaml").recipe
-    return next(s for s in recipe.steps if s.name == "eagle3-whitelist")
+    return next(s for s in recipe.steps if s.name == "eagle3-whitelist").patch  # the step's spec: what an edit reads
 
 
 def test_a_computed_edit_is_stored_and_reused(step) -> None:

@@ -10,6 +10,8 @@ backslashes, tabs, CRLF, strings that span lines, no newline at the end.
 
 from __future__ import annotations
 
+import sys
+
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,25 +211,47 @@ def test_one_parse_per_file_version(monkeypatch: pytest.MonkeyPatch) -> None:
     assert text != TRICKY and "limit = 10" in text and "self.limit = 60" in text
 
 
-NEWER_SYNTAX = '''\
+# Syntax libcst reads that an older `ast` cannot: PEP 695 (3.12), PEP 750 t-strings and
+# PEP 758 unparenthesized `except A, B` (3.14). Each test run takes one this Python cannot read.
+NEWER_SYNTAX = [
+    ((3, 12), '''\
 type Alias = list[int]
 def pick[T](items: list[T]) -> T:
     limit = 1
     return items[0]
-'''
+'''),
+    ((3, 14), '''\
+greeting = t"hello {name}"
+def pick(items):
+    limit = 1
+    try:
+        return items[0]
+    except IndexError, KeyError:
+        return None
+'''),
+]
+
+
+def unreadable_here() -> str:
+    """A file this Python's `ast` cannot parse, but libcst can."""
+    import ast
+
+    for _, source in NEWER_SYNTAX:
+        try:
+            ast.parse(source)
+        except SyntaxError:
+            return source
+    pytest.fail(f"every sample of NEWER_SYNTAX parses on Python {sys.version_info[:2]}: add newer syntax")
 
 
 def test_a_file_this_python_cannot_read_takes_the_plain_route() -> None:
-    """`ast` of Python 3.11 cannot read PEP 695 syntax (libcst can): no spans, so no
-    pruning and no splice, and the edit is still right."""
-    import sys
-
-    if sys.version_info >= (3, 12):
-        pytest.fail("this test assumes a control Python older than 3.12 (pyenv 3.11 here)")
-    result = Edit.model_validate({"set_value": {"names": ["limit"], "value": 2}}).apply(NEWER_SYNTAX)
+    """An `ast` that cannot read the file (newer syntax; libcst can): no spans, so no pruning
+    and no splice, and the edit is still right."""
+    source = unreadable_here()
+    result = Edit.model_validate({"set_value": {"names": ["limit"], "value": 2}}).apply(source)
     assert result.verdict == "changed"
-    assert result.source == NEWER_SYNTAX.replace("limit = 1", "limit = 2")
-    assert tree.SourceTree.of(NEWER_SYNTAX).spans is None
+    assert result.source == source.replace("limit = 1", "limit = 2")
+    assert tree.SourceTree.of(source).spans is None
 
 
 @pytest.mark.parametrize(("spec", "words"), [

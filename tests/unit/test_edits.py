@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from patchkit.edits import EDIT_KINDS, Edit, EditBug, EditError, EditResult
+from patchkit.edits import EDIT_KINDS, OPS, Edit, EditBug, EditError, EditResult
+from patchkit.edits.testing import assert_edit, assert_idempotent
 
 # --------------------------------------------------------------------------- helpers
 
@@ -31,18 +32,15 @@ def run(kind: str, source: str, **params: Any) -> EditResult:
 
 
 def changed(kind: str, source: str, **params: Any) -> EditResult:
-    """Apply once (must change), then again: the second apply must find it in place."""
-    first = run(kind, source, **params)
-    assert first.verdict == "changed", first.message
-    assert first.source != source
-    second = run(kind, first.source, **params)
-    assert second.verdict == "already", f"not idempotent: {second.message}\n{second.source}"
-    assert second.source == first.source
-    return first
+    """Apply once (must change), then again: the second apply must find it in place (the
+    shipped harness, patchkit.edits.testing, also checks that the result compiles)."""
+    return assert_idempotent(kind, source, **params)
 
 
 def unchanged(kind: str, source: str, verdict: str, **params: Any) -> EditResult:
     """Apply and expect `verdict` ("already" or "not_found") with the source untouched."""
+    if verdict == "already":
+        return assert_edit(kind, source, source, **params)
     result = run(kind, source, **params)
     assert result.verdict == verdict, result.message
     assert result.source == source
@@ -389,8 +387,7 @@ class TestListInsertShapes:
 
 class TestListInsertAfter:
     def test_after_an_element_in_the_middle(self) -> None:
-        result = changed("list_insert", 'x = ["a", "b"]\n', names=["x"], values=["c"], after="a")
-        assert result.source == 'x = ["a", "c", "b"]\n'
+        result = assert_edit("list_insert", 'x = ["a", "b"]\n', 'x = ["a", "c", "b"]\n', names=["x"], values=["c"], after="a")
         assert result.message == "added 'c' after 'a'"
 
     def test_after_the_last_element(self) -> None:
@@ -420,8 +417,7 @@ class TestListInsertAfter:
         assert insert('x = {"a", "b"}\n', ["c"], after="a") == 'x = {"a", "c", "b"}\n'
 
     def test_missing_anchor_appends_and_says_so(self) -> None:
-        result = changed("list_insert", 'x = ["a", "b"]\n', names=["x"], values=["c"], after="zz")
-        assert result.source == 'x = ["a", "b", "c"]\n'
+        result = assert_edit("list_insert", 'x = ["a", "b"]\n', 'x = ["a", "b", "c"]\n', names=["x"], values=["c"], after="zz")
         assert result.message == "added 'c' at the end ('zz' is not in the list)"
 
     def test_missing_anchor_in_a_one_item_per_line_list(self) -> None:
@@ -436,8 +432,7 @@ class TestListInsertAfter:
                 "c",
             ]
         ''')
-        result = changed("list_insert", before, names=["x"], values=["c"], after="afmoe")
-        assert result.source == after
+        result = assert_edit("list_insert", before, after, names=["x"], values=["c"], after="afmoe")
         assert "'afmoe' is not in the list" in result.message
 
 
@@ -453,8 +448,7 @@ class TestListInsertAlreadyPresent:
         unchanged("list_insert", "x = (1, 2, 3)\n", "already", names=["x"], values=[2, 3])
 
     def test_only_the_missing_values_are_added(self) -> None:
-        result = changed("list_insert", 'x = ["a", "b"]\n', names=["x"], values=["a", "c", "b", "d"])
-        assert result.source == 'x = ["a", "b", "c", "d"]\n'
+        result = assert_edit("list_insert", 'x = ["a", "b"]\n', 'x = ["a", "b", "c", "d"]\n', names=["x"], values=["a", "c", "b", "d"])
         assert result.message == "added 'c', 'd' at the end"
 
     def test_a_value_asked_for_twice_is_added_once(self) -> None:
@@ -481,8 +475,7 @@ class TestListRemoveOneLine:
         assert remove("x = ['a', 'b',]\n", ["b"]) == "x = ['a',]\n"
 
     def test_several_values(self) -> None:
-        result = changed("list_remove", 'x = ["a", "b", "c", "d"]\n', names=["x"], values=["d", "b"])
-        assert result.source == 'x = ["a", "c"]\n'
+        result = assert_edit("list_remove", 'x = ["a", "b", "c", "d"]\n', 'x = ["a", "c"]\n', names=["x"], values=["d", "b"])
         assert result.message == "removed 'b', 'd'"
 
     def test_only_element(self) -> None:
@@ -675,8 +668,7 @@ class TestListRemoveShapes:
 
 class TestSetValue:
     def test_string_keeps_single_quotes(self) -> None:
-        result = changed("set_value", "x = 'a'\n", names=["x"], value="b")
-        assert result.source == "x = 'b'\n"
+        result = assert_edit("set_value", "x = 'a'\n", "x = 'b'\n", names=["x"], value="b")
         assert result.message == "set x = 'b' (was 'a')"
 
     def test_string_keeps_double_quotes(self) -> None:
@@ -702,12 +694,12 @@ class TestSetValue:
                 def f(self):
                     self.max_len = 8
         ''')
-        result = changed("set_value", before, names=["self.max_len"], value=8)
-        assert result.source == after
+        result = assert_edit("set_value", before, after, names=["self.max_len"], value=8)
         assert result.message == "set self.max_len = 8 (was 4) in C.f"
 
-    def test_chained_assignment(self) -> None:
-        assert set_value("a = x = 'a'\n", value="b") == "a = x = 'b'\n"
+    def test_chained_assignment_with_every_name_targeted(self) -> None:
+        # one name alone is refused (test_value_edit_fidelity.py): the value would change for both
+        assert set_value("a = x = 'a'\n", names=["x", "a"], value="b") == "a = x = 'b'\n"
 
     def test_list_of_numbers(self) -> None:
         assert set_value("x = []\n", value=[1, 2]) == "x = [1, 2]\n"
@@ -737,13 +729,11 @@ class TestSetValue:
 
 class TestDictSet:
     def test_adds_a_key_on_one_line_in_the_dict_quotes(self) -> None:
-        result = changed("dict_set", "d = {'a': 1}\n", names=["d"], key="b", value=2)
-        assert result.source == "d = {'a': 1, 'b': 2}\n"
+        result = assert_edit("dict_set", "d = {'a': 1}\n", "d = {'a': 1, 'b': 2}\n", names=["d"], key="b", value=2)
         assert result.message == "added key 'b': 2"
 
     def test_changes_the_value_of_an_existing_key(self) -> None:
-        result = changed("dict_set", "d = {'a': 1, 'b': 2}\n", names=["d"], key="a", value=5)
-        assert result.source == "d = {'a': 5, 'b': 2}\n"
+        result = assert_edit("dict_set", "d = {'a': 1, 'b': 2}\n", "d = {'a': 5, 'b': 2}\n", names=["d"], key="a", value=5)
         assert result.message == "set key 'a' to 5"
 
     def test_same_value_gives_already(self) -> None:
@@ -827,16 +817,14 @@ class TestDictSet:
 
 class TestCallKwarg:
     def test_adds_a_keyword_on_one_line(self) -> None:
-        result = changed("call_kwarg", "y = f(a, b=2)\n", callee="f", keyword="k", value=1)
-        assert result.source == "y = f(a, b=2, k=1)\n"
+        result = assert_edit("call_kwarg", "y = f(a, b=2)\n", "y = f(a, b=2, k=1)\n", callee="f", keyword="k", value=1)
         assert result.message == "added k=1 in a call to f"
 
     def test_call_without_arguments(self) -> None:
         assert kwarg("y = f()\n", value=1) == "y = f(k=1)\n"
 
     def test_changes_an_existing_keyword(self) -> None:
-        result = changed("call_kwarg", "y = f(a, k=2)\n", callee="f", keyword="k", value=1)
-        assert result.source == "y = f(a, k=1)\n"
+        result = assert_edit("call_kwarg", "y = f(a, k=2)\n", "y = f(a, k=1)\n", callee="f", keyword="k", value=1)
         assert result.message == "set k=1 in a call to f"
 
     def test_same_value_gives_already(self) -> None:
@@ -908,8 +896,7 @@ class TestCallKwarg:
         )
 
     def test_all_edits_every_matching_call_and_says_how_many(self) -> None:
-        result = changed("call_kwarg", "y = f(f(a))\n", callee="f", keyword="k", value=1, all=True)
-        assert result.source == "y = f(f(a, k=1), k=1)\n"
+        result = assert_edit("call_kwarg", "y = f(f(a))\n", "y = f(f(a, k=1), k=1)\n", callee="f", keyword="k", value=1, all=True)
         assert result.message == (
             "added k=1 in a call to f; added k=1 in a call to f (2 of 2 places changed (all: true))"
         )
@@ -1149,6 +1136,24 @@ def test_second_apply_is_already_and_leaves_the_source_identical(case: str) -> N
 def test_every_operation_has_an_idempotency_case() -> None:
     covered = {kind for kind, _, _ in IDEMPOTENT_CASES.values()} | {"codemod"}  # codemod: TestCodemod
     assert covered == set(EDIT_KINDS)
+
+
+def test_every_operation_is_fuzzed() -> None:
+    """The real-file fuzz tier draws its ops from the registry: each has a generator there, or
+    names where else it is fuzzed."""
+    from tests.real.test_edit_fuzz import FUZZED_ELSEWHERE, GENERATORS, OPS, missing_generator
+
+    missing = [kind for kind in EDIT_KINDS if kind not in GENERATORS and kind not in FUZZED_ELSEWHERE]
+    assert not missing, "; ".join(missing_generator(kind) for kind in missing)
+    assert set(GENERATORS) | set(FUZZED_ELSEWHERE) <= set(EDIT_KINDS)
+    assert OPS == [kind for kind in EDIT_KINDS if kind not in FUZZED_ELSEWHERE]
+
+
+def test_the_registry_builds_edit() -> None:
+    """`OPS` is the one list: the kinds table and Edit's fields come from it, in its order."""
+    assert list(EDIT_KINDS) == [op.kind for op in OPS]
+    assert list(Edit.model_fields) == list(EDIT_KINDS)
+    assert all(Edit.model_fields[kind].annotation == (op | None) for kind, op in EDIT_KINDS.items())
 
 
 # ------------------------------------------------------------ not_found messages
@@ -1449,8 +1454,7 @@ class TestEditEnvelope:
 
 class TestResultsCompile:
     def test_a_keyword_joining_a_bare_generator_parenthesizes_it(self) -> None:
-        result = changed("call_kwarg", "t = sum(x for x in y)\n", callee="sum", keyword="pk", value=1)
-        assert result.source == "t = sum((x for x in y), pk=1)\n"
+        result = assert_edit("call_kwarg", "t = sum(x for x in y)\n", "t = sum((x for x in y), pk=1)\n", callee="sum", keyword="pk", value=1)
         compile(result.source, "t.py", "exec")
 
     def test_a_generator_with_its_own_parentheses_keeps_them(self) -> None:
@@ -1473,9 +1477,9 @@ class TestResultsCompile:
         monkeypatch.setattr(engine, "run", lambda spec, source: EditResult("changed", "x = [\n", "added"))
         step = next(s for s in load_recipe(Path(__file__).parents[2] / "recipes" / "kimi_eagle3.yaml").recipe.steps
                     if s.name == "eagle3-whitelist")
-        result = patch._compute_edit(step, "0" * 64, "x = []\n")
+        result = patch._compute_edit(step.patch, "0" * 64, "x = []\n")
         assert result.verdict == "not_found" and result.message.startswith("patchkit bug: the list_insert edit")
-        assert patch._stored_edit(step, "0" * 64, "x = []\n") is None  # never cached
+        assert patch._stored_edit(step.patch, "0" * 64, "x = []\n") is None  # never cached
 
     def test_a_file_this_python_cannot_compile_is_held_to_parsing_only(self) -> None:
         # `return` at module level does not compile; the edit is still checked by parsing.
@@ -1515,8 +1519,7 @@ class TestLiteralsByTypeAndValue:
         assert insert("x = []\n", [1, True, 1]) == "x = [1, True]\n"
 
     def test_removing_one_keeps_true(self) -> None:
-        result = changed("list_remove", "x = [1, True, 'a']\n", names=["x"], values=[1])
-        assert result.source == "x = [True, 'a']\n"
+        result = assert_edit("list_remove", "x = [1, True, 'a']\n", "x = [True, 'a']\n", names=["x"], values=[1])
         assert result.message == "removed 1"
 
     def test_the_anchor_compares_by_type(self) -> None:
@@ -1543,8 +1546,7 @@ class TestDuplicateKeys:
     def test_the_last_of_duplicate_keys_is_edited_and_the_message_says_so(self) -> None:
         import ast
 
-        result = changed("dict_set", "d = {'a': 1, 'b': 2, 'a': 3}\n", names=["d"], key="a", value=9)
-        assert result.source == "d = {'a': 1, 'b': 2, 'a': 9}\n"
+        result = assert_edit("dict_set", "d = {'a': 1, 'b': 2, 'a': 3}\n", "d = {'a': 1, 'b': 2, 'a': 9}\n", names=["d"], key="a", value=9)
         assert result.message == "set key 'a' to 9 (the last of its 2 entries: Python keeps the last)"
         assert ast.literal_eval(result.source.split(" = ")[1])["a"] == 9
 

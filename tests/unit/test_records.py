@@ -3,7 +3,9 @@ read from journals written before these models existed, and written back unchang
 
 The fixtures in fixtures/journals/ are run records as the code before the models wrote them
 (a deploy of two files, one replacing a file, one in a new folder, and a launch; then a
-second apply that replaced the running server with a new command)."""
+second apply that replaced the running server with a new command; a single-file patch run and
+a multi-file diff run as the code before the one file-change pipeline wrote them, which
+tests/agent/test_old_journals.py also status and roll back)."""
 
 from __future__ import annotations
 
@@ -41,7 +43,10 @@ def test_a_journal_written_before_the_models_loads_and_writes_back_byte_for_byte
             assert launch.as_json() == details
             assert all(isinstance(s, LaunchServer) for s in launch.servers)
             kinds.add("launch")
-    assert kinds == {"deploy", "launch"} or "launch" in kinds
+        if step.kind == "patch" and step.status == "changed":
+            assert step.files or (step.file and step.backup and step.sha256_before and step.sha256_after)
+            kinds.add("patch")
+    assert kinds == {"deploy", "launch"} or kinds in ({"launch"}, {"patch"})
 
 
 def test_the_fixtures_hold_what_the_models_read() -> None:

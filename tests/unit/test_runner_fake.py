@@ -1,4 +1,4 @@
-"""The runner's decisions against FakeAgent (tests/fake_agent.py), a fake host agent in
+"""The runner's decisions against FakeAgent (patchkit/testing.py), a fake host agent in
 memory: plan -> apply -> status -> rollback in sequence, a failed step stopping the steps
 after it, a rollback undoing newest first, a broken journal stopping the run. No host and no
 subprocess: each run takes milliseconds. The same flows against the real agent (local and
@@ -18,7 +18,7 @@ from patchkit.journal import Journal, new_run_id
 from patchkit.recipe import LoadedRecipe, load_recipe
 from patchkit.results import HostResult
 from patchkit.runner import Options, Runner, Session
-from tests.fake_agent import FakeAgent, FakePackage, FakeTransport
+from patchkit.testing import FakeAgent, FakePackage, FakeTransport
 
 STATE = "/fake/state"
 FILES = {name: f"/site/toy/{name}.py" for name in ("alpha", "beta", "gamma")}
@@ -78,7 +78,7 @@ def test_plan_apply_status_apply_again_rollback(host: FakeAgent, recipe: LoadedR
     plan = run(host, recipe, "plan")
     assert statuses(plan) == {"alpha": "changed", "beta": "changed", "gamma": "changed", "check": "skipped"}
     assert "+ITEMS = [\"a\", \"b\"]" in (plan.steps[0].diff or "")
-    assert patched(host) == set() and host.journal == {} and not host.ops("apply", "journal_write")
+    assert patched(host) == set() and host.journal == {} and not host.ops("apply_files", "journal_write")
 
     status = run(host, recipe, "status")
     assert status.status == "pending" and statuses(status)["alpha"] == "pending"
@@ -95,7 +95,7 @@ def test_plan_apply_status_apply_again_rollback(host: FakeAgent, recipe: LoadedR
 
     again = run(host, recipe, "apply")
     assert statuses(again) == {"alpha": "ok", "beta": "ok", "gamma": "ok", "check": "ok"}
-    assert len(host.ops("apply")) == 3  # nothing written the second time
+    assert len(host.ops("apply_files")) == 3  # nothing written the second time
 
     rolled = run(host, recipe, "rollback")
     assert rolled.status == "changed" and patched(host) == set()
@@ -114,7 +114,7 @@ def test_a_failed_step_stops_the_steps_after_it_and_a_plan_goes_on(host: FakeAge
     assert "import check failed" in applied.steps[1].message and "original restored" in applied.steps[1].message
     assert applied.steps[2].message == "not run: step beta failed"
     assert patched(host) == {"alpha"}
-    assert [args["path"] for _, args in host.ops("apply")] == [FILES["alpha"], FILES["beta"]]  # never gamma
+    assert [args["files"][0]["path"] for _, args in host.ops("apply_files")] == [FILES["alpha"], FILES["beta"]]  # never gamma
     assert not host.ops("check")
     [record] = host.runs("toy")
     assert record["status"] == "failed" and [s["status"] for s in record["steps"]][:2] == ["changed", "failed"]
@@ -173,7 +173,7 @@ def test_a_journal_that_takes_no_more_records_stops_the_run(host: FakeAgent, rec
     assert applied.status == "failed"
     assert "the journal takes no more records" in applied.message and "in place: alpha" in applied.message
     assert patched(host) == {"alpha"}  # named by its intent record, which did land
-    assert [args["path"] for _, args in host.ops("apply")] == [FILES["alpha"]]
+    assert [args["files"][0]["path"] for _, args in host.ops("apply_files")] == [FILES["alpha"]]
 
 
 def test_the_fake_answers_as_the_real_agent_does(tmp_path: Path) -> None:
@@ -183,9 +183,9 @@ def test_the_fake_answers_as_the_real_agent_does(tmp_path: Path) -> None:
     import sys
 
     from patchkit.agent import AgentClient, AgentRefused
-    from patchkit.agent.protocol import APPLY, HASH, JOURNAL_LIST, JOURNAL_WRITE, LOCK, READ, RESTORE
+    from patchkit.agent.protocol import APPLY_FILES, HASH, JOURNAL_LIST, JOURNAL_WRITE, LOCK, READ, RESTORE
     from patchkit.transport import LocalTransport
-    from tests.fake_agent import sha256
+    from patchkit.testing import sha256
 
     target, backup, missing = str(tmp_path / "m.py"), str(tmp_path / "b" / "r" / "m.py"), str(tmp_path / "none.py")
     old, new = b"X = 1\n", b"X = 2\n"
@@ -196,11 +196,12 @@ def test_the_fake_answers_as_the_real_agent_does(tmp_path: Path) -> None:
         out.append(await agent.call(READ({"path": target})))
         out.append(await agent.call(READ({"path": missing})))
         out.append(await agent.call(HASH({"paths": [target, missing]})))
-        apply = {"path": target, "expected_sha256": sha256(old), "content_b64": base64.b64encode(new).decode(),
-                 "backup_path": backup, "verify_imports": [], "import_timeout_s": 30}
-        out.append(await agent.call(APPLY(apply)))
-        out.append(await agent.call(APPLY({**apply, "expected_sha256": sha256(new), "backup_path": backup + ".2",
-                                           "content_b64": base64.b64encode(b"X = (\n").decode()})))
+        one = {"path": target, "expected_sha256": sha256(old), "content_b64": base64.b64encode(new).decode(),
+               "backup_path": backup}
+        out.append(await agent.call(APPLY_FILES({"files": [one], "verify_imports": [], "import_timeout_s": 30})))
+        broken = {**one, "expected_sha256": sha256(new), "backup_path": backup + ".2",
+                  "content_b64": base64.b64encode(b"X = (\n").decode()}
+        out.append(await agent.call(APPLY_FILES({"files": [broken], "verify_imports": [], "import_timeout_s": 30})))
         try:
             await agent.call(RESTORE({"path": target, "backup_path": backup, "expected_current": "0" * 64,
                                       "original_sha256": sha256(old), "force": False}))

@@ -145,6 +145,7 @@ def atomic_fill(path, fill, mode=None, uid=None, gid=None, durable=True):
     fd, tmp = create_temp(folder, "." + os.path.basename(path) + ".", ".patchkit-tmp")
     try:
         with os.fdopen(fd, "wb") as f:
+            keep_label(path, f.fileno())
             fill(f)
             f.flush()
             if mode is not None:
@@ -156,13 +157,41 @@ def atomic_fill(path, fill, mode=None, uid=None, gid=None, durable=True):
                     pass  # not root: the file stays ours, as it was before when we could write it
             if durable:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            if exc.errno in (errno.EBUSY, errno.EXDEV):
+                raise Refused("%s is a mount point of its own (a file bind-mounted there, as `podman run -v "
+                              "FILE:FILE` does): it cannot be replaced by a rename, so patchkit does not write it; "
+                              "nothing of it changed (patch the file where it is mounted from, or mount its folder "
+                              "instead)" % path)
+            raise
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     if durable:
         fsync_dir(folder)
+
+
+# Extended attributes a replaced file keeps: its SELinux label (a fresh temp file gets its
+# folder's default, which may not be the label the file had; a service may then be denied it).
+KEPT_XATTRS = ("security.selinux",)
+
+
+def keep_label(path, fd):
+    """Copy path's KEPT_XATTRS to the temp file about to replace it, where the host has them."""
+    if not hasattr(os, "getxattr"):
+        return
+    for name in KEPT_XATTRS:
+        try:
+            value = os.getxattr(path, name, follow_symlinks=False)
+        except OSError:
+            continue  # no such file yet, no label, or no xattrs on this file system
+        try:
+            os.setxattr(fd, name, value)
+        except OSError:
+            pass  # not ours to set (no relabel permission): the folder's default label stays
 
 
 def drop_bytecode(path):
@@ -341,147 +370,192 @@ def op_hash(paths):
 
 
 @op(mutating=True)
-def op_apply(path, expected_sha256, content_b64, backup_path, verify_imports, import_timeout_s):
-    """Backup, atomic write, read-back, syntax check, import check; restore on any failure.
+def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None):
+    """A unit of files changed as one (a patch step: one file, or the files of a diff): every
+    file backed up, then written, then the unit verified (verify_unit); any failure, a write
+    error too, puts back every file written (each only if it still holds what this run wrote).
 
-    The file's folder is locked (flock) for the whole of it, so two runs with different
-    state dirs never interleave on one file; a restore replaces the file only if it still
-    holds what this run wrote.
-    """
-    path = expand(path)
-    new = base64.b64decode(content_b64)
-    refuse_symlink(path, "patch")
-    with locked_folder(os.path.dirname(path), import_timeout_s + 60):
-        sweep_temps(path)
-        with open(path, "rb") as f:
-            original = f.read()
-            st_before = os.fstat(f.fileno())
-        if sha256_bytes(original) != expected_sha256:
-            raise Refused("%s changed since it was read (sha256 %s, expected %s); nothing written"
-                          % (path, sha256_bytes(original)[:12], expected_sha256[:12]))
-        st = stat_of(path)
-        refuse_foreign_owner(path, st)
-        backup_path = expand(backup_path)
-        ensure_private_dir(os.path.dirname(os.path.dirname(backup_path)))  # backups/
-        ensure_private_dir(os.path.dirname(backup_path))  # backups/<run_id>/
-        atomic_write(backup_path, original, mode=0o600)
-        if sha256_file(backup_path) != expected_sha256:
-            raise Refused("backup %s did not read back intact; nothing written" % backup_path)
-
-        checks = []
-        failure = None
-        atomic_write(path, new, st["mode"], st["uid"], st["gid"])
-        settle_bytecode(path, st_before)
-        wanted = sha256_bytes(new)
-        landed = sha256_file(path)
-        checks.append({"name": "read-back", "ok": landed == wanted, "detail": landed})
-        if landed != wanted:
-            failure = "read-back: %s hashes to %s, expected %s" % (path, landed[:12], wanted[:12])
-        if failure is None:
-            failure = verify_file(path, new, verify_imports, import_timeout_s, checks)
-        if failure is None:
-            return {"ok": True, "sha256_after": landed, "checks": checks}
-        restored, note = restore_own_write(path, original, wanted, st, st_before)
-        return {"ok": False, "failure": failure + note, "restored": restored, "checks": checks}
-
-
-@op(mutating=True)
-def op_apply_files(files, verify_imports, import_timeout_s):
-    """Several files changed as one unit (a multi-file diff): every file backed up and written,
-    then each read back and syntax-checked, then the import check once; any failure puts back
-    every file written (each only if it still holds what this run wrote).
-
-    files: [{path, expected_sha256, content_b64, backup_path}]. Folders are locked in sorted
-    order, so two runs never deadlock on the same files."""
+    files: [{path, expected_sha256, content_b64, backup_path}]. A file the unit adds has
+    expected_sha256 None (it must not exist; its folder must); one it deletes has content_b64
+    None (backed up, removed). The files' folders are locked (flock) for the whole of it, in
+    sorted order: two runs with different state dirs never interleave on one file, nor deadlock."""
     paths = [expand(f["path"]) for f in files]
     for path in paths:
         refuse_symlink(path, "patch")
-    locks = [locked_folder(folder, import_timeout_s + 60) for folder in sorted(set(os.path.dirname(p) for p in paths))]
-    entered = []
-    try:
-        for lock in locks:
-            lock.__enter__()
-            entered.append(lock)
-        return apply_files_locked(files, paths, verify_imports, import_timeout_s)
-    finally:
-        for lock in reversed(entered):
+    with locked_folders(paths, import_timeout_s + 60):
+        return apply_unit_locked(files, paths, verify_imports, import_timeout_s, verify_python)
+
+
+class locked_folders:
+    """locked_folder on every folder holding one of paths, taken in sorted order."""
+
+    def __init__(self, paths, timeout_s):
+        self.locks = [locked_folder(folder, timeout_s) for folder in sorted(set(os.path.dirname(p) for p in paths))]
+        self.entered = []
+
+    def __enter__(self):
+        try:
+            for lock in self.locks:
+                lock.__enter__()
+                self.entered.append(lock)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for lock in reversed(self.entered):
             lock.__exit__(None, None, None)
+        self.entered = []
 
 
-def apply_files_locked(files, paths, verify_imports, import_timeout_s):
-    """op_apply_files under its locks. A file the diff adds has expected_sha256 None (it must
-    not exist; its folder must); one it deletes has content_b64 None (backed up, removed)."""
-    olds = []
-    for spec, path in zip(files, paths):
-        sweep_temps(path)
-        if spec["expected_sha256"] is None:
-            if os.path.lexists(path):
-                raise Refused("%s exists, and the diff adds it; nothing written" % path)
-            if not os.path.isdir(os.path.dirname(path)):
-                raise Refused("folder %s does not exist (the diff adds %s in it); nothing written"
-                              % (os.path.dirname(path), os.path.basename(path)))
-            olds.append((None, None, None))
-            continue
-        with open(path, "rb") as f:
-            original = f.read()
-            st_before = os.fstat(f.fileno())
-        if sha256_bytes(original) != spec["expected_sha256"]:
-            raise Refused("%s changed since it was read (sha256 %s, expected %s); nothing written"
-                          % (path, sha256_bytes(original)[:12], spec["expected_sha256"][:12]))
-        st = stat_of(path)
-        refuse_foreign_owner(path, st)
-        olds.append((original, st, st_before))
+def apply_unit_locked(files, paths, verify_imports, import_timeout_s, verify_python=None):
+    """op_apply_files under its locks: nothing is written until every file was read, checked
+    against the hash the plan saw and backed up (a refusal then leaves the host as it was)."""
+    olds = [read_original(spec, path) for spec, path in zip(files, paths)]
     for spec, (original, _, _) in zip(files, olds):
-        if original is None:
-            continue
-        backup_path = expand(spec["backup_path"])
-        ensure_private_dir(os.path.dirname(os.path.dirname(backup_path)))
-        ensure_private_dir(os.path.dirname(backup_path))
-        atomic_write(backup_path, original, mode=0o600)
-        if sha256_file(backup_path) != spec["expected_sha256"]:
-            raise Refused("backup %s did not read back intact; nothing written" % backup_path)
-    checks, failure, written, after = [], None, [], {}
-    for spec, path, (original, st, st_before) in zip(files, paths, olds):
-        if spec["content_b64"] is None:
-            os.unlink(path)
-            drop_bytecode(path)
-            written.append((path, original, None, st, st_before))
-            after[spec["path"]] = None
-            if os.path.lexists(path):
-                failure = "%s is still there after it was removed" % path
-                break
-            continue
-        new = base64.b64decode(spec["content_b64"])
-        if st is None:
-            atomic_write(path, new, 0o644 & ~current_umask())
-            drop_bytecode(path)
-        else:
-            atomic_write(path, new, st["mode"], st["uid"], st["gid"])
-            settle_bytecode(path, st_before)
-        written.append((path, original, sha256_bytes(new), st, st_before))
-        landed = sha256_file(path)
-        after[spec["path"]] = landed
-        if landed != sha256_bytes(new):
+        if original is not None:
+            back_up(expand(spec["backup_path"]), original, spec["expected_sha256"])
+    news = [None if spec["content_b64"] is None else base64.b64decode(spec["content_b64"]) for spec in files]
+    written, checks = [], []
+    try:
+        failure = write_unit(paths, olds, news, written)
+        if failure is None:
+            failure = verify_unit(list(zip(paths, news)), verify_imports, import_timeout_s, checks, verify_python)
+    except Exception as exc:  # whatever went wrong, the files written so far go back
+        failure = "%s: %s" % (type(exc).__name__, exc)
+    if failure is None:
+        return {"ok": True, "checks": checks,
+                "sha256_after": dict((spec["path"], None if new is None else sha256_bytes(new))
+                                     for spec, new in zip(files, news))}
+    restored, notes, back = restore_unit(written)
+    by_path = dict(zip(paths, (f["path"] for f in files)))  # as the control side named them
+    return {"ok": False, "failure": failure + notes, "restored": restored, "checks": checks,
+            "written": [by_path[w[0]] for w in written], "restored_files": [by_path[p] for p in back]}
+
+
+def read_original(spec, path):
+    """(bytes, stat, os.stat) of a file the unit changes, (None,)*3 for one it adds; refused if
+    the file is not what the plan read, or replacing it would change its owner."""
+    sweep_temps(path)
+    if spec["expected_sha256"] is None:
+        if os.path.lexists(path):
+            raise Refused("%s exists, and the diff adds it; nothing written" % path)
+        if not os.path.isdir(os.path.dirname(path)):
+            raise Refused("folder %s does not exist (the diff adds %s in it); nothing written"
+                          % (os.path.dirname(path), os.path.basename(path)))
+        return None, None, None
+    with open(path, "rb") as f:
+        original = f.read()
+        st_before = os.fstat(f.fileno())
+    if sha256_bytes(original) != spec["expected_sha256"]:
+        raise Refused("%s changed since it was read (sha256 %s, expected %s); nothing written"
+                      % (path, sha256_bytes(original)[:12], spec["expected_sha256"][:12]))
+    st = stat_of(path)
+    refuse_foreign_owner(path, st)
+    return original, st, st_before
+
+
+def back_up(backup_path, original, expected_sha256):
+    ensure_private_dir(os.path.dirname(os.path.dirname(backup_path)))  # backups/
+    ensure_private_dir(os.path.dirname(backup_path))  # backups/<run_id>/
+    atomic_write(backup_path, original, mode=0o600)
+    if sha256_file(backup_path) != expected_sha256:
+        raise Refused("backup %s did not read back intact; nothing written" % backup_path)
+
+
+def write_unit(paths, olds, news, written):
+    """Write (or remove) each file in turn, noting in `written` each one that changed; the first
+    write error stops it and is returned (the caller puts back what `written` names)."""
+    for path, (original, st, st_before), new in zip(paths, olds, news):
+        wanted = None if new is None else sha256_bytes(new)
+        entry = (path, original, wanted, st, st_before)
+        try:
+            if new is None:
+                os.unlink(path)
+                drop_bytecode(path)
+            elif st is None:
+                atomic_write(path, new, 0o644 & ~current_umask())
+                drop_bytecode(path)
+            else:
+                atomic_write(path, new, st["mode"], st["uid"], st["gid"])
+                settle_bytecode(path, st_before)
+        except (OSError, Refused) as exc:
+            if holds(path, wanted):  # it landed, and what failed came after (a folder's fsync)
+                written.append(entry)
+            if isinstance(exc, Refused):
+                return str(exc)
+            return "writing %s failed: %s" % (path, os.strerror(exc.errno) if exc.errno else exc)
+        written.append(entry)
+    return None
+
+
+def holds(path, wanted):
+    """Does path hold content hashing to wanted (None: is it absent)?"""
+    if wanted is None:
+        return not os.path.lexists(path)
+    try:
+        return sha256_file(path) == wanted
+    except OSError:
+        return False
+
+
+def verify_unit(files, verify_imports, import_timeout_s, checks, verify_python=None):
+    """The checks of a unit, in this order: read-back of every file, syntax of each Python
+    file, then the import check once, then the recipe's verify program (verify_python:
+    {code, variables, timeout_s}, or None) once. files: [(path, bytes it must hold, or None: it must be
+    absent)]. Appends to checks; returns the first failure, None when all pass. The one place
+    a unit is verified: after its write (op_apply_files) and when a cut-off run's change is
+    settled (op_verify)."""
+    for path, data in files:
+        if not holds(path, None if data is None else sha256_bytes(data)):
+            detail = "still there after it was removed" if data is None else "hashes to %s, expected %s" % (
+                (sha256_file(path) if os.path.isfile(path) else "nothing")[:12], sha256_bytes(data)[:12])
             checks.append({"name": "read-back", "ok": False, "detail": path})
-            failure = "read-back: %s hashes to %s, expected %s" % (path, landed[:12], sha256_bytes(new)[:12])
-            break
-    if failure is None:
-        checks.append({"name": "read-back", "ok": True, "detail": "%d files" % len(files)})
-        for spec, path in zip(files, paths):
-            if spec["content_b64"] is None:
-                continue
-            failure = verify_file(path, base64.b64decode(spec["content_b64"]), [], import_timeout_s, checks)
-            if failure is not None:
-                break
-    if failure is None and verify_imports:
+            return "read-back: %s %s" % (path, detail)
+    present = [(path, data) for path, data in files if data is not None]
+    one = present[0][1] if len(files) == 1 and present else None
+    checks.append({"name": "read-back", "ok": True,
+                   "detail": sha256_bytes(one) if one is not None else "%d files" % len(files)})
+    for path, data in present:
+        failure = check_syntax(path, data, checks)
+        if failure is not None:
+            return failure
+    if verify_imports:
         failure = check_imports(verify_imports, import_timeout_s, checks)
-    if failure is None:
-        return {"ok": True, "sha256_after": after, "checks": checks}
-    restored, notes = True, ""
-    for path, original, wanted, st, st_before in written:
-        done, note = undo_own_change(path, original, wanted, st, st_before)
+        if failure is not None:
+            return failure
+    if verify_python:
+        return check_program(verify_python["code"], verify_python["variables"], verify_python["timeout_s"], checks)
+    return None
+
+
+def check_syntax(path, data, checks):
+    """Syntax check by this interpreter; appends to checks, returns the failure."""
+    try:
+        compile(data, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        failure = "syntax check by %s: %s (line %s)" % (sys.executable, exc.msg, exc.lineno)
+        checks.append({"name": "syntax", "ok": False, "detail": failure})
+        return failure
+    checks.append({"name": "syntax", "ok": True, "detail": sys.version.split()[0]})
+    return None
+
+
+def restore_unit(written):
+    """Put back every file in `written` (newest first), each only if it still holds what this
+    run wrote. Returns (all restored?, notes, the paths put back); a file that cannot be put
+    back does not stop the others."""
+    restored, notes, back = True, "", []
+    for path, original, wanted, st, st_before in reversed(written):
+        try:
+            done, note = undo_own_change(path, original, wanted, st, st_before)
+        except (OSError, Refused) as exc:
+            done, note = False, "; NOT restored: %s (%s)" % (path, exc)
         restored, notes = restored and done, notes + note
-    return {"ok": False, "failure": failure + notes, "restored": restored, "checks": checks}
+        if done:
+            back.append(path)
+    return restored, notes, back[::-1]
 
 
 def current_umask():
@@ -491,37 +565,23 @@ def current_umask():
 
 
 def undo_own_change(path, original, wanted, st, st_before):
-    """restore_own_write, also for a file this run created (original None: removed again, if
-    still what it wrote) or removed (wanted None: written back, if nothing took its place)."""
+    """The file as it was before this run, only if it still holds what this run wrote (someone
+    else's newer change is never overwritten): written back, or removed again (original None:
+    a file the run created), or written back where the run removed it (wanted None)."""
+    if not holds(path, wanted):
+        return False, ("; NOT restored: %s changed while it was checked (not as this run wrote it): another "
+                       "run's change is left in place" % path)
     if original is None:
-        current = sha256_file(path) if os.path.isfile(path) else None
-        if current != wanted:
-            return False, "; NOT removed: %s changed while it was checked" % path
         os.unlink(path)
         drop_bytecode(path)
         return True, ""
     if wanted is None:
-        if os.path.lexists(path):
-            return False, "; NOT restored: %s was created again while it was checked" % path
         atomic_write(path, original, st["mode"], st["uid"], st["gid"])
         drop_bytecode(path)
-        return sha256_file(path) == sha256_bytes(original), ""
-    return restore_own_write(path, original, wanted, st, st_before)
-
-
-def verify_file(path, data, verify_imports, import_timeout_s, checks):
-    """Syntax check by this interpreter, then the import check in a fresh one; appends to
-    checks and returns the failure (None when both pass)."""
-    try:
-        compile(data, path, "exec", dont_inherit=True)
-        checks.append({"name": "syntax", "ok": True, "detail": sys.version.split()[0]})
-    except SyntaxError as exc:
-        failure = "syntax check by %s: %s (line %s)" % (sys.executable, exc.msg, exc.lineno)
-        checks.append({"name": "syntax", "ok": False, "detail": failure})
-        return failure
-    if not verify_imports:
-        return None
-    return check_imports(verify_imports, import_timeout_s, checks)
+    else:
+        atomic_write(path, original, st["mode"], st["uid"], st["gid"])
+        settle_bytecode(path, st_before)
+    return sha256_file(path) == sha256_bytes(original), ""
 
 
 def check_imports(verify_imports, import_timeout_s, checks):
@@ -539,33 +599,52 @@ def check_imports(verify_imports, import_timeout_s, checks):
     return "import check failed: %s" % last
 
 
+PROGRAM_VARS_ENV = "PATCHKIT_VARS"
+
+
+def check_program(code, variables, timeout_s, checks):
+    """A patch step's `verify: python` program in a fresh target interpreter (after the import
+    check): it passes on exit 0. The recipe's variables reach it as a JSON object in the
+    environment variable PATCHKIT_VARS (secrets too: the host gets real values; the control
+    side redacts what it journals). Appends to checks, returns the failure (None on a pass)."""
+    result = run_python(["-c", code], timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables)})
+    ok = result["returncode"] == 0
+    said = result["stdout"].splitlines()
+    checks.append({"name": "python", "ok": ok,
+                   "detail": "%s (%ss)" % (said[-1] if said else "exit 0", result["seconds"])})
+    if ok:
+        return None
+    checks[-1]["detail"] = result["stderr"] or result["stdout"]
+    if result["timed_out"]:
+        return "verify program timed out after %ss" % timeout_s
+    lines = [line for line in result["stderr"].splitlines() if line.strip()]
+    return "verify program failed: %s" % (lines[-1] if lines else "exit %s" % result["returncode"])
+
+
 @op
-def op_verify(path, expected_sha256, verify_imports, import_timeout_s):
-    """Re-run the checks of a change whose verification was cut off (the file must still be
-    what that run wrote); nothing is written."""
-    path = expand(path)
-    refuse_symlink(path, "verify")
-    with locked_folder(os.path.dirname(path), import_timeout_s + 60):
-        with open(path, "rb") as f:
-            data = f.read()
-        if sha256_bytes(data) != expected_sha256:
-            raise Refused("%s changed since it was written (sha256 %s, expected %s)"
-                          % (path, sha256_bytes(data)[:12], expected_sha256[:12]))
+def op_verify(files, verify_imports, import_timeout_s, verify_python=None):
+    """Re-run the checks of a unit whose verification was cut off (verify_unit); every file
+    must still be what that run wrote (expected_sha256 None: absent). Nothing is written.
+    files: [{path, expected_sha256}]."""
+    paths = [expand(f["path"]) for f in files]
+    for path in paths:
+        refuse_symlink(path, "verify")
+    with locked_folders(paths, import_timeout_s + 60):
+        unit = []
+        for spec, path in zip(files, paths):
+            data = None
+            if os.path.lexists(path):
+                with open(path, "rb") as f:
+                    data = f.read()
+            if (data is None) != (spec["expected_sha256"] is None) or (
+                    data is not None and sha256_bytes(data) != spec["expected_sha256"]):
+                raise Refused("%s changed since it was written (sha256 %s, expected %s)"
+                              % (path, sha256_bytes(data)[:12] if data is not None else "missing",
+                                 (spec["expected_sha256"] or "absent")[:12]))
+            unit.append((path, data))
         checks = []
-        failure = verify_file(path, data, verify_imports, import_timeout_s, checks)
+        failure = verify_unit(unit, verify_imports, import_timeout_s, checks, verify_python)
     return {"ok": failure is None, "failure": failure, "checks": checks}
-
-
-def restore_own_write(path, original, wanted, st, st_before):
-    """Put the original back after a failed check, only if the file still holds what this
-    run wrote: someone else's newer change is never overwritten. Returns (restored, note)."""
-    current = sha256_file(path)
-    if current != wanted:
-        return False, ("; NOT restored: %s changed while it was checked (sha256 %s, not %s as this run wrote "
-                       "it): another run's change is left in place" % (path, current[:12], wanted[:12]))
-    atomic_write(path, original, st["mode"], st["uid"], st["gid"])
-    settle_bytecode(path, st_before)
-    return sha256_file(path) == sha256_bytes(original), ""
 
 
 class locked_folder:
@@ -702,8 +781,9 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, mode
 # ---------------------------------------------------------------- checks
 
 @op
-def op_check(code, timeout_s):
-    return run_python(["-c", code], timeout_s)
+def op_check(code, timeout_s, variables=None):
+    """A check step's program; the recipe's variables in PATCHKIT_VARS, as for check_program."""
+    return run_python(["-c", code], timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables or {})})
 
 
 # ---------------------------------------------------------------- journal and lock
@@ -726,7 +806,7 @@ def op_lock(state_dir, timeout_s, owner):
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
             if time.monotonic() >= deadline:
-                holder = describe_holder(os.pread(fd, 4096, 0).decode("utf-8", "replace").strip())
+                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
                 os.close(fd)
                 raise Refused("another patchkit run holds the lock %s (%s); waited %ss" % (path, holder, timeout_s))
             time.sleep(0.1)
@@ -736,18 +816,6 @@ def op_lock(state_dir, timeout_s, owner):
     os.pwrite(fd, info.encode(), 0)
     LOCK["fd"] = fd
     return {"path": path, "state_dir": state_dir}
-
-
-def describe_holder(text):
-    """The lock file's JSON as a person reads it: pid, host, owner, since when (UTC) and how long ago."""
-    try:
-        info = json.loads(text)
-        since = float(info["since"])
-    except (ValueError, KeyError, TypeError):
-        return text or "unknown"
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
-    return "pid %s on %s, owner %s, since %s (%ds ago)" % (
-        info.get("pid"), info.get("host"), info.get("owner") or "unknown", when, max(0, time.time() - since))
 
 
 def open_private_file(path):

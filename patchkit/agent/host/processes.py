@@ -91,7 +91,7 @@ def _reap(pid, wait_s=0.0):
 
 
 @op(mutating=True)
-def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash, shown_argv, salt):
+def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash, shown_argv, salt, run_id=None):
     _launch_dir(state_dir)  # 0700, before the default log's folder would be made with the umask's mode
     log_path = expand(log_path)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
@@ -116,7 +116,7 @@ def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash, sho
     CHILDREN[proc.pid] = proc
     record = {"name": name, "pid": proc.pid, "proc_start": _proc_start_time(proc.pid), "argv": shown_argv,
               "env_names": sorted(env or {}), "cwd": cwd, "log": log_path, "command_hash": command_hash,
-              "salt": salt, "started": time.time()}
+              "salt": salt, "started": time.time(), "run_id": run_id}
     _write_record(state_dir, name, record)
     return record
 

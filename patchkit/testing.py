@@ -1,4 +1,5 @@
-"""FakeAgent: a fake host agent, in memory, for runner tests that need no host.
+"""FakeAgent: a fake host agent, in memory, for tests that need no host (shipped for authors
+of step kinds and extensions: `from patchkit.testing import FakeAgent, FakePackage, FakeTransport`).
 
 It answers the ops of patchkit/agent/protocol.py that the patch and check steps, the journal
 and the lock use, the way the real agent (patchkit/agent/host/) does, over a dict of files
@@ -28,7 +29,7 @@ from patchkit.errors import HostError
 
 Reply = TypeVar("Reply")
 
-MUTATING = {"apply", "restore", "receive_file", "remove_file", "launch_start", "launch_stop", "journal_prune"}
+MUTATING = {"apply_files", "restore", "receive_file", "remove_file", "launch_start", "launch_stop", "journal_prune"}
 
 
 def sha256(data: bytes) -> str:
@@ -186,28 +187,65 @@ class FakeAgent:
                 return checks, f"import check failed: ImportError: cannot import {broken[0]}"
         return checks, None
 
-    def op_apply(self, path: str, expected_sha256: str, content_b64: str, backup_path: str,
-                 verify_imports: list[str], import_timeout_s: float) -> dict[str, Any]:
-        original = self.files[path]
-        if sha256(original) != expected_sha256:
-            raise AgentRefused(f"{path} changed since it was read (sha256 {sha256(original)[:12]}, expected "
-                               f"{expected_sha256[:12]}); nothing written")
-        new = base64.b64decode(content_b64)
-        self.files[backup_path] = original
-        self.files[path] = new
-        checks, failure = self._checks(path, new, verify_imports)
-        checks.insert(0, {"name": "read-back", "ok": True, "detail": sha256(new)})
+    # verify_python / variables: the fake runs no programs (tests/agent/test_verify_python.py does)
+    def op_apply_files(self, files: list[dict[str, Any]], verify_imports: list[str],
+                       import_timeout_s: float, verify_python: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A unit: each file checked against its hash, backed up and written, then the unit's
+        checks (read-back, syntax of each, the imports once); any failure puts all back."""
+        for spec in files:
+            current = sha256(self.files[spec["path"]]) if spec["path"] in self.files else None
+            if current != spec["expected_sha256"]:
+                raise AgentRefused(f"{spec['path']} changed since it was read (sha256 {(current or 'none')[:12]}, "
+                                   f"expected {(spec['expected_sha256'] or 'none')[:12]}); nothing written")
+        originals = {spec["path"]: self.files.get(spec["path"]) for spec in files}
+        for spec in files:
+            if spec["expected_sha256"] is not None:
+                self.files[spec["backup_path"]] = self.files[spec["path"]]
+        news = {spec["path"]: None if spec["content_b64"] is None else base64.b64decode(spec["content_b64"])
+                for spec in files}
+        for path, new in news.items():
+            if new is None:
+                self.files.pop(path, None)
+            else:
+                self.files[path] = new
+        checks, failure = self._unit_checks(news, verify_imports)
         if failure is None:
-            return {"ok": True, "sha256_after": sha256(new), "checks": checks}
-        self.files[path] = original
-        return {"ok": False, "failure": failure, "restored": True, "checks": checks}
+            return {"ok": True, "checks": checks,
+                    "sha256_after": {p: None if n is None else sha256(n) for p, n in news.items()}}
+        for path, original in originals.items():
+            if original is None:
+                self.files.pop(path, None)
+            else:
+                self.files[path] = original
+        return {"ok": False, "failure": failure, "restored": True, "checks": checks,
+                "written": list(news), "restored_files": list(news)}
 
-    def op_verify(self, path: str, expected_sha256: str, verify_imports: list[str],
-                  import_timeout_s: float) -> dict[str, Any]:
-        data = self.files[path]
-        if sha256(data) != expected_sha256:
-            raise AgentRefused(f"{path} changed since it was written")
-        checks, failure = self._checks(path, data, verify_imports)
+    def _unit_checks(self, news: dict[str, bytes | None],
+                     verify_imports: list[str]) -> tuple[list[dict[str, Any]], str | None]:
+        checks: list[dict[str, Any]] = [{"name": "read-back", "ok": True, "detail": f"{len(news)} files"}]
+        for path, data in news.items():
+            if data is None:
+                continue
+            found, failure = self._checks(path, data, [])
+            checks += found
+            if failure is not None:
+                return checks, failure
+        if verify_imports:
+            found, failure = self._checks("", b"", verify_imports)
+            checks += found[1:]  # the import check only
+            if failure is not None:
+                return checks, failure
+        return checks, None
+
+    def op_verify(self, files: list[dict[str, Any]], verify_imports: list[str],
+                  import_timeout_s: float, verify_python: dict[str, Any] | None = None) -> dict[str, Any]:
+        news: dict[str, bytes | None] = {}
+        for spec in files:
+            data = self.files.get(spec["path"])
+            if (sha256(data) if data is not None else None) != spec["expected_sha256"]:
+                raise AgentRefused(f"{spec['path']} changed since it was written")
+            news[spec["path"]] = data
+        checks, failure = self._unit_checks(news, verify_imports)
         return {"ok": failure is None, "failure": failure, "checks": checks}
 
     def op_restore(self, path: str, backup_path: str, expected_current: str, original_sha256: str, force: bool,
@@ -226,7 +264,7 @@ class FakeAgent:
         self.files[path] = self.files[backup_path]
         return {"ok": True, "already": False}
 
-    def op_check(self, code: str, timeout_s: float) -> dict[str, Any]:
+    def op_check(self, code: str, timeout_s: float, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         returncode = self.check_returncodes.get(code, 0)
         return {"returncode": returncode, "timed_out": False, "stdout": "",
                 "stderr": "" if returncode == 0 else "AssertionError: the fake says no", "seconds": 0.0}

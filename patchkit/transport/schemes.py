@@ -1,0 +1,81 @@
+"""How a host is reached, by its address: one row per scheme, and nothing else names them.
+
+`inventory.split_address` cuts `scheme://rest`; a bare address is `local` (none, "" or
+`local`) or an SSH host. Each row's transport class reads its own address form
+(`check_address`, with its own message) and builds itself from the host's inventory entry
+(`for_host`). A row imports its class's module only when a host uses the scheme, so an SSH
+run never imports the container code and a container run never imports asyncssh.
+
+Adding a scheme: its transport module (a class with `check_address` and `for_host`), a
+loader and a row here, and its tests (tests/unit/test_schemes.py asks for an example address).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from patchkit.inventory import split_address
+
+if TYPE_CHECKING:
+    from patchkit.inventory import HostSpec
+    from patchkit.transport.base import HostTransport, Reach, Transport
+
+
+def _local() -> type[HostTransport]:
+    from patchkit.transport.local import LocalTransport
+
+    return LocalTransport
+
+
+def _ssh() -> type[HostTransport]:
+    from patchkit.transport.ssh_common import SSHScheme
+
+    return SSHScheme
+
+
+def _container() -> type[HostTransport]:
+    from patchkit.transport.container import ContainerTransport
+
+    return ContainerTransport
+
+
+@dataclass(frozen=True)
+class Scheme:
+    form: str  # how its addresses are written, for messages
+    transport: Callable[[], type[HostTransport]]  # the class, imported on first use
+    written: bool = True  # False: reached by a bare address, never written `scheme://`
+
+
+SCHEMES: dict[str, Scheme] = {
+    "local": Scheme("none or `local` (this machine)", _local, written=False),
+    "ssh": Scheme("a host name or address (SSH)", _ssh, written=False),
+    "podman": Scheme("podman://CONTAINER", _container),
+    "docker": Scheme("docker://CONTAINER", _container),
+    "k8s": Scheme("k8s://NAMESPACE/POD[/CONTAINER]", _container),
+}
+
+
+def scheme_of(address: str | None) -> str:
+    """The scheme an address names (a key of SCHEMES, once `check` accepted the address)."""
+    scheme, rest = split_address(address)
+    if scheme is not None:
+        return scheme
+    return "local" if rest in ("", "local") else "ssh"
+
+
+def check(address: str) -> None:
+    """ValueError (one line) unless `address` is an address of one of the schemes."""
+    written, rest = split_address(address)
+    scheme = scheme_of(address)
+    row = SCHEMES.get(scheme)
+    if row is None or (written is not None) != row.written:
+        forms = ", ".join(s.form for s in SCHEMES.values())
+        raise ValueError(f"address {address!r}: unknown scheme {scheme + '://'!r}; an address is one of: {forms}")
+    row.transport().check_address(scheme, rest)
+
+
+def transport_for(host: HostSpec, reach: Reach) -> Transport:
+    """The transport that reaches `host`, by its address's scheme."""
+    return SCHEMES[scheme_of(host.address)].transport().for_host(host, reach)

@@ -1,0 +1,85 @@
+"""The scheme table (patchkit/transport/schemes.py): every scheme has a transport that reads
+its own addresses and builds itself from a host entry, and every transport class is reached
+by a scheme. Pure: transports are built, never started."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+
+import patchkit.transport
+from patchkit.inventory import HostSpec, split_address
+from patchkit.transport.base import Reach
+from patchkit.transport.schemes import SCHEMES, scheme_of, transport_for
+
+# One address a scheme takes, and the host entries (beyond it) that choose among its transports.
+EXAMPLES: dict[str, list[dict[str, object]]] = {
+    "local": [{}, {"address": "local"}],
+    "ssh": [{"address": "gpu-1.internal"}, {"address": "gpu-1.internal", "ssh_client": "openssh"}],
+    "podman": [{"address": "podman://web-1"}],
+    "docker": [{"address": "docker://0123abcd"}],
+    "k8s": [{"address": "k8s://serving/vllm-0/engine"}, {"address": "k8s://serving/vllm-0"}],
+}
+
+
+def transport_classes() -> set[type]:
+    """Every class defined in patchkit/transport/ that starts processes on a host (`spawn`)."""
+    found: set[type] = set()
+    for module in pkgutil.iter_modules(patchkit.transport.__path__):
+        loaded = importlib.import_module(f"patchkit.transport.{module.name}")
+        for _, cls in inspect.getmembers(loaded, inspect.isclass):
+            protocol = getattr(cls, "_is_protocol", False)
+            if cls.__module__ == loaded.__name__ and not protocol and inspect.iscoroutinefunction(getattr(cls, "spawn", None)):
+                found.add(cls)
+    return found
+
+
+def test_every_scheme_has_an_example_and_a_transport() -> None:
+    assert set(EXAMPLES) == set(SCHEMES), "a scheme without an example address here is not tested"
+    for scheme, hosts in EXAMPLES.items():
+        for entry in hosts:
+            host = HostSpec.model_validate({"name": "h", **entry})
+            assert host.scheme == scheme == scheme_of(host.address)
+            transport = transport_for(host, Reach())
+            assert inspect.iscoroutinefunction(transport.spawn) and isinstance(transport.exec_requests, int)
+
+
+def test_every_transport_is_reached_by_a_scheme() -> None:
+    reached = {type(transport_for(HostSpec.model_validate({"name": "h", **entry}), Reach()))
+               for hosts in EXAMPLES.values() for entry in hosts}
+    assert transport_classes() == reached
+
+
+@pytest.mark.parametrize(("address", "problem"), [
+    ("nope://c1", "unknown scheme 'nope://'; an address is one of: none or `local`"),
+    ("ssh://gpu-1", "unknown scheme 'ssh://'"),  # bare schemes are never written with ://
+    ("local://x", "unknown scheme 'local://'"),
+    ("podman://", "want podman://CONTAINER, a container name or id"),
+    ("docker://a b", "want docker://CONTAINER"),
+    ("k8s://onlyns", "want k8s://NAMESPACE/POD or k8s://NAMESPACE/POD/CONTAINER"),
+    ("k8s://ns/Pod_1", "pod 'Pod_1' is not a Kubernetes name"),
+])
+def test_each_scheme_words_its_own_refusal(address: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        HostSpec(address=address)
+
+
+def test_the_inventory_only_splits() -> None:
+    assert split_address("k8s://ns/pod") == ("k8s", "ns/pod")
+    assert split_address("gpu-1") == (None, "gpu-1") and split_address(None) == (None, "")
+
+
+def test_a_transport_module_is_imported_only_for_its_scheme() -> None:
+    probe = ("import sys; from patchkit.inventory import HostSpec; from patchkit.runner import transport_for; "
+             "transport_for(HostSpec(name='h', address=sys.argv[1])); "
+             "print(' '.join(m for m in ('asyncssh', 'patchkit.transport.container', 'patchkit.transport.openssh') "
+             "if m in sys.modules))")
+    loaded = {address: subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True,
+                                      check=True).stdout.split()
+              for address in ("local", "podman://web", "gpu-1")}
+    assert loaded == {"local": [], "podman://web": ["patchkit.transport.container"], "gpu-1": ["asyncssh"]}
