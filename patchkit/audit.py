@@ -20,6 +20,7 @@ from patchkit.steps.registry import written_files
 if TYPE_CHECKING:
     from patchkit.runner import Session
 
+
 def explain(changed: ChangedFile, records: list[RunRecord]) -> Explanation:
     """journal.explain, with each journaled step's files as its kind says."""
     return journal.explain(changed, records, written_files)
@@ -37,12 +38,34 @@ def rows(dist: InstalledDist, records: list[RunRecord]) -> list[StepResult]:
     return out
 
 
-async def audit_host(session: Session, dist: str) -> HostResult:
-    found = await installed(session.agent, dist)
+def ours(records: list[RunRecord]) -> list[str]:
+    """Every file the journal's changes still in place say patchkit wrote."""
+    return sorted({path for record in journal.active_changes(records).values() for step in record.live_steps()
+                   for path, _ in written_files(step)})
+
+
+def outside_notice(dist: InstalledDist) -> str:
+    """The RECORD rows that leave the distribution's folder: skipped, never opened."""
+    shown = "; ".join(f"{row.rel!r} ({row.why})" for row in dist.outside)
+    more = dist.outside_count - len(dist.outside)
+    return (f"{dist.outside_count} RECORD row(s) outside {dist.location} skipped, not read"
+            f" (a console script in bin/ is one): {shown}" + (f"; and {more} more" if more > 0 else ""))
+
+
+async def audit_host(session: Session, dist: str, budget_s: float | None = None) -> HostResult:
     records = await session.journal.runs(None)
+    found = await installed(session.agent, dist, hash_anyway=ours(records), budget_s=budget_s)
     files = rows(found, records)
     unexplained = sum(row.status == "drifted" for row in files)
     summary = (f"{found.name} {found.version} at {found.location}: {found.checked} files checked against RECORD, "
                f"{len(files)} differ" + (f", {unexplained} unexplained" if unexplained else ""))
-    status: Literal["drifted", "applied", "ok"] = "drifted" if unexplained else "applied" if files else "ok"
-    return HostResult(status=status, steps=files, message=summary)
+    notices = [outside_notice(found)] if found.outside_count else []
+    if found.outside_count:
+        summary += f"; {found.outside_count} row(s) outside its folder skipped"
+    status: Literal["drifted", "applied", "ok", "failed"] = "drifted" if unexplained else "applied" if files else "ok"
+    if found.out_of_time:  # a partial audit is no verdict: say how far it got
+        status = "failed"
+        noun = "file" if found.unchecked == 1 else "files"
+        summary += (f"; stopped at the time budget ({found.budget_s:g} s): {found.unchecked} {noun} not checked "
+                    "(--time-budget raises it)")
+    return HostResult(status=status, steps=files, message=summary, notices=notices)

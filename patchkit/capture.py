@@ -16,6 +16,7 @@ import base64
 import datetime
 import difflib
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -86,23 +87,50 @@ def record_digest(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def pristine_bytes(wheel: Path, rel: str, record_sha256: str) -> bytes:
+MAX_CAPTURE_BYTES = 16 << 20  # a file capture turns into a recipe: source text, never this big
+CHUNK = 1 << 20
+
+
+def pristine_bytes(wheel: Path, rel: str, record_sha256: str, record_size: int | None = None) -> bytes:
+    """The wheel's `rel`, checked against RECORD: its size before a byte is inflated (a zip
+    member can expand a thousandfold), then its hash, streamed, never past RECORD's size."""
+    limit = record_size if record_size is not None else MAX_CAPTURE_BYTES
     try:
         with zipfile.ZipFile(wheel) as archive:
-            data = archive.read(rel)
-    except KeyError:
-        raise HostError(f"{wheel.name} has no {rel}: not the wheel this distribution was installed from; "
-                        "give the right one with --wheel FILE") from None
-    except zipfile.BadZipFile as exc:
+            try:
+                info = archive.getinfo(rel)
+            except KeyError:
+                raise HostError(f"{wheel.name} has no {rel}: not the wheel this distribution was installed from; "
+                                "give the right one with --wheel FILE") from None
+            if record_size is not None and info.file_size != record_size:
+                raise HostError(f"{rel} in {wheel.name} is not the file RECORD names ({info.file_size} bytes, "
+                                f"RECORD says {record_size}: another build of the release?); give the installed "
+                                "one with --wheel FILE")
+            if max(info.file_size, limit) > MAX_CAPTURE_BYTES:
+                raise HostError(f"{rel} is {max(info.file_size, limit)} bytes, more than capture reads "
+                                f"({MAX_CAPTURE_BYTES} bytes): a recipe carries source edits, not files this big")
+            digest, chunks, total = hashlib.sha256(), [], 0
+            with archive.open(info) as member:
+                while block := member.read(CHUNK):
+                    total += len(block)
+                    if total > limit:  # the header lied about the size
+                        raise HostError(f"{rel} in {wheel.name} inflates past the {limit} bytes RECORD says: not the "
+                                        "file RECORD names; give the installed one with --wheel FILE")
+                    digest.update(block)
+                    chunks.append(block)
+    except zipfile.BadZipFile as exc:  # not a zip, or a member whose CRC fails
         raise HostError(f"{wheel}: not a wheel ({exc})") from None
-    if record_digest(data) != record_sha256:
+    if base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode() != record_sha256:
         raise HostError(f"{rel} in {wheel.name} is not the file RECORD names (another build of the release?); "
                         "give the installed one with --wheel FILE")
-    return data
+    return b"".join(chunks)
 
 
 async def capture_host(session: Session, dist: str, wheel: Path | None, out: list[Capture]) -> HostResult:
     found = await installed(session.agent, dist)
+    if found.out_of_time:  # the files past the budget were never compared: a capture of part of them is no capture
+        raise HostError(f"{found.name} {found.version}: comparing its files with RECORD ran past the time budget "
+                        f"({found.budget_s:g} s, {found.unchecked} files not checked); nothing captured")
     capture = Capture(session.host.name, found)
     source = pristine_wheel(found.name, found.version, wheel) if found.changed else None
     for changed in sorted(found.changed, key=lambda c: c.rel):
@@ -112,10 +140,15 @@ async def capture_host(session: Session, dist: str, wheel: Path | None, out: lis
         if not changed.rel.endswith(".py"):
             capture.skipped.append(f"{changed.rel}: not a Python file (patch steps edit Python)")
             continue
+        if changed.size is not None and changed.size > MAX_CAPTURE_BYTES:
+            capture.skipped.append(f"{changed.rel}: {changed.size} bytes now, more than capture reads "
+                                   f"({MAX_CAPTURE_BYTES} bytes)")
+            continue
         assert source is not None
         read = await session.agent.call(READ({"path": changed.path}))
         capture.files.append(CapturedFile(changed.rel, found.module_of(changed),
-                                          pristine_bytes(source, changed.rel, changed.record_sha256),
+                                          pristine_bytes(source, changed.rel, changed.record_sha256,
+                                                         changed.record_size),
                                           base64.b64decode(read.get("content_b64", ""))))
     out.append(capture)
     rows = [StepResult(name=f.rel, kind="file", status="ok", message="captured: differs from RECORD",
@@ -257,7 +290,10 @@ def write_recipe(capture: Capture, out: Path, when: datetime.datetime) -> list[P
     }
     # every list is its own object: safe_dump writes no anchors or aliases
     outputs = {**patches, out: yaml.safe_dump(recipe, sort_keys=False, width=100, allow_unicode=True)}
-    taken = [str(path) for path in outputs if path.exists()]
+    links = [f"{path} is a symlink (to {os.readlink(path)})" for path in outputs if path.is_symlink()]
+    if links:  # dangling or not: what it points to is outside what -o names
+        raise CaptureRefused(f"{'; '.join(links)}: capture does not write through a symlink; nothing written")
+    taken = [str(path) for path in outputs if os.path.lexists(path)]
     if taken:  # never over a recipe or patch someone may have edited
         one = len(taken) == 1
         raise CaptureRefused(f"{', '.join(taken)} already exist{'s' if one else ''}: remove "
@@ -265,13 +301,22 @@ def write_recipe(capture: Capture, out: Path, when: datetime.datetime) -> list[P
     written: list[Path] = []
     try:
         for path, text in outputs.items():
-            path.write_text(text)
+            _create(path, text)
             written.append(path)
     except OSError as exc:
         for path in written:
             path.unlink(missing_ok=True)
-        raise CaptureRefused(f"cannot write {exc.filename}: {exc.strerror}; nothing written") from None
+        why = "it appeared meanwhile (or is a symlink)" if isinstance(exc, FileExistsError) else exc.strerror
+        raise CaptureRefused(f"cannot write {exc.filename}: {why}; nothing written") from None
     return [out, *patches]
+
+
+def _create(path: Path, text: str) -> None:
+    """A new file: O_EXCL never opens one that exists, a symlink included (dangling or not),
+    O_NOFOLLOW says so even where O_EXCL would not be honoured."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 class CaptureRefused(HostError):

@@ -77,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="installed files of a distribution that differ from its RECORD, "
                            "each explained by the journal or unexplained (exit 3)")
     audit.add_argument("dist", metavar="DIST", help="distribution name, or the import name of its package (vllm)")
+    audit.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                       help="stop hashing after this long (default 120 s); the report says how far it got")
     targets(audit, recipe=False)
     capture = sub.add_parser("capture", help="the files of a distribution that differ from its RECORD (hand "
                              "edits), as a recipe; nothing on the host is changed")
@@ -120,6 +122,10 @@ def _parser() -> argparse.ArgumentParser:
     bake.add_argument("--run-arg", action="append", default=[], metavar="ARG",
                       help="an argument for the engine's `run` (e.g. --run-arg=--ulimit=nofile=1024:1024)")
     bake.add_argument("--state-dir", help="journal folder in the image (default ~/.local/state/patchkit)")
+    bake.add_argument("--timeout", type=int, default=3600, metavar="SECONDS",
+                      help="the bake container's lifetime (it runs `sleep SECONDS`; default 3600)")
+    bake.add_argument("--allow-skipped", action="store_true",
+                      help="write TAG even when every step was skipped (else: no image, exit 1)")
     bake.add_argument("--json", action="store_true", help="the apply's JSON document on stdout")
     bake.add_argument("--log-format", choices=["console", "json"], default="console")
     bake.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -259,7 +265,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         from patchkit.audit import audit_host
 
-        works["audit"] = partial(audit_host, dist=args.dist)
+        works["audit"] = partial(audit_host, dist=args.dist, budget_s=args.time_budget)
     captures: list[Capture] = []
     if command == "capture":
         from functools import partial
@@ -414,7 +420,8 @@ def _bake(args: argparse.Namespace, loaded: LoadedRecipe, overrides: dict[str, s
     from patchkit.runner import Options, Runner
 
     spec = BakeSpec(image=args.image, tag=args.tag, engine=args.engine, engine_args=list(args.engine_arg),
-                    run_args=list(args.run_arg), python=overrides.get("python"), state_dir=args.state_dir)
+                    run_args=list(args.run_arg), python=overrides.get("python"), state_dir=args.state_dir,
+                    timeout_s=args.timeout, allow_skipped=args.allow_skipped)
     run_id = new_run_id()
 
     def work(host: HostSpec, dry_run: bool) -> RunReport:

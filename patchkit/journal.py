@@ -192,6 +192,8 @@ def explain(changed: ChangedFile, records: list[RunRecord], written: WrittenFile
     the files a journaled step wrote, as its kind says: steps.registry.written_files)."""
     if changed.change != "modified":
         return Explanation(UNEXPLAINED, f"{changed.change}: patchkit never removes a package's files")
+    resized = (f" ({changed.size} bytes, RECORD says {changed.record_size}; not hashed)"
+               if changed.sha256 is None and changed.size is not None else "")
     ours = []
     for record in active_changes(records).values():
         for step in record.live_steps():
@@ -208,4 +210,4 @@ def explain(changed: ChangedFile, records: list[RunRecord], written: WrittenFile
         return Explanation(UNEXPLAINED, (
             f"{UNEXPLAINED}: changed since patchkit wrote it (run {record.run_id}, recipe {record.recipe}, "
             f"step {step.name}): an edit on top of the patch"), record.run_id, record.recipe, step.name)
-    return Explanation(UNEXPLAINED, f"{UNEXPLAINED}: modified, and no patchkit run on this host wrote it")
+    return Explanation(UNEXPLAINED, f"{UNEXPLAINED}: modified{resized}, and no patchkit run on this host wrote it")

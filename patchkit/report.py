@@ -45,6 +45,9 @@ def print_plain(report: RunReport, out: TextIO = sys.stdout) -> None:
     between host, step, status and message; diffs once each, under a `#` line naming where."""
     for diff, where in shared_diffs(report).values():
         out.write(f"# {', '.join(where)}\n{diff.rstrip(chr(10))}\n\n")
+    for name, why, upstream in _about(report):
+        out.write(" ".join([f"{name}:", *(f"{key}: {_one_line(value)}" for key, value in (
+            ("why", why), ("upstream", upstream)) if value)]) + "\n")
     title = f"{report.command} {report.recipe}" + (" (dry run)" if report.dry_run else "") + f" · run {report.run_id}"
     out.write(f"# {title}\n")
     notes: list[str] = []
@@ -59,6 +62,11 @@ def print_plain(report: RunReport, out: TextIO = sys.stdout) -> None:
     for note in notes:
         out.write(note + "\n")
     out.write(_host_counts(report) + "\n")
+
+
+def _about(report: RunReport) -> list[tuple[str, str | None, str | None]]:
+    about = {(s.name, s.why, s.upstream) for r in report.hosts.values() for s in r.steps if s.why or s.upstream}
+    return sorted(about, key=lambda a: a[0])
 
 
 def _host_counts(report: RunReport) -> str:
@@ -87,8 +95,7 @@ def print_human(report: RunReport, out: TextIO = sys.stdout) -> None:
             console.print(Text(line, style=style))
         console.print()
 
-    about = {(s.name, s.why, s.upstream) for r in report.hosts.values() for s in r.steps if s.why or s.upstream}
-    for name, why, upstream in sorted(about, key=lambda a: a[0]):  # a step's `why:` and `upstream:`
+    for name, why, upstream in _about(report):  # a step's `why:` and `upstream:`
         console.print(Text(f"{name}:", style="bold"), *(f"{key}: {value}" for key, value in (
             ("why", why), ("upstream", upstream)) if value))
     title = f"{report.command} {report.recipe}" + (" (dry run)" if report.dry_run else "") + f" · run {report.run_id}"

@@ -161,7 +161,7 @@ class FakeAgent:
             out["read"] = dict(self.op_read(first), path=first)
         return out
 
-    def op_read(self, path: str) -> dict[str, Any]:
+    def op_read(self, path: str, root: str | None = None) -> dict[str, Any]:  # no symlinks in the fake
         if path not in self.files:
             return {"exists": False}
         data = self.files[path]
@@ -189,7 +189,8 @@ class FakeAgent:
 
     # verify_python / variables: the fake runs no programs (tests/agent/test_verify_python.py does)
     def op_apply_files(self, files: list[dict[str, Any]], verify_imports: list[str],
-                       import_timeout_s: float, verify_python: dict[str, Any] | None = None) -> dict[str, Any]:
+                       import_timeout_s: float, verify_python: dict[str, Any] | None = None,
+                       root: str | None = None) -> dict[str, Any]:  # no symlinks in the fake
         """A unit: each file checked against its hash, backed up and written, then the unit's
         checks (read-back, syntax of each, the imports once); any failure puts all back."""
         for spec in files:

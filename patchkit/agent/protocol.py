@@ -71,6 +71,7 @@ class LoadReply(TypedDict):
 
 class ReadArgs(TypedDict):
     path: str
+    root: NotRequired[str]  # the package folder the path must stay inside (no symlinked folder out of it)
 
 
 class ReadReply(TypedDict):
@@ -175,6 +176,7 @@ class ApplyFilesArgs(TypedDict):
     verify_imports: list[str]
     import_timeout_s: float
     verify_python: NotRequired[VerifyProgram | None]
+    root: NotRequired[str | None]  # the package folder every path must stay inside
 
 
 class ApplyFilesPassed(TypedDict):
@@ -198,6 +200,8 @@ ApplyFilesReply = ApplyFilesPassed | ApplyFilesFailed
 class DistFilesArgs(TypedDict):
     name: str  # a distribution, or the import name of a package one owns
     only: list[str] | None  # just these files (as the host has them); None: every file RECORD lists
+    hash_anyway: NotRequired[list[str]]  # files hashed even when their size differs from RECORD's (ours)
+    budget_s: NotRequired[float]  # hashing stops after this long (out_of_time)
 
 
 class ChangedRecordFile(TypedDict):
@@ -206,7 +210,14 @@ class ChangedRecordFile(TypedDict):
     real: NotRequired[str]
     change: Literal["modified", "missing", "not a regular file"]
     record_sha256: str
-    sha256: NotRequired[str]
+    sha256: NotRequired[str]  # absent for a modified file: its size differs from RECORD's, not hashed
+    size: NotRequired[int]  # the file's now
+    record_size: NotRequired[int | None]  # RECORD's (None: RECORD gives none)
+
+
+class OutsideRow(TypedDict):
+    rel: str  # as RECORD writes it
+    why: str  # how it leaves the distribution's folder
 
 
 class DistFilesReply(TypedDict):
@@ -219,6 +230,11 @@ class DistFilesReply(TypedDict):
     unhashed: NotRequired[int]
     listed: NotRequired[int]
     changed: NotRequired[list[ChangedRecordFile]]
+    outside: NotRequired[list[OutsideRow]]  # rows skipped, never opened (the first OUTSIDE_LISTED)
+    outside_count: NotRequired[int]
+    out_of_time: NotRequired[bool]  # the budget ran out: `unchecked` hashed rows were not looked at
+    unchecked: NotRequired[int]
+    budget_s: NotRequired[float]
 
 
 class CheckArgs(TypedDict):

@@ -158,7 +158,8 @@ async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> Uni
             misses.append(f"{module}: no such module")
             continue
         first = located.pop("read", None)  # once: a later step must see what this one wrote
-        read = first if first and first["path"] == path else await ctx.agent.call(READ({"path": path}))
+        read = first if first and first["path"] == path else await ctx.agent.call(READ({"path": path,
+                                                                                          "root": located["root"]}))
         if not read["exists"]:
             misses.append(f"{module}: {path} vanished")
             continue
@@ -182,7 +183,7 @@ async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> Uni
         change.sha256_after = hashlib.sha256(new_content).hexdigest()
         change.diff = _diff(ctx, path, content.decode("utf-8"), edit.source, (read["sha256"], change.sha256_after))
         set_unit(result, [change], many=False)
-        return UnitPlan(result, {path: new_content})
+        return UnitPlan(result, {path: new_content}, located["root"])
 
     _not_found(result, spec, verdict_gate.version, misses)
     return UnitPlan(result)
@@ -204,7 +205,7 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
     reads = []
     for rel, _module, _patch in diff.targets():
         path = posixpath.join(root, *rel.split("/")[1:])
-        reads.append((rel, path, await ctx.agent.send(READ({"path": path}))))
+        reads.append((rel, path, await ctx.agent.send(READ({"path": path, "root": root}))))
     changes: list[FileChange] = []
     contents: dict[str, bytes | None] = {}
     misses: list[str] = []
@@ -271,7 +272,7 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
         return UnitPlan(result)
     result.status = "changed"
     result.message = "; ".join(c.message for c in changes if c.file in contents)
-    return UnitPlan(result, contents)
+    return UnitPlan(result, contents, root)
 
 
 async def _record_view(ctx: HostContext, package: str, out: StepResult, records: list[RunRecord]) -> None:
@@ -332,7 +333,7 @@ class PatchKind(StepKind[PatchStep, UnitPlan]):
         async def replan() -> UnitPlan:
             return (await self.plan(ctx, step, spec)).data
 
-        return await apply_unit(ctx, step, UnitPlan(planned.result, planned.data.contents), replan)
+        return await apply_unit(ctx, step, UnitPlan(planned.result, planned.data.contents, planned.data.root), replan)
 
     async def state(self, ctx: HostContext, step: Step, spec: PatchStep, planned: Planned[UnitPlan],
                     records: list[RunRecord]) -> StepResult:

@@ -32,6 +32,7 @@ from patchkit.steps.context import HostContext
 class UnitPlan:
     result: StepResult
     contents: dict[str, bytes | None] = field(default_factory=dict)  # path -> new content (None: removed)
+    root: str | None = None  # the package folder: the agent refuses a path that leaves it
 
 
 def verify_program(ctx: HostContext, step: Step) -> VerifyProgram | None:
@@ -138,11 +139,11 @@ async def apply_unit(ctx: HostContext, step: Step, plan: UnitPlan,
             note = f" ({cut}: put back first, the unit written whole by this run)"
     if result.status != "changed":
         return result
-    return await _write(ctx, step, result, plan.contents, note)
+    return await _write(ctx, step, result, plan.contents, note, plan.root)
 
 
 async def _write(ctx: HostContext, step: Step, result: StepResult, contents: dict[str, bytes | None],
-                 note: str) -> StepResult:
+                 note: str, root: str | None = None) -> StepResult:
     many = _many(result)
     changes = unit_files(result)
     ordered = [c for c in changes if c.file in contents]
@@ -163,6 +164,7 @@ async def _write(ctx: HostContext, step: Step, result: StepResult, contents: dic
             "verify_imports": verify.import_,
             "import_timeout_s": verify.timeout_s,
             "verify_python": verify_program(ctx, step),
+            "root": root,
         }), reply_wait=checks_wait(step))
     except HostError as exc:
         result.status, result.message = "failed", str(exc)

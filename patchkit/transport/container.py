@@ -6,8 +6,8 @@ container per run (counted in `exec_requests`), nothing installed in the contain
 engine's argv is built here from the inventory (`ContainerTarget.command`), never through a
 shell:
 
-    podman [ENGINE_ARGS] exec -i [-u USER] CONTAINER PYTHON -c BOOTSTRAP NONCE
-    docker [ENGINE_ARGS] exec -i [-u USER] CONTAINER ...        (DOCKER_HOST as the user set it)
+    podman [ENGINE_ARGS] exec -i [--user=USER] -- CONTAINER PYTHON -c BOOTSTRAP NONCE
+    docker [ENGINE_ARGS] exec -i [--user=USER] -- CONTAINER ...  (DOCKER_HOST as the user set it)
     kubectl [--kubeconfig F] [--context C] [ENGINE_ARGS] exec -i -n NS POD [-c CONTAINER] -- ...
 
 An exec that fails before the agent's first line (no such container, not running, no such
@@ -139,8 +139,8 @@ class ContainerTarget:
             assert a.namespace is not None
             container = ["-c", a.pod_container] if a.pod_container else []
             return [*self.engine_prefix(), "exec", "-i", "-n", a.namespace, a.container, *container, "--", *remote]
-        user = ["-u", self.user] if self.user else []
-        return [*self.engine_prefix(), "exec", "-i", *user, a.container, *remote]
+        user = [f"--user={self.user}"] if self.user else []  # one word: a user can never be read as an option
+        return [*self.engine_prefix(), "exec", "-i", *user, "--", a.container, *remote]
 
 
 class ContainerTransport:

@@ -333,6 +333,80 @@ def test_a_symlinked_module_is_refused_with_its_target_named(tmp_path: Path) -> 
     assert host.config.is_symlink() and sha256(elsewhere) == host.original
 
 
+ADD_TO_EXT = "--- /dev/null\n+++ b/slowpkg/ext/new.py\n@@ -0,0 +1 @@\n+X = 1\n"
+HUNK_IN_EXT = "--- a/slowpkg/ext/mod.py\n+++ b/slowpkg/ext/mod.py\n@@ -1 +1 @@\n-LIMIT = 1\n+LIMIT = 2\n"
+SET_IN_EXT = {"set_value": {"names": ["LIMIT"], "value": 2}}
+
+
+def ext_recipe(host: Host, edit: dict) -> Path:
+    recipe = host.root / "ext.yaml"
+    modules = {} if "diff" in edit else {"modules": ["slowpkg.ext.mod"]}  # a diff names its own files
+    recipe.write_text(json.dumps({"name": "ext", "steps": [
+        {"name": "ext", "patch": {"package": "slowpkg", **modules, "edit": edit}}]}))
+    return recipe
+
+
+@pytest.mark.parametrize("edit", [{"diff": {"text": ADD_TO_EXT}}, {"diff": {"text": HUNK_IN_EXT}}, SET_IN_EXT],
+                         ids=["diff-adds-a-file", "diff-hunk", "set_value"])
+def test_a_symlinked_folder_inside_the_package_is_never_written_through(tmp_path: Path, edit: dict) -> None:
+    """`slowpkg/ext -> /elsewhere`: the plan would name package paths while the bytes land
+    elsewhere (issue 21 item 4). Every edit kind is refused on the host, naming the real path."""
+    host = Host(tmp_path / "h")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "__init__.py").write_text("")
+    (elsewhere / "mod.py").write_text("LIMIT = 1\n")
+    (host.site / "slowpkg" / "ext").symlink_to(elsewhere)
+    recipe = ext_recipe(host, edit)
+    real = os.path.realpath(elsewhere)
+    for command in ("plan", "apply"):
+        proc = subprocess.run([PATCHKIT, command, str(recipe), "--json", "-e", f"python={host.python}",
+                               "--state-dir", str(host.state)], capture_output=True, text=True, timeout=120,
+                              check=False)
+        result = Result([command], proc.returncode, proc.stdout, proc.stderr)
+        assert result.returncode == 1, result
+        message = step(result)["message"]
+        assert f"is a symlink to {real}, outside the package folder" in message, message
+    assert sorted(os.listdir(elsewhere)) == ["__init__.py", "mod.py"]
+    assert (elsewhere / "mod.py").read_text() == "LIMIT = 1\n"
+
+
+def test_a_symlinked_folder_that_stays_inside_the_package_is_patched(tmp_path: Path) -> None:
+    host = Host(tmp_path / "h")
+    inner = host.site / "slowpkg" / "inner"
+    inner.mkdir()
+    (inner / "__init__.py").write_text("")
+    (inner / "mod.py").write_text("LIMIT = 1\n")
+    (host.site / "slowpkg" / "ext").symlink_to(inner)
+    proc = subprocess.run([PATCHKIT, "apply", str(ext_recipe(host, SET_IN_EXT)), "--json", "-e",
+                           f"python={host.python}", "--state-dir", str(host.state)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (inner / "mod.py").read_text() == "LIMIT = 2\n"
+
+
+def test_the_host_refuses_a_write_that_leaves_the_package_folder(tmp_path: Path) -> None:
+    """The write op checks too (a symlink planted between plan and apply): op_apply_files
+    refuses a path whose folder links out of the root it is given."""
+    agent = host_agent()
+    root = tmp_path / "pkg"
+    root.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mod.py").write_text("LIMIT = 1\n")
+    (root / "ext").symlink_to(elsewhere)
+    target = str(root / "ext" / "mod.py")
+    original = hashlib.sha256(b"LIMIT = 1\n").hexdigest()
+    new = base64.b64encode(b"LIMIT = 2\n").decode()
+    backup = str(tmp_path / "state" / "backups" / "r" / "mod.py")
+    with pytest.raises(agent.Refused, match="is a symlink to .*elsewhere, outside the package folder"):
+        agent.op_apply_files([{"path": target, "expected_sha256": original, "content_b64": new,
+                               "backup_path": backup}], [], 10, root=str(root))
+    with pytest.raises(agent.Refused, match="outside the package folder"):
+        agent.op_read(str(root / ".." / "elsewhere" / "mod.py"), root=str(root))
+    assert (elsewhere / "mod.py").read_text() == "LIMIT = 1\n"
+
+
 def deploy_recipe(tmp_path: Path, src: Path, dest: Path) -> Path:
     recipe = tmp_path / "deploy.yaml"
     recipe.write_text(json.dumps({"name": "d", "steps": [{"name": "dep", "deploy": {"src": str(src), "dest": str(dest)}}]}))

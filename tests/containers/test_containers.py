@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -525,6 +526,174 @@ def test_bake_from_a_missing_image_is_one_line(built_images: None) -> None:
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+def bake_containers(engine: Engine) -> list[str]:
+    """Names of the containers any bake labelled, running or not."""
+    listed = engine.run("ps", "-a", "--filter", "label=patchkit.bake.owner", "--format", "{{.Names}}")
+    return listed.stdout.split()
+
+
+def spy_engine(tmp_path: Path) -> tuple[Path, Path]:
+    """podman behind a script that notes each call's arguments (one line each) first."""
+    calls, spy = tmp_path / "engine-calls", tmp_path / "podman-spy"
+    spy.write_text(f'#!/bin/sh\necho "$@" >> "{calls}"\nexec "{images.podman_binary()}" "$@"\n')
+    spy.chmod(0o755)
+    return spy, calls
+
+
+@containers
+@pytest.mark.parametrize("flag, value", [
+    ("--tag", "--change=ENV X=1"),  # once: an untagged image carrying X=1, exit 0, "wrote --change=ENV X=1"
+    ("--tag", "--squash"),
+    ("--from", "--privileged"),
+    ("--tag", "Upper/Case:x"),
+    ("--tag", "localhost/x@sha256:" + "0" * 64),  # commit names a tag, not a digest
+    ("--from", "localhost/toy llm"),
+])
+def test_bake_refuses_a_tag_or_image_that_is_not_an_image_reference(built_images: None, tmp_path: Path, flag: str,
+                                                                     value: str) -> None:
+    """Issue 21 item 1: a usage error (exit 2) before any engine runs, naming the flag."""
+    spy, calls = spy_engine(tmp_path)
+    argv = {"--from": images.TOY_IMAGE, "--tag": "localhost/pk-test-never"}
+    argv[flag] = value
+    out = patchkit(None, "bake", TOY_RECIPE, f"--from={argv['--from']}", f"--tag={argv['--tag']}",
+                   "--engine", str(spy), *[f"--engine-arg={a}" for a in images.ENGINE_ARGS],
+                   *[f"--run-arg={a}" for a in images.ULIMIT_ARGS])
+    assert out.returncode == 2, out
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("patchkit: bake ") and (flag if flag == "--from" else "-t/--tag") in line, line
+    assert repr(value) in line and ("cannot start with '-'" in line or "not an image reference" in line), line
+    assert not calls.exists(), calls.read_text()  # the engine never ran
+
+
+@containers
+def test_every_positional_of_bake_follows_a_double_dash(built_images: None, tmp_path: Path) -> None:
+    """Issue 21 item 1: IMAGE, TAG and the container's name come after `--` in each engine call."""
+    spy, calls = spy_engine(tmp_path)
+    tag = f"localhost/pk-test-dashes-{uuid.uuid4().hex[:8]}"
+    try:
+        out = patchkit(None, "bake", TOY_RECIPE, "--from", images.TOY_IMAGE, "-t", tag, "--steps", "fp32-dtype",
+                       "--engine", str(spy), *[f"--engine-arg={a}" for a in images.ENGINE_ARGS],
+                       *[f"--run-arg={a}" for a in images.ULIMIT_ARGS])
+        assert out.returncode == 0, out
+        lines = [line.split()[len(images.ENGINE_ARGS):] for line in calls.read_text().splitlines()]
+        by_command = {words[0] if words[0] != "image" else "image inspect": words for words in lines
+                      if words and words[0] in ("image", "run", "commit", "stop", "rm")}
+        assert by_command["image inspect"][-2:] == ["--", images.TOY_IMAGE], lines
+        assert by_command["run"][-3:-1] == ["--", images.TOY_IMAGE] and by_command["run"][-1] == "3600", lines
+        assert by_command["commit"][-3:] == ["--", by_command["run"][by_command["run"].index("--name") + 1], tag]
+        assert by_command["stop"][-2] == "--" and by_command["rm"][-2] == "--", lines
+    finally:
+        Engine("podman").run("rmi", "-f", tag, check=False)
+
+
+def readme_bake_flags() -> list[str]:
+    """The engine flags the README says a host like ours needs for bake (its second sh block
+    of the bake section), as words."""
+    section = (REPO / "README.md").read_text().split("### `patchkit bake`", 1)[1].split("\n### ", 1)[0]
+    blocks = section.split("```sh\n")[1:]
+    assert len(blocks) >= 2, "the README's bake section lost its engine flags block"
+    words = blocks[1].split("```", 1)[0].replace("\\\n", " ").split()
+    return [w for w in words if w.startswith(("--engine-arg=", "--run-arg="))]
+
+
+@containers
+def test_bake_with_every_step_skipped_writes_no_image_unless_allowed(built_images: None, tmp_path: Path) -> None:
+    """Issue 21 item 2: every step outside `versions` used to give exit 0 and "wrote TAG" (an
+    unpatched image). Run with the README's flags for hosts like ours, as written there."""
+    podman = Engine("podman")
+    recipe = tmp_path / "out-of-range.yaml"
+    recipe.write_text(json.dumps({"name": "oor", "steps": [
+        {"name": "fp32-dtype", "patch": {"package": "toyllm", "versions": "<0.0.1", "modules": ["toyllm.config.model"],
+                                         "edit": {"list_insert": {"names": ["_FLOAT16_DTYPES"], "values": ["float32"]}}}},
+        {"name": "also-old", "check": {"package": "toyllm", "versions": "<0.0.1", "python": "pass"}}]}))
+    tag = f"localhost/pk-test-skipped-{uuid.uuid4().hex[:8]}"
+    flags = readme_bake_flags()
+    assert "--engine-arg=--runtime=runc" in flags and "--run-arg=--ulimit=nproc=1024:1024" in flags, flags
+    before = set(bake_containers(podman))  # other bakes on this machine may run meanwhile
+    try:
+        out = patchkit(None, "bake", str(recipe), "--from", images.TOY_IMAGE, "-t", tag, *flags)
+        assert out.returncode == 1, out
+        last = out.stderr.strip().splitlines()[-1]
+        assert "every step was skipped" in last and "no image written" in last, last
+        assert "fp32-dtype: " in last and "also-old: " in last and "<0.0.1" in last, last
+        assert "--allow-skipped" in last
+        assert podman.run("image", "inspect", tag, check=False).returncode != 0
+        allowed = patchkit(None, "bake", str(recipe), "--from", images.TOY_IMAGE, "-t", tag, "--allow-skipped", *flags)
+        assert allowed.returncode == 0, allowed
+        assert podman.run("image", "inspect", tag, check=False).returncode == 0
+        assert set(bake_containers(podman)) <= before
+    finally:
+        podman.run("rmi", "-f", tag, check=False)
+
+
+@containers
+def test_a_bake_whose_run_fails_leaves_no_container(built_images: None) -> None:
+    """Issue 21 item 3: an rlimit the runtime refuses (nproc above the current one) fails
+    `podman run` after the container was created; the cleanup covers the run."""
+    podman = Engine("podman")
+    before = set(podman.run("ps", "-a", "--format", "{{.Names}}").stdout.split())
+    out = patchkit(None, "bake", TOY_RECIPE, "--from", images.TOY_IMAGE, "-t", "localhost/pk-test-never",
+                   *[f"--engine-arg={a}" for a in images.ENGINE_ARGS], "--run-arg=--ulimit=nofile=1024:1024")
+    assert out.returncode == 1, out
+    assert out.stderr.strip().splitlines()[-1].startswith("patchkit: bake: `podman run` failed: "), out
+    assert "rlimit" in out.stderr, out
+    names = set(podman.run("ps", "-a", "--format", "{{.Names}}").stdout.split()) - before
+    assert not [n for n in names if n.startswith("patchkit-bake-")], names
+
+
+@containers
+def test_a_killed_bake_leaves_a_bounded_labelled_container_that_the_next_bake_removes(built_images: None,
+                                                                                      tmp_path: Path) -> None:
+    """Issue 21 item 3: `kill -9` of bake used to leave `sleep infinity` forever. Now its
+    container sleeps the bake's timeout (and removes itself then: --rm), carries the owner
+    label, and the next bake removes it; a labelled container whose bake still runs is kept."""
+    podman = Engine("podman")
+    recipe = tmp_path / "slow.yaml"
+    recipe.write_text(json.dumps({"name": "slow", "steps": [
+        {"name": "wait", "check": {"package": "toyllm", "python": "import time; time.sleep(120)", "timeout_s": 150}}]}))
+    argv = [PATCHKIT, "bake", str(recipe), "--from", images.TOY_IMAGE, "-t", "localhost/pk-test-never",
+            "--timeout", "300", *podman.bake_args()]
+    alive = f"pk-test-alive-{uuid.uuid4().hex[:8]}"  # labelled by a bake that runs: this test's process
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+    podman.started.append(alive)
+    podman.run("run", "-d", "--name", alive, "--label", f"patchkit.bake.owner={os.uname().nodename} {os.getpid()} "
+               f"{stat[19]}", *images.RUN_ARGS, images.TOY_IMAGE, "sleep", "300")
+    before = set(bake_containers(podman))  # other bakes on this machine may run meanwhile
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    left: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not left:
+            left = [n for n in bake_containers(podman) if n.startswith("patchkit-bake-") and n not in before]
+            if left:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+        [name] = left
+        config = podman.run("container", "inspect", "--format", "{{json .Config.Cmd}} {{.HostConfig.AutoRemove}} "
+                            '{{index .Config.Labels "patchkit.bake.owner"}}', name).stdout.split()
+        assert config[:2] == ['["300"]', "true"], config
+        assert config[2:4] == [os.uname().nodename, str(proc.pid)], config
+        assert podman.run("container", "inspect", "--format", "{{.State.Running}}", name).stdout.strip() == "true"
+
+        again = patchkit(None, "bake", TOY_RECIPE, "--from", "localhost/pk-test-no-such-image", "-t",
+                         "localhost/pk-test-never", *podman.bake_args())
+        assert again.returncode == 1, again  # the image is missing, but the sweep came first
+        assert "container(s) of earlier bakes whose process is gone: " in again.stderr, again
+        assert name in again.stderr.split("whose process is gone: ", 1)[1].splitlines()[0], again
+        remaining = bake_containers(podman)
+        assert name not in remaining and alive in remaining, remaining
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for name in left:
+            podman.remove(name, check=False)
+        podman.cleanup()
+
+
 @containers
 def test_the_dockerfile_alternative_runs_patchkit_apply_in_a_build(built_images: None, tmp_path: Path) -> None:
     """README's `RUN patchkit apply ...` (the local transport inside the build): a failed
@@ -644,9 +813,9 @@ def test_container_exec_argv() -> None:
     host = HostSpec(name="c1", address="podman://web", user="app", engine="/usr/bin/podman",
                     engine_args=["--runtime", "runc"])
     assert ContainerTarget.from_host(host).command(["python3", "-c", "x", "n"]) == [
-        "/usr/bin/podman", "--runtime", "runc", "exec", "-i", "-u", "app", "web", "python3", "-c", "x", "n"]
+        "/usr/bin/podman", "--runtime", "runc", "exec", "-i", "--user=app", "--", "web", "python3", "-c", "x", "n"]
     assert ContainerTarget.from_host(HostSpec(name="d", address="docker://web")).command(["py"]) == [
-        "docker", "exec", "-i", "web", "py"]
+        "docker", "exec", "-i", "--", "web", "py"]
 
 
 def test_kubectl_exec_argv_honours_kubeconfig_and_context() -> None:

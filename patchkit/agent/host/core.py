@@ -112,6 +112,40 @@ def refuse_symlink(path, what):
         raise Refused("%s is a symlink (to %s); refusing to %s through it" % (path, os.readlink(path), what))
 
 
+def path_escape(root, path, where="the package folder"):
+    """How `path` leaves the folder `root` (a message), or None when it stays inside: no `..`
+    out of it, no absolute path elsewhere, and every component from root down either no
+    symlink or a symlink whose real path is still under root's real path."""
+    root, path = os.path.normpath(expand(root)), os.path.normpath(expand(path))
+    real_root = os.path.realpath(root)
+    rel = os.path.relpath(path, root)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        return "%s is outside %s %s" % (path, where, root)
+    here = root
+    for part in ([] if rel == os.curdir else rel.split(os.sep)):
+        here = os.path.join(here, part)
+        if not os.path.islink(here):
+            if not os.path.lexists(here):
+                return None  # nothing below exists yet (a file a diff adds): nothing to follow
+            continue
+        real = os.path.realpath(here)
+        if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+            return "%s is a symlink to %s, outside %s %s" % (here, real, where, real_root)
+    return None
+
+
+def refuse_path_escape(root, path):
+    """Refuse `path` unless it stays inside the package folder `root` (path_escape). A
+    symlinked folder inside a package (`pkg/ext -> /elsewhere`) would steer a patch into a tree
+    the plan never names (its files may be other environments'). root None: nothing to check
+    against (callers that name no package)."""
+    if root is None:
+        return
+    why = path_escape(root, path)
+    if why:
+        raise Refused("%s: patchkit does not read or write %s through it" % (why, os.path.normpath(expand(path))))
+
+
 def fsync_dir(path):
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -320,6 +354,7 @@ def module_file(root, package, module):
         return None
     base = os.path.join(root, *parts[1:])
     for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+        refuse_path_escape(root, candidate)
         if os.path.isfile(candidate):
             return candidate
     return None
@@ -339,15 +374,17 @@ def op_locate(package, modules, read_first=False):
     out = {"found": True, "root": root, "version": version, "version_source": version_source, "files": files}
     first = next((files[m] for m in modules if files[m]), None)
     if read_first and first:
-        out["read"] = dict(op_read(first), path=first)
+        out["read"] = dict(op_read(first, root), path=first)
     return out
 
 
 # ---------------------------------------------------------------- files
 
 @op
-def op_read(path):
+def op_read(path, root=None):
+    """The file's bytes and stat; `root`: the package folder it must stay inside."""
     path = expand(path)
+    refuse_path_escape(root, path)
     if not os.path.isfile(path):
         return {"exists": False}
     with locked_folder(os.path.dirname(path), 600, shared=True):  # never mid-apply of another run
@@ -370,7 +407,7 @@ def op_hash(paths):
 
 
 @op(mutating=True)
-def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None):
+def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None, root=None):
     """A unit of files changed as one (a patch step: one file, or the files of a diff): every
     file backed up, then written, then the unit verified (verify_unit); any failure, a write
     error too, puts back every file written (each only if it still holds what this run wrote).
@@ -378,9 +415,11 @@ def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None):
     files: [{path, expected_sha256, content_b64, backup_path}]. A file the unit adds has
     expected_sha256 None (it must not exist; its folder must); one it deletes has content_b64
     None (backed up, removed). The files' folders are locked (flock) for the whole of it, in
-    sorted order: two runs with different state dirs never interleave on one file, nor deadlock."""
+    sorted order: two runs with different state dirs never interleave on one file, nor deadlock.
+    root: the package folder every path must stay inside (refuse_path_escape)."""
     paths = [expand(f["path"]) for f in files]
     for path in paths:
+        refuse_path_escape(root, path)
         refuse_symlink(path, "patch")
     with locked_folders(paths, import_timeout_s + 60):
         return apply_unit_locked(files, paths, verify_imports, import_timeout_s, verify_python)
