@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fast
     from patchkit.capture import Capture
+    from patchkit.errors import UsageError
     from patchkit.inventory import HostSpec
     from patchkit.recipe import LoadedRecipe
     from patchkit.results import RunReport
@@ -35,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
         if recipe:
             sp.add_argument("recipe", help="recipe YAML file")
         sp.add_argument("-i", "--inventory", help="inventory YAML (default: this machine, local transport)")
-        sp.add_argument("-l", "--limit", help="HOST|GROUP[,...]")
+        sp.add_argument("-l", "--limit", help="host pattern: HOST|GROUP|all|GLOB, joined by , or : (union), :&X (and), :!X (not)")
         sp.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
                         help="set a recipe variable; python=PATH picks the target interpreter")
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -106,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     test.add_argument("--json", action="store_true", help="the whole matrix as one JSON document on stdout")
     test.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
     test.add_argument("-i", "--inventory", help="--versions installed: the hosts")
-    test.add_argument("-l", "--limit", help="--versions installed: HOST|GROUP[,...]")
+    test.add_argument("-l", "--limit", help="--versions installed: a host pattern, as for apply")
     bake = sub.add_parser("bake", help="apply a recipe in a container from IMAGE and commit it as TAG (verified; "
                                        "nothing written if a step fails)")
     bake.add_argument("recipe", help="recipe YAML file")
@@ -198,10 +199,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(json.dumps(Recipe.model_json_schema(by_alias=True), indent=2))
         return EXIT_OK
 
+    from patchkit.errors import UsageError
     from patchkit.recipe import load_recipe, parse_assignments
 
     overrides = parse_assignments(getattr(args, "extra_var", []))
-    loaded = load_recipe(args.recipe, overrides) if getattr(args, "recipe", None) else None
+    try:
+        loaded = load_recipe(args.recipe, overrides) if getattr(args, "recipe", None) else None
+    except UsageError as exc:
+        raise _with_inventory_problems(exc, args) from None
     if args.command == "validate":
         assert loaded
         steps = ", ".join(f"{s.name} ({s.kind})" for s in loaded.recipe.steps)
@@ -351,6 +356,22 @@ def _write_capture(capture: Capture, output: Path, report: RunReport) -> None:
     host.message += "; wrote " + ", ".join(str(p) for p in written)
 
 
+def _with_inventory_problems(recipe_error: UsageError, args: argparse.Namespace) -> UsageError:
+    """A broken recipe, and an inventory given: its problems too, after the recipe's (grouped
+    per file), so one run shows everything to fix."""
+    inventory = getattr(args, "inventory", None)
+    if not isinstance(inventory, str):
+        return recipe_error
+    from patchkit.errors import UsageError
+    from patchkit.inventory import load_inventory
+
+    try:
+        load_inventory(inventory)
+    except UsageError as exc:
+        return UsageError(f"{recipe_error}\n{exc}")
+    return recipe_error
+
+
 def _split(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
@@ -361,7 +382,7 @@ def _hosts(args: argparse.Namespace) -> tuple[list[HostSpec], list[int | str] | 
     from patchkit.transport.kubectl import resolve_selector
 
     inventory = load_inventory(args.inventory) if args.inventory else local_inventory()
-    selected = inventory.select(_split(args.limit), resolve_selector)
+    selected = inventory.select(args.limit, resolve_selector)
     for note in selected.notes:
         print(f"patchkit: {note}", file=sys.stderr)
     return selected.hosts, inventory.serial

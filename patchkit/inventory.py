@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from patchkit import hostpattern
 from patchkit.errors import UsageError
 from patchkit.yamlsource import load_yaml
 
@@ -205,37 +206,45 @@ class Inventory(BaseModel):
     def merged_defaults(self) -> dict[str, object]:
         return {k: v for k, v in self.defaults.model_dump().items() if v is not None}
 
-    def select(self, limit: list[str] | None, resolve: SelectorResolver | None = None) -> Selected:
-        """The hosts `-l` names (all hosts and selector groups without it). A selector group is
-        resolved with `resolve` (a UsageError without one)."""
+    def select(self, pattern: str | None, resolve: SelectorResolver | None = None) -> Selected:
+        """The hosts the `-l` pattern selects (hostpattern.py: `all`, globs, `!x`, `a:&b`, `a,b`);
+        without one, all hosts and selector groups. A selector group is resolved with `resolve`
+        (a UsageError without one), and only when the pattern reaches it."""
         hosts = self.resolved()
-        chosen: dict[str, HostSpec] = {}
+        pods: dict[str, HostSpec] = {}
         notes: list[str] = []
+        flat: dict[str, list[str]] = {}
 
-        def add(name: str, trail: tuple[str, ...]) -> None:
-            if name in hosts:
-                chosen.setdefault(name, hosts[name])
-            elif name in self.groups and name not in trail:
-                members = self.groups[name]
-                if isinstance(members, PodSelector):
-                    if resolve is None:
-                        raise UsageError(f"group {name!r} is a k8s_selector: it is resolved by kubectl at run time")
-                    pods, left_out = resolve(name, members, self.defaults)
-                    notes.extend(left_out)
-                    for pod in pods:
-                        chosen.setdefault(pod.name, pod)
-                    return
-                for member in members:
-                    add(member, trail + (name,))
-            elif name not in self.groups:
-                raise UsageError(f"-l: {name!r} is neither a host nor a group of the inventory")
+        def members(group: str, trail: tuple[str, ...] = ()) -> list[str]:
+            if group in flat:
+                return flat[group]
+            found = self.groups[group]
+            names: list[str] = []
+            if isinstance(found, PodSelector):
+                if resolve is None:
+                    raise UsageError(f"group {group!r} is a k8s_selector: it is resolved by kubectl at run time")
+                running, left_out = resolve(group, found, self.defaults)
+                notes.extend(left_out)
+                for pod in running:
+                    pods.setdefault(pod.name, pod)
+                names = [pod.name for pod in running]
+            else:
+                for member in found:
+                    if member in hosts:
+                        names.append(member)
+                    elif member in self.groups and member not in trail:
+                        names.extend(members(member, trail + (group,)))
+            flat[group] = names
+            return names
 
-        if not limit:
-            chosen.update(hosts)
-            limit = [g for g, members in self.groups.items() if isinstance(members, PodSelector)]
-        for name in limit:
-            add(name, ())
-        return Selected(list(chosen.values()), notes)
+        if pattern:
+            chosen = hostpattern.select(pattern, list(hosts), list(self.groups), members)
+        else:
+            chosen = list(hosts)
+            for group, found in self.groups.items():
+                if isinstance(found, PodSelector):
+                    chosen += [name for name in members(group) if name not in chosen]
+        return Selected([hosts[name] if name in hosts else pods[name] for name in chosen], notes)
 
 
 def load_inventory(path: str | Path) -> Inventory:

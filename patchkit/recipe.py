@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -364,8 +365,10 @@ class Recipe(Strict):
         known = [s.name for s in self.steps]
         unknown = [n for n in names if n not in known]
         if unknown:
+            close = [c for name in unknown for c in difflib.get_close_matches(name, known, n=1)]
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise UsageError(f"--steps: no step named {', '.join(unknown)} in recipe {self.name} "
-                             f"(steps: {', '.join(known)})")
+                             f"(steps: {', '.join(known)}){hint}")
         return [s for s in self.steps if s.name in names]
 
 

@@ -3,7 +3,8 @@ read safely.
 
 pydantic tells us *which* field is wrong (a loc tuple); this module maps that loc
 back to file:line:column so every error a user sees points at their text. Whatever a file
-holds, a problem is one line, `file:line:col: field: problem`: bytes that are not UTF-8,
+holds, each problem is one line, `file:line:col: field: problem`, and every problem is
+listed (up to MAX_LISTED) in the file's order: bytes that are not UTF-8,
 control characters, tags beyond the core ones, merge keys, alias bombs, nesting too deep,
 a file too big, a broken `{{ template }}`. An alias is paid for (its values, in full)
 before it is expanded, so a hostile file costs little more than its size.
@@ -14,12 +15,14 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from yaml.composer import Composer
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
@@ -41,15 +44,15 @@ MAX_ALIAS_VALUES = 10_000    # values aliases (and whole-value variables) add on
 MAX_NUMBER_CHARS = 100       # int("1:2:3:...") is quadratic; no field wants a longer number
 MAX_TEMPLATE_GROWTH = MAX_BYTES  # characters `{{ var }}` substitution may add to one file
 MAX_MESSAGE_CHARS = 1000
-MAX_ERRORS = 1000            # pydantic errors weighed to find the first problem of a file
+MAX_ERRORS = 1000            # pydantic errors weighed to find the problems of a file
+MAX_LISTED = 20              # problems a message lists, one line each
 
 Loc = tuple[str | int, ...]
 
 _TAG = "tag:yaml.org,2002:"
 _STR, _INT, _FLOAT, _BOOL, _NULL = (_TAG + t for t in ("str", "int", "float", "bool", "null"))
 _MAP, _SEQ = _TAG + "map", _TAG + "seq"
-_BOOLS = {"yes": True, "no": False, "true": True, "false": False, "on": True, "off": False}
-_NUMBER_BUILDER = yaml.constructor.SafeConstructor()
+_BOOLS = {"true": True, "false": False}
 
 # `{{ name }}`, or a literal brace pair written `{{ '{{' }}` / `{{ '}}' }}`.
 _TEMPLATE = re.compile(r"""\{\{\s*(?:([A-Za-z_][A-Za-z0-9_]*)|'(\{\{|\}\})'|"(\{\{|\}\})")\s*\}\}""")
@@ -72,12 +75,16 @@ def source_error(mark: Mark, field: str, problem: str) -> UsageError:
 
 
 def _error(message: str) -> UsageError:
+    return UsageError(_one_line(message))
+
+
+def _one_line(message: str) -> str:
     """Always one line: a control character (or a file name holding one) is shown escaped;
     a huge value quoted in it is cut, keeping the place and field (head) and the reason (tail)."""
     message = _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], message)
     if len(message) > MAX_MESSAGE_CHARS:
         message = f"{message[:700]} [...] {message[-250:]}"
-    return UsageError(message)
+    return message
 
 
 @dataclass
@@ -93,16 +100,20 @@ class LoadedYaml:
         return Mark(self.file, *self.marks.get(loc, (1, 1)))
 
     def validate(self, model: Callable[[Any], M], data: Any | None = None) -> M:
-        """Validate with pydantic; turn its errors into one UsageError naming the place."""
+        """Validate with pydantic; turn its errors into a UsageError listing every problem.
+        `model` is a pydantic model's `model_validate` (its fields suggest names for unknown keys)."""
         data = data if data is not None else self.data
         try:
             return model(data)
         except ValidationError as exc:
-            raise self.error_from(exc, data) from None
+            root = getattr(model, "__self__", None)
+            raise self.error_from(exc, data, root if isinstance(root, type) else None) from None
 
-    def error_from(self, exc: ValidationError, data: Any) -> UsageError:
-        """The first problem in the file's order, one line; how many more there are, if any.
-        Of a huge number of errors only the first MAX_ERRORS (in pydantic's order) are weighed."""
+    def error_from(self, exc: ValidationError, data: Any, root: type | None = None) -> UsageError:
+        """Every problem, one line each in the file's order (`file:line:col: field: problem`),
+        at most MAX_LISTED; of a huge number of errors only the first MAX_ERRORS (in pydantic's
+        order) are weighed. With `root` (the model validated), an unknown key is matched
+        against the keys that model allows there."""
         by_loc: dict[Loc, list[Any]] = {}
         errors = exc.errors(include_url=False)
         for err in errors[:MAX_ERRORS]:
@@ -111,14 +122,59 @@ class LoadedYaml:
         problems = [(self.mark_for(loc), loc, errs) for loc, errs in by_loc.items()
                     if not (errs[0]["type"] == "missing" and loc in misspelt.values())]
         problems.sort(key=lambda p: (p[0].line, p[0].column))
-        mark, loc, errs = problems[0]
-        field, message = _describe_problem(loc, errs, misspelt.get(loc))
+        lines = []
+        for mark, loc, errs in problems[:MAX_LISTED]:
+            close = misspelt.get(loc)
+            if close is None and errs[0]["type"] == "extra_forbidden" and root is not None and loc:
+                close = _allowed_close(root, loc, data)
+            field, message = _describe_problem(loc, errs, close)
+            lines.append(_one_line(f"{mark}: {field}: {message}" if field else f"{mark}: {message}"))
         if len(errors) > MAX_ERRORS:
-            message += " (and many more problems)"
-        elif len(problems) > 1:
-            more = len(problems) - 1
-            message += f" (and {more} more problem{'s' if more > 1 else ''})"
-        return source_error(mark, field, message)
+            lines[-1] += " (and many more problems)"
+        elif len(problems) > MAX_LISTED:
+            lines[-1] += f" (and {len(problems) - MAX_LISTED} more problems)"
+        return UsageError("\n".join(lines))
+
+
+def _allowed_close(root: type, loc: Loc, data: Any) -> Loc | None:
+    """The allowed key nearest to the unknown key at `loc` (not one the mapping has already)."""
+    allowed: list[str] = []
+    for model in _models_at(root, loc[:-1]):
+        allowed += [field.alias or name for name, field in model.model_fields.items()]
+    here = data
+    for part in loc[:-1]:  # a cleaned loc: every part is in the data
+        here = here[part] if isinstance(here, (dict, list)) else None  # type: ignore[index]
+    given = set(here) if isinstance(here, dict) else set()
+    close = difflib.get_close_matches(str(loc[-1]), [k for k in dict.fromkeys(allowed) if k not in given], n=1)
+    return loc[:-1] + (close[0],) if close else None
+
+
+def _models_at(root: type, loc: Loc) -> list[type[BaseModel]]:
+    """The pydantic models a value at `loc` may be, following field annotations from `root`."""
+    kinds: list[Any] = [root]
+    for part in loc:
+        following: list[Any] = []
+        for kind in (k for t in kinds for k in _members(t)):
+            if isinstance(kind, type) and issubclass(kind, BaseModel) and isinstance(part, str):
+                field = next((f for n, f in kind.model_fields.items() if part in (n, f.alias)), None)
+                if field is not None:
+                    following.append(field.annotation)
+            elif typing.get_origin(kind) is list and isinstance(part, int):
+                following += typing.get_args(kind)[:1]
+            elif typing.get_origin(kind) is dict and isinstance(part, str):
+                following += typing.get_args(kind)[1:2]
+        kinds = following
+    return [k for t in kinds for k in _members(t) if isinstance(k, type) and issubclass(k, BaseModel)]
+
+
+def _members(kind: Any) -> list[Any]:
+    """A type with Annotated and unions (Optional too) taken apart."""
+    origin = typing.get_origin(kind)
+    if origin is typing.Annotated:
+        return _members(typing.get_args(kind)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return [m for arg in typing.get_args(kind) for m in _members(arg)]
+    return [kind]
 
 
 _TYPE_WORDS = {
@@ -206,16 +262,30 @@ def _loc_text(loc: Loc) -> str:
 # ---------------------------------------------------------------------------- reading
 
 
-class _Resolver(Resolver):
-    """YAML 1.1 implicit types, minus the ones we refuse or read as text: `<<` (a merge key,
-    refused by name), timestamps (no field is a date, and `2024-13-45` would crash
-    construction), `=` and the `!`/`&`/`*` words (tags that have no value in a recipe)."""
+def _core_schema() -> dict[str, list[tuple[str, re.Pattern[str]]]]:
+    """YAML 1.2's core schema, keyed by first character as PyYAML's Resolver wants: `no`,
+    `off`, `on`, `yes`, `y` and `n` are strings, `017` is 17, `0o17` is 15, `1_000`, `0b1`
+    and `1:30` are strings; timestamps, `<<` and `=` are plain text (a merge key is refused
+    by name where keys are read)."""
+    table: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
 
-    yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = {
-        first: [(tag, regexp) for tag, regexp in resolvers
-                if tag not in {_TAG + "merge", _TAG + "timestamp", _TAG + "value", _TAG + "yaml"}]
-        for first, resolvers in Resolver.yaml_implicit_resolvers.items()
-    }
+    def add(tag: str, regexp: str, first: Iterable[str]) -> None:
+        compiled = re.compile(regexp)
+        for char in first:
+            table.setdefault(char, []).append((tag, compiled))
+
+    add(_BOOL, r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF")
+    add(_NULL, r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""])
+    add(_INT, r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789")
+    add(_FLOAT, r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+.0123456789")
+    return table
+
+
+class _Resolver(Resolver):
+    """YAML 1.2 core-schema implicit types (PyYAML resolves YAML 1.1's)."""
+
+    yaml_implicit_resolvers: dict[str, list[tuple[str, re.Pattern[str]]]] = _core_schema()
 
     def resolve(self, kind: type, value: Any, implicit: Any) -> str:
         if kind is ScalarNode and implicit[0]:  # the hot path, done with less Python than Resolver's
@@ -290,7 +360,27 @@ class Document:
         if only is not None and isinstance(root, MappingNode) and root.tag == _MAP:
             pairs = [(k, v) for k, v in root.value if isinstance(k, ScalarNode) and k.value == only]
             root = MappingNode(_MAP, pairs[:1], root.start_mark, root.end_mark)
-        return LoadedYaml(builder.build(root, ()), marks, self.file)
+        try:
+            data = builder.build(root, ())
+        except UsageError as fatal:  # a limit: the reading stops there
+            builder.problems.append(str(fatal))
+        if builder.problems:
+            raise _listed(self.file, builder.problems)
+        return LoadedYaml(data, marks, self.file)
+
+
+def _listed(file: str, problems: list[str]) -> UsageError:
+    """Problems found while building, one line each, in the file's order, at most MAX_LISTED
+    (an alias re-reads its anchor's text: its problem is listed once)."""
+    def place(line: str) -> tuple[int, int]:
+        found = re.match(r"(\d+):(\d+):", line[len(file) + 1:])
+        return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+    lines = sorted(dict.fromkeys(problems), key=place)
+    listed = lines[:MAX_LISTED]
+    if len(lines) > MAX_LISTED:
+        listed[-1] += f" (and {len(lines) - MAX_LISTED} more problems)"
+    return UsageError("\n".join(listed))
 
 
 def read_yaml(path: Path) -> Document:
@@ -327,6 +417,13 @@ def _compose(file: str, text: str) -> Node | None:
         raise _error(f"{_offset_place(file, text, max(index, 0))}: not valid YAML: "
                      f"character {_char(exc.character)} is not allowed") from None
     except yaml.MarkedYAMLError as exc:
+        tab = _tab_at(text, exc.problem_mark)
+        if tab is not None:
+            raise _error(f"{_offset_place(file, text, tab)}: not valid YAML: a tab in the indentation "
+                         "(YAML indents with spaces only)") from None
+        if exc.problem_mark and text[exc.problem_mark.index:exc.problem_mark.index + 1] == "\t":
+            raise _error(f"{_place(file, exc.problem_mark)}: not valid YAML: a tab character here "
+                         "(YAML wants spaces)") from None
         problem = exc.problem or exc.context or "cannot be read"
         if problem == "found undefined alias" and exc.problem_mark:  # libyaml leaves out the name
             alias = re.match(r"\*([^\s,\[\]{}]+)", text[exc.problem_mark.index:])
@@ -340,6 +437,18 @@ def _compose(file: str, text: str) -> Node | None:
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _tab_at(text: str, mark: yaml.Mark | None) -> int | None:
+    """Where a tab in the indentation of the problem's line is, when that is the problem
+    (libyaml and PyYAML say `found character that cannot start any token`)."""
+    if mark is None:
+        return None
+    start = text.rfind("\n", 0, mark.index) + 1
+    indent = re.match(r"[ \t]*", text[start:]).group()  # type: ignore[union-attr]  # [ \t]* always matches
+    if "\t" in indent and start + len(indent) >= mark.index:
+        return start + indent.index("\t")
+    return None
 
 
 def _char(code: Any) -> str:
@@ -391,11 +500,33 @@ def _scalar_value(node: ScalarNode) -> Any:
         if len(text) > MAX_NUMBER_CHARS:
             raise ValueError(f"number longer than {MAX_NUMBER_CHARS} characters")
         try:
-            return (_NUMBER_BUILDER.construct_yaml_int if tag == _INT else _NUMBER_BUILDER.construct_yaml_float)(node)
-        except (ValueError, IndexError):
+            return _core_int(text) if tag == _INT else _core_float(text)
+        except ValueError:
             raise ValueError(f"{text!r} is not {kind}") from None
     raise ValueError(f"YAML tag {_short_tag(tag)} is not allowed (only plain strings, numbers, "
                      "booleans, null, mappings and lists)")
+
+
+_DECIMAL = re.compile(r"[-+]?[0-9]+")
+_FLOAT_TEXT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+
+
+def _core_int(text: str) -> int:
+    """An integer as YAML 1.2 writes it: decimal (a leading 0 is decimal too), 0o octal, 0x hex."""
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    if not _DECIMAL.fullmatch(text):  # int() would take `1_000` and ` 1`
+        raise ValueError(text)
+    return int(text, 10)
+
+
+def _core_float(text: str) -> float:
+    special = {".inf": "inf", "+.inf": "inf", "-.inf": "-inf", ".nan": "nan"}
+    if text.lower() in special:
+        return float(special[text.lower()])
+    if not _FLOAT_TEXT.fullmatch(text):
+        raise ValueError(text)  # float() would take `1_0.5`, `infinity` and ` 1`
+    return float(text)
 
 
 def _short_tag(tag: str) -> str:
@@ -422,6 +553,10 @@ class _Builder:
         self.expanding = 0  # > 0 while an alias is re-built (paid for at its top)
         self.grown = 0  # characters added by substitution
         self.copied = 0  # values added by whole-value substitution of lists and mappings
+        self.problems: list[str] = []  # one line each; the building goes on to find the others
+
+    def note(self, problem: UsageError) -> None:
+        self.problems.append(str(problem))
 
     def mark(self, node: Node) -> Mark:
         return Mark(self.doc.file, *self.place(node))
@@ -465,37 +600,47 @@ class _Builder:
     def collection(self, node: Node, loc: Loc, depth: int) -> Any:
         if isinstance(node, MappingNode):
             if node.tag != _MAP:
-                raise self.refuse(node, loc, f"YAML tag {_short_tag(node.tag)} is not allowed on a mapping")
+                self.note(self.refuse(node, loc, f"YAML tag {_short_tag(node.tag)} is not allowed on a mapping"))
+                return None
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
                 key = self.key(key_node, loc)
+                if key is None:
+                    continue
                 if key in out:
-                    raise source_error(self.mark(key_node), _loc_text(loc), f"duplicate key {key!r}")
+                    self.note(source_error(self.mark(key_node), _loc_text(loc), f"duplicate key {key!r}"))
+                    continue
                 out[key] = self.build(value_node, loc + (key,), depth + 1)
                 self.marks[loc + (key,)] = self.place(key_node)
             return out
         if node.tag != _SEQ:
-            raise self.refuse(node, loc, f"YAML tag {_short_tag(node.tag)} is not allowed on a list")
+            self.note(self.refuse(node, loc, f"YAML tag {_short_tag(node.tag)} is not allowed on a list"))
+            return None
         return [self.build(item, loc + (i,), depth + 1) for i, item in enumerate(node.value)]
 
     def scalar(self, node: ScalarNode, loc: Loc) -> Any:
         try:
             value = _scalar_value(node)
         except ValueError as exc:
-            raise self.refuse(node, loc, str(exc)) from None
+            self.note(self.refuse(node, loc, str(exc)))
+            return None
         if isinstance(value, str) and self.variables is not None and "{{" in value:
             return self.substitute(value, node, loc, references=not (loc and loc[0] in self.literal))
         return value
 
-    def key(self, node: Node, loc: Loc) -> str:
-        """A key is its text: `yes:`, `null:` and `1:` are the keys 'yes', 'null' and '1'."""
+    def key(self, node: Node, loc: Loc) -> str | None:
+        """A key is its text: `yes:`, `null:` and `1:` are the keys 'yes', 'null' and '1'.
+        None (the problem noted): not a key we read; the pair is left out."""
+        problem = None
         if not isinstance(node, ScalarNode):
-            raise source_error(self.mark(node), _loc_text(loc), "a key must be a plain string, not a mapping or list")
-        if not node.style and node.value == "<<":  # plain style: None from PyYAML, "" from libyaml
-            raise source_error(self.mark(node), _loc_text(loc),
-                               "merge keys (<<) are not supported: write the keys out")
-        if node.tag not in (_STR, _INT, _FLOAT, _BOOL, _NULL):
-            raise source_error(self.mark(node), _loc_text(loc), f"YAML tag {_short_tag(node.tag)} is not allowed")
+            problem = "a key must be a plain string, not a mapping or list"
+        elif not node.style and node.value == "<<":  # plain style: None from PyYAML, "" from libyaml
+            problem = "merge keys (<<) are not supported: write the keys out"
+        elif node.tag not in (_STR, _INT, _FLOAT, _BOOL, _NULL):
+            problem = f"YAML tag {_short_tag(node.tag)} is not allowed"
+        if problem is not None:
+            self.note(source_error(self.mark(node), _loc_text(loc), problem))
+            return None
         return str(node.value)  # a scalar node's value is its text
 
     def substitute(self, text: str, node: ScalarNode, loc: Loc, references: bool) -> Any:
@@ -507,16 +652,16 @@ class _Builder:
                 continue  # inside the reference just read: `{{ '{{' }}`
             found = _TEMPLATE.match(text, start)
             if not found:
-                raise self.template_error(node, loc, text, nth, f"broken template {_fragment(text, start)!r}: "
+                return self.bad_template(node, loc, text, nth, f"broken template {_fragment(text, start)!r}: "
                                           "a variable is written {{ name }}")
             name, brace = found.group(1), found.group(2) or found.group(3)
             if name is not None:
                 if not references:
-                    raise self.template_error(node, loc, text, nth, f"{{{{ {name} }}}}: variables are not "
+                    return self.bad_template(node, loc, text, nth, f"{{{{ {name} }}}}: variables are not "
                                               f"substituted inside {loc[0]}")
                 if name not in self.variables:
                     known = ", ".join(sorted(self.variables)) or "none"
-                    raise self.template_error(node, loc, text, nth, f"undefined variable {name!r} (defined: {known})")
+                    return self.bad_template(node, loc, text, nth, f"undefined variable {name!r} (defined: {known})")
                 if found.span() == (0, len(text)) or text.strip() == found.group():
                     return self.whole(self.variables[name], node, loc)  # keep the type: port stays an int
             parts += [text[pos:start], brace or str(self.variables[name])]
@@ -532,6 +677,11 @@ class _Builder:
             self.copied += _count(value)
             if self.copied > MAX_ALIAS_VALUES:
                 raise self.refuse(node, loc, f"variables expand to more than {MAX_ALIAS_VALUES} values")
+        return value
+
+    def bad_template(self, node: ScalarNode, loc: Loc, value: str, nth: int, problem: str) -> str:
+        """Note the problem; the value stays as written, and the building goes on."""
+        self.note(self.template_error(node, loc, value, nth, problem))
         return value
 
     def template_error(self, node: ScalarNode, loc: Loc, value: str, nth: int, problem: str) -> UsageError:

@@ -1,10 +1,12 @@
-"""What the loader tests share: a hang guard and the one-line error contract.
+"""What the loader tests share: a hang guard and the error contract.
 
-Every malformed recipe or inventory must raise UsageError (nothing else) with one line
-that starts `FILE:LINE:COL: `, with bounded work. No test asserts seconds (a 2 s assertion
-failed on a loaded machine, issue 19): the guard is a generous budget of the process's own
-CPU time, which other jobs on the machine do not stretch; a loader that blew up (an
-alias bomb expanded, a quadratic error path) would spend far more.
+Every malformed recipe or inventory must raise UsageError (nothing else) whose first line
+starts `FILE:LINE:COL: `, with bounded work. A file with several problems lists them all
+(issue 25), one line each, every line `FILE:LINE:COL: ...` about the same file, in the file's
+order. No test asserts seconds (a 2 s assertion failed on a loaded machine, issue 19): the
+guard is a generous budget of the process's own CPU time, which other jobs on the machine do
+not stretch; a loader that blew up (an alias bomb expanded, a quadratic error path) would
+spend far more.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from patchkit.errors import UsageError
+from patchkit.yamlsource import MAX_LISTED
 
 CPU_LIMIT_S = 20.0  # one load; the slowest measured is ~0.1 s of CPU
 
@@ -52,14 +55,21 @@ def place_of(message: str, path: Path | str) -> tuple[int, int]:
 
 
 def check_message(message: str, path: Path | str) -> tuple[int, int]:
-    assert len(message.splitlines()) == 1 and message.strip() == message, f"not one line: {message!r}"
-    assert len(message) <= 1000, f"{len(message)} characters: {message[:300]!r}..."
+    """The place of the first problem; every line must be one problem at its place, in order."""
+    lines = message.split("\n")
+    assert message.strip() == message and len(lines) == len(message.splitlines()), f"stray lines: {message!r}"
+    assert len(lines) <= MAX_LISTED, f"{len(lines)} lines: {message[:300]!r}..."
+    places = []
+    for line in lines:
+        assert len(line) <= 1000, f"{len(line)} characters: {line[:300]!r}..."
+        places.append(place_of(line, path))
+    assert places == sorted(places), f"not in the file's order: {message!r}"
     assert "Traceback" not in message
-    return place_of(message, path)
+    return places[0]
 
 
 def usage_error(load: Callable[[Path], Any], path: Path) -> tuple[str, float]:
-    """The loader's one-line UsageError for `path`, and the CPU seconds it took (to report)."""
+    """The loader's UsageError for `path` (every line checked), and the CPU seconds it took (to report)."""
     start = time.process_time()
     with time_limit():
         try:

@@ -787,7 +787,7 @@ def test_selector_groups_are_resolved_through_the_resolver_given() -> None:
         return ([pod_host(selector, defaults, p.name) for p in pods if p.reason is None],
                 [f"{p.name}: {p.reason}" for p in pods if p.reason])
 
-    chosen = inventory.select(["both"], resolve)
+    chosen = inventory.select("both", resolve)
     assert [h.name for h in chosen.hosts] == ["web", "serving/vllm-7d9f-a1", "serving/vllm-7d9f-b2"]
     pod = chosen.hosts[1]
     assert (pod.address, pod.python, pod.context, pod.scheme) == (
@@ -795,7 +795,7 @@ def test_selector_groups_are_resolved_through_the_resolver_given() -> None:
     assert len(chosen.notes) == 5 and asked == ["pods"]
     everything = inventory.select(None, resolve)  # no -l: every host, and every selector's pods
     assert [h.name for h in everything.hosts][:2] == ["gpu-1", "web"] and len(everything.hosts) == 4
-    assert [h.name for h in inventory.select(["gpu-1"], resolve).hosts] == ["gpu-1"]
+    assert [h.name for h in inventory.select("gpu-1", resolve).hosts] == ["gpu-1"]
     assert asked == ["pods", "pods"]  # a selector not named is never resolved
 
 

@@ -1,8 +1,9 @@
 """Fuzz tier for the loader: thousands of malformed recipes and inventories, each a
-mutation of a valid one, must each give one UsageError line `FILE:LINE:COL: ...` with
-bounded work (issue 11). Nothing else may come out: no other exception, no hang, no silent
-load. At least the outside fault run's size (issue 21: 1,100 malformed recipes, 196
-inventories): 1,300 recipes and 700 inventories are generated.
+mutation of a valid one, must each give a UsageError whose first line is `FILE:LINE:COL: ...`
+(and each further line another problem of the file, as `FILE:LINE:COL: ...`: issue 25 lists
+every problem) with bounded work (issue 11). Nothing else may come out: no other exception,
+no hang, no silent load. At least the outside fault run's size (issue 21: 1,100 malformed
+recipes, 196 inventories): 1,300 recipes and 700 inventories are generated.
 
 Most mutations are malformed by construction (a bad byte, a control character, a tag, an
 alias bomb, a merge key, nesting, a wrong type, an unknown or missing key, a broken
@@ -564,5 +565,5 @@ def test_the_cli_exits_2_with_one_line(kind: Kind, tmp_path: Path) -> None:
         message = proc.stderr.removeprefix("patchkit: ").removesuffix("\n")
         check_message(message, path)
         assert not case.expect or any(e in message for e in case.expect), shown
-    print(f"\n{kind.label} through the CLI: {len(cases)} files, all exit 2 with one line, "
+    print(f"\n{kind.label} through the CLI: {len(cases)} files, all exit 2 with FILE:LINE:COL lines, "
           f"slowest {slowest:.2f} s of CPU")
