@@ -27,3 +27,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> None:
+    """Test files are imported by their basename (no __init__.py in the tier folders): two of
+    one name in two tiers would stop the whole collection, so say which at once."""
+    if file_path.name.startswith("test_") and file_path.suffix == ".py":
+        same = sorted(str(p.relative_to(HERE)) for p in HERE.glob(f"*/{file_path.name}"))
+        if len(same) > 1:
+            raise pytest.UsageError(f"test files share a name across tiers: {', '.join(same)}; rename one")
