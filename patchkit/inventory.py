@@ -26,6 +26,7 @@ from pydantic import (
 
 from patchkit import hostpattern
 from patchkit.errors import UsageError
+from patchkit.rollout import SerialField
 from patchkit.yamlsource import load_yaml
 
 K8S_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?")  # RFC 1123: namespaces, pods, containers
@@ -159,16 +160,7 @@ class Inventory(BaseModel):
     hosts: dict[str, HostSpec]  # may be empty ({}) when a selector group brings the hosts
     groups: dict[str, GroupMembers] = Field(default_factory=dict)
     defaults: Defaults = Field(default_factory=Defaults)
-    serial: list[int | str] | int | str | None = None  # rollout batches, e.g. [1, 10%, 100%] (rollout.py)
-
-    @field_validator("serial")
-    @classmethod
-    def _batch_sizes(cls, value: list[int | str] | int | str | None) -> list[int | str] | int | str | None:
-        if value is not None:
-            from patchkit.rollout import parse_serial
-
-            parse_serial(value)
-        return value
+    serial: SerialField = None  # rollout batches, e.g. [1, 10%, 100%] (rollout.py)
 
     @field_validator("groups")
     @classmethod

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from patchkit.edits import Edit, EditError
 from patchkit.errors import UsageError
+from patchkit.rollout import SerialField
 from patchkit.redact import Redactor, find_secrets
 from patchkit.yamlsource import LoadedYaml, plain_scalar, read_yaml, source_error
 
@@ -320,7 +321,7 @@ class Recipe(Strict):
         "variables whose values never appear in reports, journals or logs (shown as <secret:NAME>); "
         "names with a word ending in token, key, secret or password are secret anyway"))
     keep_runs: int = Field(20, ge=1, description="runs kept in each host's journal for this recipe")
-    serial: list[int | str] | int | str | None = Field(None, description=(
+    serial: SerialField = Field(None, description=(
         "rollout batches, e.g. [1, 10%, 100%]: a batch starts once every host of the batches before succeeded "
         "(--serial wins; then this; then the inventory's)"))
     steps: list[Step] = Field(min_length=1)
@@ -341,15 +342,6 @@ class Recipe(Strict):
                     raise ValueError(f"step {step.name!r} notifies {name!r}, which is not a launch step after it "
                                      f"(launch steps after it: {', '.join(launches) or 'none'})")
         return steps
-
-    @field_validator("serial")
-    @classmethod
-    def _batch_sizes(cls, value: list[int | str] | int | str | None) -> list[int | str] | int | str | None:
-        if value is not None:
-            from patchkit.rollout import parse_serial
-
-            parse_serial(value)
-        return value
 
     @field_validator("secrets")
     @classmethod

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Annotated, TypeVar
+
+from pydantic import AfterValidator
 
 T = TypeVar("T")
 
@@ -81,3 +83,13 @@ def failure_budget(size: Size | None, total: int) -> int | None:
     if size is None:
         return None
     return int(total * size.value / 100) if size.percent else int(size.value)
+
+
+def _checked(value: list[int | str] | int | str | None) -> list[int | str] | int | str | None:
+    if value is not None:
+        parse_serial(value)
+    return value
+
+
+# A recipe's or an inventory's `serial:` as written, checked where it is read.
+SerialField = Annotated[list[int | str] | int | str | None, AfterValidator(_checked)]
