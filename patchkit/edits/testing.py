@@ -70,4 +70,13 @@ def assert_edit(edit: EditLike, before: str, after: str, /, **params: Any) -> Ed
     return first
 
 
-__all__ = ["as_edit", "assert_edit", "assert_idempotent"]
+def assert_refused(edit: EditLike, source: str, /, **params: Any) -> str:
+    """The edit changes nothing and fails (`not_found`: no target, or an ambiguous one): its
+    message, for the test to check that it names the places."""
+    result = as_edit(edit, **params).apply(source)
+    assert result.verdict == "not_found", f"expected a refusal, got {result.verdict}: {result.message}"
+    assert result.source == source, "a refusal changed the source:\n" + _diff(source, result.source)
+    return result.message
+
+
+__all__ = ["as_edit", "assert_edit", "assert_idempotent", "assert_refused"]

@@ -13,10 +13,10 @@ program will run.
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 
+from tests.agent.test_diff_apply_local import make_diff
 from tests.helpers import Sandbox, sandbox_fixture, step  # noqa: F401 - the `sandbox` fixture
 
 SPEC = "toyllm/config/speculative.py"
@@ -156,16 +156,6 @@ def test_a_secret_variable_reaches_the_program_but_not_the_journal(sandbox: Sand
     assert "<secret:hub_token>" in journal  # the failure was journaled, redacted
     for value in (secret, "right-one"):
         assert value not in journal and value not in failed.stdout + failed.stderr + passed.stdout + passed.stderr
-
-
-def make_diff(sb: Sandbox, changes: dict[str, tuple[str, str]]) -> str:
-    out = []
-    for rel, (old, new) in changes.items():
-        text = sb.file(rel).read_text()
-        assert old in text, (rel, old)
-        out.append("".join(difflib.unified_diff(text.splitlines(True), text.replace(old, new, 1).splitlines(True),
-                                                f"a/{rel}", f"b/{rel}")))
-    return "".join(out)
 
 
 def diff_recipe(folder: Path, diff: str, program: str) -> str:

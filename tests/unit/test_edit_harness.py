@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from patchkit.edits import Edit, EditResult, EditSpec
-from patchkit.edits.testing import assert_edit, assert_idempotent
+from patchkit.edits.testing import assert_edit, assert_idempotent, assert_refused
 
 
 class Appends(EditSpec):
@@ -77,3 +77,12 @@ def test_a_change_that_changed_nothing_fails() -> None:
 def test_parameters_go_with_a_name_only() -> None:
     with pytest.raises(TypeError, match="parameters go with an op's name"):
         assert_edit({"set_value": {"names": ["x"], "value": 2}}, "x = 1\n", "x = 2\n", value=3)
+
+
+def test_assert_refused_takes_a_refusal_and_nothing_else() -> None:
+    two = "X = [1]\nX = [2]\n"
+    message = assert_refused("list_insert", two, names=["X"], values=[3])  # two places: ambiguous
+    assert "line 1" in message and "line 2" in message
+    assert "no assignment" in assert_refused("list_insert", two, names=["Y"], values=[3])
+    with pytest.raises(AssertionError, match="expected a refusal, got changed"):
+        assert_refused("list_insert", "X = [1]\n", names=["X"], values=[3])

@@ -21,6 +21,7 @@ from packaging.specifiers import SpecifierSet
 from pydantic import ValidationError
 
 from patchkit.edits import Edit, EditResult
+from patchkit.edits.testing import assert_idempotent, assert_refused
 from patchkit.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,19 +35,8 @@ def run(kind: str, source: str, **params: Any) -> EditResult:
     return Edit.model_validate({kind: params}).apply(source)
 
 
-def changed(kind: str, source: str, **params: Any) -> EditResult:
-    first = run(kind, source, **params)
-    assert first.verdict == "changed", first.message
-    second = run(kind, first.source, **params)
-    assert (second.verdict, second.source) == ("already", first.source), f"not idempotent: {second.message}"
-    return first
-
-
-def refused(kind: str, source: str, **params: Any) -> str:
-    """The edit changes nothing and fails (not_found); its message."""
-    result = run(kind, source, **params)
-    assert (result.verdict, result.source) == ("not_found", source), result.message
-    return result.message
+changed = assert_idempotent  # changes, compiles, and a second apply is `already` (patchkit.edits.testing)
+refused = assert_refused  # changes nothing and fails: its message
 
 
 HOW = "say which with `occurrence: N` (1-based, in the order listed), or `all: true` to edit every one"

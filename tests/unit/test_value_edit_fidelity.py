@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from patchkit.edits import Edit, EditResult
 from patchkit.edits import tree as tree_module
+from patchkit.edits.testing import assert_idempotent, assert_refused
 from patchkit.edits.tree import SourceTree, Walk
 from patchkit.recipe import load_recipe
 
@@ -28,18 +29,8 @@ def run(kind: str, source: str, **params: Any) -> EditResult:
     return Edit.model_validate({kind: params}).apply(source)
 
 
-def changed(kind: str, source: str, **params: Any) -> EditResult:
-    first = run(kind, source, **params)
-    assert first.verdict == "changed", first.message
-    second = run(kind, first.source, **params)
-    assert (second.verdict, second.source) == ("already", first.source), f"not idempotent: {second.message}"
-    return first
-
-
-def refused(kind: str, source: str, **params: Any) -> str:
-    result = run(kind, source, **params)
-    assert (result.verdict, result.source) == ("not_found", source), result.message
-    return result.message
+changed = assert_idempotent  # changes, compiles, and a second apply is `already` (patchkit.edits.testing)
+refused = assert_refused  # changes nothing and fails: its message
 
 
 @pytest.fixture(params=[True, False], ids=["splice", "whole-print"])
