@@ -14,7 +14,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -368,19 +367,3 @@ def test_failures_fail_the_task_with_patchkits_message_and_leave_the_host_origin
     assert bad_var == "vars.first_value: a recipe variable is a string, number or boolean, not list", bad_var
     assert files(env) == originals
 
-
-def test_ansible_doc_renders_the_module(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    (tmp_path / "ansible.cfg").write_text("")
-    env.update(ANSIBLE_COLLECTIONS_PATH=str(REPO), ANSIBLE_HOME=str(tmp_path / "ansible-home"), HOME=str(tmp_path),
-               ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([str(BIN / "ansible-doc"), "patchkit.fleet.patchkit"], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
-    assert "MODULE patchkit.fleet.patchkit" in out
-    listed = set(re.findall(r"^([-=]) (\w+)", out.split("RETURN VALUES")[0], re.M))
-    assert ("=", "recipe") in listed, out  # `=`: required
-    for option in ("state", "steps", "vars", "python", "state_dir", "executable", "remote_src", "files"):
-        assert ("-", option) in listed, (option, out)
-    assert "rolled_back" in out and "This module has a corresponding action plugin" in out

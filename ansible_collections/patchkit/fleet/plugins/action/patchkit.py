@@ -4,11 +4,15 @@
 # module on the target through the task's connection.
 """Action plugin of patchkit.fleet.patchkit: send the controller's recipe to the module."""
 
+import os
+
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
-from ansible_collections.patchkit.fleet.plugins.plugin_utils.recipe_bundle import BundleError, bundle
 
-import os
+from ansible_collections.patchkit.fleet.plugins.plugin_utils.recipe_bundle import (
+    BundleError,
+    bundle,
+)
 
 INTERNAL = ("_recipe_text", "_recipe_name", "_recipe_origin", "_recipe_files", "_host_name")
 
@@ -24,7 +28,7 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         given = [key for key in args if key in INTERNAL]
         if given:
-            return dict(result, failed=True, msg="%s: set by the action plugin, not a task option" % ", ".join(given))
+            return dict(result, failed=True, msg="{}: set by the action plugin, not a task option".format(", ".join(given)))
         if not args.get("recipe"):
             return dict(result, failed=True, msg="recipe is required")
         if not self._bool(args.get("remote_src", False)):
@@ -32,7 +36,7 @@ class ActionModule(ActionBase):
                 path = self._find_needle("files", args["recipe"])
                 text, files = bundle(path, args.get("files") or [])
             except (AnsibleError, BundleError) as exc:
-                return dict(result, failed=True, msg="recipe %s: %s" % (args["recipe"], exc))
+                return dict(result, failed=True, msg="recipe {}: {}".format(args["recipe"], exc))
             args.update(_recipe_text=text, _recipe_name=os.path.basename(path), _recipe_origin=path,
                         _recipe_files=files)
         args["_host_name"] = task_vars.get("inventory_hostname")

@@ -20,7 +20,7 @@ def command_for(state, check_mode):
     """The patchkit command for a state. Check mode never writes: `applied` plans, and
     `rolled_back` reads status (rollback has no dry run) to predict what it would restore."""
     if state not in STATES:
-        raise TaskError("state must be one of %s, not %r" % (", ".join(STATES), state))
+        raise TaskError("state must be one of {}, not {!r}".format(", ".join(STATES), state))
     if state == "applied":
         return "plan" if check_mode else "apply"
     if state == "rolled_back":
@@ -47,7 +47,7 @@ def inventory_document(name, python=None, state_dir=None):
 def var_text(name, value):
     """One recipe variable as patchkit's `-e` text; patchkit types it by the recipe's default."""
     if not _NAME.match(name):
-        raise TaskError("vars: %r is not a variable name (letters, digits and _, not first a digit)" % (name,))
+        raise TaskError(f"vars: {name!r} is not a variable name (letters, digits and _, not first a digit)")
     if name == "python":
         raise TaskError("vars: python is the interpreter to patch; give it as the module's `python` option")
     if isinstance(value, bool):
@@ -56,8 +56,7 @@ def var_text(name, value):
         return repr(value)
     if isinstance(value, str):
         return value
-    raise TaskError("vars.%s: a recipe variable is a string, number or boolean, not %s"
-                    % (name, type(value).__name__))
+    raise TaskError(f"vars.{name}: a recipe variable is a string, number or boolean, not {type(value).__name__}")
 
 
 def build_argv(base, command, inventory, recipe, steps=None, variables=None, run_id=None,
@@ -68,17 +67,17 @@ def build_argv(base, command, inventory, recipe, steps=None, variables=None, run
     if steps:
         for step in steps:
             if not step or "," in step:
-                raise TaskError("steps: %r is not a step name" % (step,))
+                raise TaskError(f"steps: {step!r} is not a step name")
         argv.append("--steps=" + ",".join(steps))
     for name in sorted(variables or {}):
-        argv.append("--extra-var=%s=%s" % (name, var_text(name, variables[name])))
+        argv.append(f"--extra-var={name}={var_text(name, variables[name])}")
     if command == "rollback":
         if run_id:
             argv.append("--run=" + run_id)
         if force:
             argv.append("--force")
     if lock_timeout is not None:
-        argv.append("--lock-timeout=%s" % (lock_timeout,))
+        argv.append(f"--lock-timeout={lock_timeout}")
     return argv + ["--", recipe]
 
 
@@ -91,8 +90,8 @@ def reverse_diff(text):
         elif line.startswith("+++ "):
             out.append("--- " + line[4:])
         elif line.startswith("@@"):
-            match = re.match(r"^@@ -(\S+) \+(\S+) @@(.*)$", line, re.S)
-            out.append("@@ -%s +%s @@%s" % (match.group(2), match.group(1), match.group(3)) if match else line)
+            match = re.match(r"^@@ -(\S+) \+(\S+) @@(.*)$", line, re.DOTALL)
+            out.append(f"@@ -{match.group(2)} +{match.group(1)} @@{match.group(3)}" if match else line)
         elif line.startswith("-"):
             out.append("+" + line[1:])
         elif line.startswith("+"):
@@ -141,9 +140,9 @@ def failure_message(command, name, host):
     parts = [host.get("message") or ""]
     for step in host.get("steps") or []:
         if step.get("status") == "failed":
-            parts.append("%s: %s" % (step.get("name"), step.get("message") or "failed"))
+            parts.append("{}: {}".format(step.get("name"), step.get("message") or "failed"))
     said = "; ".join(p for p in parts if p) or "failed (no message)"
-    return "patchkit %s failed on %s: %s" % (command, name, said)
+    return f"patchkit {command} failed on {name}: {said}"
 
 
 def would_roll_back(steps, force=False):
@@ -162,17 +161,17 @@ def map_report(state, command, check_mode, rc, stdout, stderr, name, force=False
     if not isinstance(report, dict):
         tail = (stderr or stdout or "").strip()[-2000:]
         return {"failed": True, "changed": False, "rc": rc,
-                "msg": "patchkit %s exited %s without a report: %s" % (command, rc, tail or "(no output)")}
+                "msg": "patchkit {} exited {} without a report: {}".format(command, rc, tail or "(no output)")}
     if "error" in report:
         error = report.get("error") or {}
         return {"failed": True, "changed": False, "rc": rc,
-                "msg": "patchkit %s: %s" % (command, error.get("message") or "error")}
+                "msg": "patchkit {}: {}".format(command, error.get("message") or "error")}
     hosts = report.get("hosts") or {}
     key = host_name(name)
     host = hosts.get(key) or (next(iter(hosts.values())) if len(hosts) == 1 else None)
     if host is None:
         return {"failed": True, "changed": False, "rc": rc,
-                "msg": "patchkit %s reported no host (exit %s)" % (command, rc)}
+                "msg": f"patchkit {command} reported no host (exit {rc})"}
     steps = host.get("steps") or []
     status = host.get("status")
     # `failed` is always set: Ansible fails a result without it whose rc is not 0 (status exits 3)

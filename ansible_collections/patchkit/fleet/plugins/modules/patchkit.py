@@ -167,8 +167,14 @@ import sys
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.patchkit.fleet.plugins.module_utils.patchkit_cli import (
-    TaskError, build_argv, command_for, inventory_document, map_report)
+    TaskError,
+    build_argv,
+    command_for,
+    inventory_document,
+    map_report,
+)
 
 
 def patchkit_command(module):
@@ -177,14 +183,13 @@ def patchkit_command(module):
     if executable:
         if os.sep in executable:
             if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
-                module.fail_json(msg="executable %s is not an executable file on the target" % executable)
+                module.fail_json(msg=f"executable {executable} is not an executable file on the target")
             return [executable]
         return [module.get_bin_path(executable, required=True)]
     if importlib.util.find_spec("patchkit") is None:
         module.fail_json(msg=(
-            "patchkit is not installed for the target's python %s: install it there (pip install patchkit), "
-            "set ansible_python_interpreter to a python that has it, or give its command as executable"
-            % sys.executable))
+            f"patchkit is not installed for the target's python {sys.executable}: install it there (pip install patchkit), "
+            "set ansible_python_interpreter to a python that has it, or give its command as executable"))
     return [sys.executable, "-m", "patchkit"]
 
 
@@ -198,12 +203,12 @@ def unpack_recipe(module, folder):
     """Write the recipe and its files the action plugin sent into `folder`; the recipe's path."""
     name = module.params["_recipe_name"] or "recipe.yaml"
     if not _safe_relpath(name) or "/" in name:
-        module.fail_json(msg="recipe name %r is not a file name" % name)
+        module.fail_json(msg=f"recipe name {name!r} is not a file name")
     files = dict(module.params["_recipe_files"] or {})
     files[name] = module.params["_recipe_text"]
     for relpath, encoded in files.items():
         if not _safe_relpath(relpath):
-            module.fail_json(msg="recipe file %r leaves the recipe's folder" % relpath)
+            module.fail_json(msg=f"recipe file {relpath!r} leaves the recipe's folder")
         path = os.path.join(folder, relpath)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -227,26 +232,26 @@ def secret_values(recipe_path, variables):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            recipe=dict(type="path", required=True),
-            remote_src=dict(type="bool", default=False),
-            files=dict(type="list", elements="str", default=[]),
-            state=dict(type="str", default="applied", choices=["applied", "planned", "rolled_back", "status"]),
-            steps=dict(type="list", elements="str"),
-            vars=dict(type="dict", default={}),
-            python=dict(type="path"),
-            state_dir=dict(type="path"),
-            run_id=dict(type="str"),
-            force=dict(type="bool", default=False),
-            lock_timeout=dict(type="float"),
-            executable=dict(type="str"),
+        argument_spec={
+            "recipe": {"type": "path", "required": True},
+            "remote_src": {"type": "bool", "default": False},
+            "files": {"type": "list", "elements": "str", "default": []},
+            "state": {"type": "str", "default": "applied", "choices": ["applied", "planned", "rolled_back", "status"]},
+            "steps": {"type": "list", "elements": "str"},
+            "vars": {"type": "dict", "default": {}},
+            "python": {"type": "path"},
+            "state_dir": {"type": "path"},
+            "run_id": {"type": "str"},
+            "force": {"type": "bool", "default": False},
+            "lock_timeout": {"type": "float"},
+            "executable": {"type": "str"},
             # set by the action plugin: the recipe read on the controller
-            _recipe_text=dict(type="str"),
-            _recipe_name=dict(type="str"),
-            _recipe_origin=dict(type="str"),
-            _recipe_files=dict(type="dict"),
-            _host_name=dict(type="str"),
-        ),
+            "_recipe_text": {"type": "str"},
+            "_recipe_name": {"type": "str"},
+            "_recipe_origin": {"type": "str"},
+            "_recipe_files": {"type": "dict"},
+            "_host_name": {"type": "str"},
+        },
         supports_check_mode=True,
     )
     p = module.params
@@ -280,9 +285,7 @@ def main():
         result["msg"] = result["msg"].replace(os.path.join(folder, ""), os.path.join(os.path.dirname(origin), ""))
     for warning in result.pop("warnings", []):
         module.warn(warning)
-    if not module._diff:
-        result.pop("diff", None)
-    elif not result.get("diff"):
+    if not module._diff or not result.get("diff"):
         result.pop("diff", None)
     if result.get("failed"):
         module.fail_json(**result)

@@ -47,7 +47,7 @@ def bundle(recipe_path, extra=()):
         with open(recipe_path, "rb") as f:
             text = f.read()
     except OSError as exc:
-        raise BundleError("cannot read recipe %s: %s" % (recipe_path, exc.strerror or exc))
+        raise BundleError(f"cannot read recipe {recipe_path}: {exc.strerror or exc}")
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError:
@@ -63,8 +63,8 @@ def bundle(recipe_path, extra=()):
             total += len(data)
             if total > LIMIT_BYTES:
                 raise BundleError(
-                    "the recipe's files are more than %d MiB (at %s): too large to send with the task; put them "
-                    "on the target and use remote_src" % (LIMIT_BYTES // (1024 * 1024), rel))
+                    f"the recipe's files are more than {LIMIT_BYTES // (1024 * 1024)} MiB (at {rel}): too large to "
+                    "send with the task; put them on the target and use remote_src")
             files[rel] = base64.b64encode(data).decode("ascii")
     return base64.b64encode(text).decode("ascii"), files
 
