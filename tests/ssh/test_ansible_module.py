@@ -127,14 +127,17 @@ FAILURES = """\
                                 state_dir: "{{ patchkit_state }}"}
       ignore_errors: true
     - name: recipe error
-      patchkit.fleet.patchkit: {recipe: recipes/typo.yaml, python: "{{ patchkit_python }}"}
+      patchkit.fleet.patchkit: {recipe: recipes/typo.yaml, python: "{{ patchkit_python }}",
+                                state_dir: "{{ patchkit_state }}"}
       ignore_errors: true
     - name: no patchkit on the target
-      patchkit.fleet.patchkit: {recipe: recipes/toy.yaml, python: "{{ patchkit_python }}"}
+      patchkit.fleet.patchkit: {recipe: recipes/toy.yaml, python: "{{ patchkit_python }}",
+                                state_dir: "{{ patchkit_state }}"}
       vars: {ansible_python_interpreter: "{{ patchkit_python }}"}
       ignore_errors: true
     - name: a list is no recipe variable
-      patchkit.fleet.patchkit: {recipe: recipes/toy.yaml, python: "{{ patchkit_python }}", vars: {first_value: [1]}}
+      patchkit.fleet.patchkit: {recipe: recipes/toy.yaml, python: "{{ patchkit_python }}",
+                                state_dir: "{{ patchkit_state }}", vars: {first_value: [1]}}
       ignore_errors: true
 """
 
@@ -355,8 +358,8 @@ def test_failures_fail_the_task_with_patchkits_message_and_leave_the_host_origin
     # a recipe error names the recipe by its controller path, with line and field
     typo = played.failure("recipe error", "gpu-3")
     recipe = ctl.root / "recipes" / "typo.yaml"
-    assert typo.startswith(f"patchkit apply: {recipe}:"), typo
-    assert "verfy" in typo, typo
+    assert typo.startswith(f"patchkit apply: {recipe}:26:5: "), typo
+    assert "unknown key 'verfy'" in typo, typo
 
     # the target's python has no patchkit: said so, with what to do
     missing = played.failure("no patchkit on the target", "gpu-3")
