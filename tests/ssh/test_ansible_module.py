@@ -113,6 +113,10 @@ LIFE_CYCLE = """\
       vars: {first_value: "{{ first_value }}", token: "{{ patchkit_token }}"}
   tasks:
     - {name: status applied, patchkit.fleet.patchkit: {state: status}}
+    - {name: planned, patchkit.fleet.patchkit: {state: planned}}
+    - name: status, recipe on the target, patchkit by its command
+      patchkit.fleet.patchkit: {state: status, remote_src: true, recipe: "{{ recipe_on_target }}",
+                                executable: "{{ patchkit_command }}"}
     - {name: roll back, patchkit.fleet.patchkit: {state: rolled_back}}
     - {name: roll back again, patchkit.fleet.patchkit: {state: rolled_back}}
     - {name: status pending, patchkit.fleet.patchkit: {state: status}}
@@ -257,7 +261,8 @@ def make_controller(testbed: Testbed, names: tuple[str, ...] = ("gpu-1", "gpu-2"
     inventory = {"all": {
         "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(fleet.client_key),
                  "ansible_ssh_common_args": ssh_args, "ansible_python_interpreter": sys.executable,
-                 "patchkit_token": SECRET},
+                 "patchkit_token": SECRET, "recipe_on_target": str(root / "recipes" / "toy.yaml"),
+                 "patchkit_command": str(BIN / "patchkit")},
         "hosts": {name: {"ansible_host": "127.0.0.1", "ansible_port": testbed.hosts[name].server.port,  # type: ignore[union-attr]
                          "patchkit_python": str(testbed.hosts[name].python),
                          "patchkit_state": str(testbed.hosts[name].state),
@@ -324,6 +329,11 @@ def test_playbook_applies_checks_diffs_reruns_and_rolls_back(testbed: Testbed) -
         applied = cycle.result("status applied", name)
         assert applied["changed"] is False and applied["status"] == "ok", applied
         assert [s["status"] for s in applied["steps"]] == ["not-applicable", "applied", "applied"], applied
+        planned = cycle.result("planned", name)
+        assert planned["changed"] is False and planned["would_change"] is False, planned
+        remote = cycle.result("status, recipe on the target, patchkit by its command", name)
+        assert remote["changed"] is False and remote["status"] == "ok", remote
+        assert [s["status"] for s in remote["steps"]] == ["not-applicable", "applied", "applied"], remote
         undo = cycle.result("roll back", name)
         assert undo["changed"] is True and undo["command"] == "rollback", undo
         assert cycle.result("roll back again", name)["changed"] is False
