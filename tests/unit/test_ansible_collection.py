@@ -276,3 +276,10 @@ def test_the_collection_builds_with_its_plugins_and_no_caches(tmp_path: Path) ->
     assert {"plugins/modules/patchkit.py", "plugins/action/patchkit.py", "plugins/module_utils/patchkit_cli.py",
             "plugins/plugin_utils/recipe_bundle.py", "README.md", "meta/runtime.yml"} <= names, names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_patchkits_warnings_become_the_tasks_warnings() -> None:
+    doc = json.loads(report("ok", [], warnings=["gpu-1: banner skipped"]))
+    doc["warnings"] = ["-e nosuchvar is used by no step (did you mean 'port'?)"]
+    got = cli.map_report("applied", "apply", False, 0, json.dumps(doc), "", "gpu-1")
+    assert got["warnings"] == ["-e nosuchvar is used by no step (did you mean 'port'?)", "gpu-1: banner skipped"]

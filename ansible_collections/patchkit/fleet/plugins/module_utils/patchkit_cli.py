@@ -177,7 +177,8 @@ def map_report(state, command, check_mode, rc, stdout, stderr, name, force=False
     # `failed` is always set: Ansible fails a result without it whose rc is not 0 (status exits 3)
     result = {"failed": False, "changed": False, "rc": rc, "command": command, "recipe": report.get("recipe"),
               "run_id": report.get("run_id"), "status": status, "steps": steps,
-              "warnings": list(host.get("warnings") or [])}
+              "warnings": [w for w in list(report.get("warnings") or []) + list(host.get("warnings") or [])
+                           if isinstance(w, str)]}
     if status == "failed" or (rc not in (0, 3) or (rc == 3 and command != "status")):
         result.update(failed=True, msg=failure_message(command, key, host))
         return result

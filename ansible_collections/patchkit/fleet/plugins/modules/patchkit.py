@@ -282,7 +282,8 @@ def main():
         shutil.rmtree(folder, ignore_errors=True)
     if origin and "msg" in result:
         # patchkit names the copy it read; the user knows the recipe by its controller path
-        result["msg"] = result["msg"].replace(os.path.join(folder, ""), os.path.join(os.path.dirname(origin), ""))
+        for copy in {folder, os.path.realpath(folder)}:
+            result["msg"] = result["msg"].replace(os.path.join(copy, ""), os.path.join(os.path.dirname(origin), ""))
     for warning in result.pop("warnings", []):
         module.warn(warning)
     if not module._diff or not result.get("diff"):
