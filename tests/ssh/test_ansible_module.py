@@ -380,3 +380,22 @@ def test_failures_fail_the_task_with_patchkits_message_and_leave_the_host_origin
     assert bad_var == "vars.first_value: a recipe variable is a string, number or boolean, not list", bad_var
     assert files(env) == originals
 
+
+
+def test_a_host_whose_key_is_not_the_known_one_is_never_reached(testbed: Testbed) -> None:
+    """The test inventory's host key checking is real: a known_hosts with another server's key
+    for this port makes the host unreachable, and the module never runs there."""
+    ctl = make_controller(testbed, ("gpu-4",))
+    env = ctl.hosts["gpu-4"]
+    other = next(s for s in testbed.fleet.servers if s.name == "gpu-5")
+    wrong = ctl.root / "wrong_known_hosts"
+    wrong.write_text(f"[127.0.0.1]:{env.server.port} {other.host_public_key}\n")  # type: ignore[union-attr]
+    ssh_args = (f"-F /dev/null -o UserKnownHostsFile={wrong} -o GlobalKnownHostsFile=/dev/null "
+                "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes")
+    originals = files(env)
+    played = ctl.play(TASK.format(state="applied"), "-e", json.dumps({"ansible_ssh_common_args": ssh_args}))
+    assert played.returncode != 0, played
+    record = played.record("patchkit", "gpu-4")
+    assert record["outcome"] == "unreachable", played
+    assert "Host key verification failed" in record["result"]["msg"], record
+    assert files(env) == originals and not env.runs("ansible_toy")
