@@ -11,10 +11,7 @@ import base64
 import difflib
 import json
 import os
-import re
-import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
