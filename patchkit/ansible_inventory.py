@@ -16,6 +16,8 @@ The variables Ansible uses to reach a host map to HostSpec fields:
     ansible_connection                         local | ssh (smart, paramiko) | docker | podman | kubectl
     ansible_kubectl_{namespace,pod,container,kubeconfig,context}   the pod's address and kubectl's flags
 
+patchkit's own host settings that Ansible has no variable for are written `patchkit_FIELD`
+(`patchkit_state_dir`, `patchkit_ssh_client`, `patchkit_known_hosts`, `patchkit_engine`, ...).
 Any other `ansible_*` variable is Ansible's own (the prefix is reserved for it): not a recipe
 variable; the mapping notes the ones that change how a host is reached (`ansible_ssh_common_args`,
 passwords), since patchkit does not use them. Every other variable becomes a host variable
@@ -60,6 +62,8 @@ _MAPPED = {
 _NOTED = re.compile(r"^ansible_(ssh_common_args|ssh_extra_args|ssh_args|password|ssh_pass|become_password|"
                     r"become_pass|sudo_pass|ssh_executable|ssh_transfer_method|docker_extra_args|"
                     r"podman_extra_args|kubectl_extra_args)$")
+# HostSpec fields an Ansible inventory sets as patchkit_FIELD (they are not recipe variables).
+PATCHKIT_FIELDS = ("state_dir", "ssh_client", "known_hosts", "engine", "engine_args", "kubeconfig", "context")
 _TRUE = {"true", "yes", "on", "1", "y", "t"}
 _FALSE = {"false", "no", "off", "0", "n", "f", ""}
 
@@ -203,7 +207,11 @@ def _host(name: str, hostvars: dict[str, Any], source: str) -> tuple[HostSpec, l
         if become_user != "root" or method != "sudo":
             raise UsageError(f"{where}: ansible_become_user={become_user} with ansible_become_method={method}; "
                              "patchkit becomes root with sudo only")
-    fields["vars"] = {k: v for k, v in hostvars.items() if not k.startswith("ansible_")}
+    for name in PATCHKIT_FIELDS:
+        if f"patchkit_{name}" in hostvars:
+            fields[name] = hostvars[f"patchkit_{name}"]
+    own = {f"patchkit_{name}" for name in PATCHKIT_FIELDS}
+    fields["vars"] = {k: v for k, v in hostvars.items() if not k.startswith("ansible_") and k not in own}
     notes = [f"{where}: {k} is not used by patchkit (set SSH options in ~/.ssh/config; keys, not passwords)"
              for k in sorted(hostvars) if _NOTED.match(k)]
     try:

@@ -11,7 +11,8 @@ LISTED = {
     "_meta": {"hostvars": {
         "gpu-1": {"ansible_host": "10.0.0.1", "ansible_port": 2222, "ansible_user": "ops",
                   "ansible_python_interpreter": "/opt/ml/bin/python", "ansible_become": "true",
-                  "ansible_ssh_private_key_file": "~/.ssh/fleet", "drafter_dest": "/models/a", "region": "eu"},
+                  "ansible_ssh_private_key_file": "~/.ssh/fleet", "drafter_dest": "/models/a", "region": "eu",
+                  "patchkit_state_dir": "/srv/pk", "patchkit_ssh_client": "openssh"},
         "gpu-2": {"ansible_python_interpreter": "auto_silent", "region": "eu"},
         "box": {"ansible_connection": "local"},
         "ctr": {"ansible_connection": "community.docker.docker", "ansible_host": "vllm-1", "ansible_user": "app"},
@@ -30,7 +31,8 @@ def test_connection_variables_map_to_host_fields_and_the_rest_are_host_vars() ->
     one = hosts["gpu-1"]
     assert (one.address, one.port, one.user, one.python, one.become, one.identity_file) == (
         "10.0.0.1", 2222, "ops", "/opt/ml/bin/python", True, "~/.ssh/fleet")
-    assert one.vars == {"drafter_dest": "/models/a", "region": "eu"}  # no ansible_* among them
+    assert one.vars == {"drafter_dest": "/models/a", "region": "eu"}  # no ansible_* or patchkit_* among them
+    assert (one.state_dir, one.ssh_client) == ("/srv/pk", "openssh")
     assert hosts["gpu-2"].python is None  # auto: patchkit's own default
     assert hosts["gpu-2"].address is None and hosts["gpu-2"].scheme == "ssh"  # its name is the SSH host
     assert hosts["box"].address == "local" and hosts["box"].scheme == "local"
