@@ -207,10 +207,10 @@ def _host(name: str, hostvars: dict[str, Any], source: str) -> tuple[HostSpec, l
         if become_user != "root" or method != "sudo":
             raise UsageError(f"{where}: ansible_become_user={become_user} with ansible_become_method={method}; "
                              "patchkit becomes root with sudo only")
-    for name in PATCHKIT_FIELDS:
-        if f"patchkit_{name}" in hostvars:
-            fields[name] = hostvars[f"patchkit_{name}"]
-    own = {f"patchkit_{name}" for name in PATCHKIT_FIELDS}
+    for setting in PATCHKIT_FIELDS:
+        if f"patchkit_{setting}" in hostvars:
+            fields[setting] = hostvars[f"patchkit_{setting}"]
+    own = {f"patchkit_{setting}" for setting in PATCHKIT_FIELDS}
     fields["vars"] = {k: v for k, v in hostvars.items() if not k.startswith("ansible_") and k not in own}
     notes = [f"{where}: {k} is not used by patchkit (set SSH options in ~/.ssh/config; keys, not passwords)"
              for k in sorted(hostvars) if _NOTED.match(k)]

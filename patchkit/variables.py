@@ -20,10 +20,10 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Collection
 
 from patchkit.errors import UsageError
 from patchkit.yamlsource import plain_scalar, read_yaml

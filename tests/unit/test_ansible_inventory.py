@@ -73,8 +73,8 @@ def test_a_host_that_cannot_be_mapped_is_named(hostvars: dict[str, object], mess
 
 def test_unused_connection_settings_are_noted_not_silently_dropped() -> None:
     mapped = hosts_from_ansible_json({"_meta": {"hostvars": {"h": {"ansible_ssh_common_args": "-J bastion"}}}})
-    assert mapped.notes == ["ansible-inventory --list: host h: ansible_ssh_common_args is not used by patchkit "
-                            "(set SSH options in ~/.ssh/config; keys, not passwords)"]
+    assert mapped.notes == [("ansible-inventory --list: host h: ansible_ssh_common_args is not used by patchkit "
+                             "(set SSH options in ~/.ssh/config; keys, not passwords)")]
 
 
 @pytest.mark.parametrize(("data", "message"), [

@@ -106,8 +106,8 @@ def test_several_inventories_merge_groups_and_the_later_host_wins() -> None:
     assert hosts["b"].user == "ops" and hosts["b"].vars == {"x": 1}  # its own inventory's defaults
     assert merged.inventory.groups["g"] == ["a", "c"]
     assert merged.sources == {"a": "two.yaml", "b": "one.yaml", "c": "two.yaml"}
-    assert merged.notes == ["host a is in -i one.yaml and -i two.yaml: the later entry wins "
-                            "(address: 'a1' -> 'a2', user: 'ops' -> None, vars: {'x': 1} -> {})"]
+    assert merged.notes == [("host a is in -i one.yaml and -i two.yaml: the later entry wins "
+                             "(address: 'a1' -> 'a2', user: 'ops' -> None, vars: {'x': 1} -> {})")]
     clash = Inventory.model_validate({"hosts": {"g": {}}})
     with pytest.raises(UsageError, match="'g' is a host in -i three.yaml and a group in -i one.yaml"):
         merge([("one.yaml", first, []), ("three.yaml", clash, [])])
@@ -138,3 +138,25 @@ def test_without_ansible_inventory_one_line_says_so(tmp_path: Path, monkeypatch:
     assert "\n" not in message
     assert message.startswith(f"-i {ini}: not a patchkit inventory") and "ansible-inventory is not installed" in message
     assert f"the JSON of `ansible-inventory -i {ini} --list` as a file" in message
+
+
+def test_the_review_shows_each_hosts_own_facts_when_variables_differ(tmp_path: Path) -> None:
+    from patchkit.recipe import read_recipe
+    from patchkit.results import HostResult, RunReport, StepResult
+    from patchkit.review import build_review
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("name: r\nvars: {dest: /models/a}\nsteps:\n"
+                      "  - name: drafter\n    deploy: {src: ./d, dest: '{{ dest }}'}\n")
+    source = read_recipe(recipe)
+    per_host = {"a": source.render(layered(source.declared, {}, {})),
+                "b": source.render(layered(source.declared, {"dest": "/fast/b"}, {})),
+                "c": source.render(layered(source.declared, {}, {}))}
+    assert per_host["a"] is per_host["c"]  # the same variables: one rendering
+    report = RunReport(recipe="r", run_id="x", dry_run=True, command="plan", hosts={
+        name: HostResult(status="changed", steps=[StepResult(name="drafter", kind="deploy", status="changed")])
+        for name in per_host})
+    [step] = build_review(report, per_host["a"], None, per_host).steps
+    assert step.facts == [("copies (a, c)", "./d → /models/a"), ("copies (b)", "./d → /fast/b")]
+    [same] = build_review(report, per_host["a"], None, {"a": per_host["a"]}).steps
+    assert same.facts == [("copies", "./d → /models/a")]  # alike: said once, as before
