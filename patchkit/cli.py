@@ -272,6 +272,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     serial, max_fail = _rollout(args, loaded, inventory_serial)
     if source is not None and not per_host:
         per_host = _per_host(args, source, extra, hosts)
+    if per_host:  # a host's variables may bring secrets the recipe's alone do not: the logs hide them too
+        from patchkit.redact import Redactor
+
+        logs.configure(args.log_format, args.verbose,
+                       redact=Redactor.joined([r.redactor for r in [loaded, *per_host.values()] if r]).value)
 
     from patchkit.journal import new_run_id
     from patchkit.runner import Options, Runner

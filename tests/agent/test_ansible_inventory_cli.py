@@ -28,6 +28,13 @@ def test_an_ini_inventory_sets_each_hosts_interpreter_and_variables(tmp_path: Pa
     boxes = {name: make_sandbox(tmp_path / name, packages=("toyllm",)) for name in ("a", "b")}
     ini = ini_of(tmp_path, "[gpu]\n" + local_line("a", boxes["a"]) + "\n"
                  + local_line("b", boxes["b"], "first_value=kimi_k25") + "\n")
+    planned = run_patchkit("plan", RECIPE, "-i", str(ini), "--steps", "eagle3-whitelist", "-v")
+    assert planned.returncode == 0, planned
+    # two renderings, two diffs: each under the host it is for, never one diff for both
+    first, second = planned.stdout.split("# b/eagle3-whitelist\n")
+    assert "# a/eagle3-whitelist\n" in first and '+                "kimi_k2",' in first and "kimi_k25" not in first
+    assert '+                "kimi_k25",' in second
+    assert "# via a: local local" in planned.stdout and "# via b: local local" in planned.stdout
     applied = run_patchkit("apply", RECIPE, "-i", str(ini), "--steps", "eagle3-whitelist", "--json", "-v")
     assert applied.returncode == 0, applied
     assert {n: h["transport"] for n, h in applied.hosts().items()} == {"a": "local", "b": "local"}
@@ -122,3 +129,19 @@ def test_a_variable_only_some_hosts_have_is_their_error(tmp_path: Path) -> None:
     assert planned.returncode == 2, planned
     assert planned.stderr.startswith(f"patchkit: host b: {recipe_file}:"), planned.stderr
     assert "undefined variable 'second'" in planned.stderr and "host a" not in planned.stderr
+
+
+def test_a_secret_from_a_host_var_stays_out_of_report_and_logs(tmp_path: Path) -> None:
+    box = make_sandbox(tmp_path / "a", packages=("toyllm",))
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text("name: s\nsteps:\n  - name: leak\n    check:\n      python: |\n"
+                           "        import sys\n        print('token is {{ hf_token }}', file=sys.stderr)\n"
+                           "        sys.exit(1)\n")
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text(f"hosts:\n  a: {{address: local, python: '{box.python}', state_dir: '{box.state}', "
+                         "vars: {hf_token: hf_PerHostValue123}}\n")
+    applied = run_patchkit("apply", str(recipe_file), "-i", str(inventory), "-v", "--json")
+    assert applied.returncode == 1, applied
+    assert "token is <secret:hf_token>" in applied.hosts()["a"]["steps"][0]["message"], applied
+    assert "hf_PerHostValue123" not in applied.stdout + applied.stderr
+    assert "step.done" in applied.stderr  # the log line that carries the message was written
