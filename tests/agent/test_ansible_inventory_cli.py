@@ -6,6 +6,7 @@ variables (a warning, an error with --strict). Local transport: sandboxes as hos
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from tests.helpers import Sandbox, make_sandbox, recipe, run_many, run_patchkit
@@ -145,3 +146,23 @@ def test_a_secret_from_a_host_var_stays_out_of_report_and_logs(tmp_path: Path) -
     assert "token is <secret:hf_token>" in applied.hosts()["a"]["steps"][0]["message"], applied
     assert "hf_PerHostValue123" not in applied.stdout + applied.stderr
     assert "step.done" in applied.stderr  # the log line that carries the message was written
+
+
+def test_ansible_yaml_folders_and_scripts_are_read_through_ansible_inventory(tmp_path: Path) -> None:
+    box = make_sandbox(tmp_path / "a", packages=("toyllm",))
+    settings = {"ansible_connection": "local", "ansible_python_interpreter": str(box.python),
+                "patchkit_state_dir": str(box.state)}
+    yaml_inventory = tmp_path / "hosts.yml"  # Ansible's YAML form: all -> children -> group -> hosts
+    yaml_inventory.write_text(json.dumps({"all": {"children": {"gpu": {"hosts": {"y1": settings}}}}}))
+    folder = tmp_path / "inventory"
+    (folder / "host_vars").mkdir(parents=True)
+    (folder / "hosts").write_text("[gpu]\nf1\n")
+    (folder / "host_vars" / "f1.yml").write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))
+    script = tmp_path / "dynamic.py"  # a dynamic inventory: --list prints the groups and _meta
+    listing = {"gpu": {"hosts": ["s1"]}, "_meta": {"hostvars": {"s1": settings}}}
+    script.write_text(f"#!{sys.executable}\nimport json\nprint(json.dumps({listing!r}))\n")
+    script.chmod(0o755)
+    runs = run_many([["plan", RECIPE, "-i", str(p), "-l", "gpu", "--steps", "eagle3-whitelist", "--json"]
+                     for p in (yaml_inventory, folder, script)])
+    assert [list(r.hosts()) for r in runs] == [["y1"], ["f1"], ["s1"]], runs
+    assert all(r.hosts()[h]["steps"][0]["status"] == "changed" for r, h in zip(runs, ("y1", "f1", "s1")))
