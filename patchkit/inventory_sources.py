@@ -3,7 +3,8 @@
 An inventory is patchkit's own YAML, or anything Ansible reads. Which one a path is:
 
 - a file whose top level has `hosts:`, `groups:` or `defaults:` (YAML or JSON) is patchkit's,
-  and is read (and its errors reported) as such;
+  and is read (and its errors reported) as such; so is one with a near miss (`host:`), for its
+  "did you mean", unless it has Ansible's `all:`;
 - a JSON file with `_meta` is what `ansible-inventory --list` prints: mapped directly
   (ansible_inventory.py), no Ansible needed;
 - anything else (an INI file, an Ansible YAML inventory with `all:`/group names at the top, a
@@ -18,6 +19,7 @@ inventory's `defaults` and group variables apply to its own hosts; a later `seri
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -34,6 +36,7 @@ from patchkit.yamlsource import read_yaml
 PATCHKIT_KEYS = ("hosts", "groups", "defaults")
 ANSIBLE_INVENTORY_TIMEOUT_S = 120.0  # a dynamic inventory script may ask a cloud API
 _PATCHKIT_TOP = re.compile(r"^(hosts|groups|defaults)[ \t]*:", re.MULTILINE)
+_TOP_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:", re.MULTILINE)
 _STDERR_TAIL = 20
 
 
@@ -87,9 +90,16 @@ def read_inventory(path: str) -> tuple[Inventory, list[str], bool]:
         if isinstance(data, dict) and set(data) & set(PATCHKIT_KEYS):
             return _patchkit(where), [], False
         return _from_ansible(path)
-    if _PATCHKIT_TOP.search(text):
+    if _PATCHKIT_TOP.search(text) or _misspelt_patchkit(text):
         return _patchkit(where), [], False
     return _from_ansible(path)
+
+
+def _misspelt_patchkit(text: str) -> bool:
+    """Top-level keys like `host:` or `default:`: patchkit's, misspelt (its loader then says
+    "did you mean 'hosts'?"), not an Ansible group of that name. `all:` is Ansible's."""
+    keys = _TOP_KEY.findall(text)
+    return "all" not in keys and any(difflib.get_close_matches(k, PATCHKIT_KEYS, n=1, cutoff=0.8) for k in keys)
 
 
 def _patchkit(path: Path) -> Inventory:

@@ -125,6 +125,10 @@ def test_which_reader_a_path_gets(tmp_path: Path) -> None:
     broken_own.write_text("hosts:\n\ta: {}\n")
     with pytest.raises(UsageError, match="a tab"):
         read_inventory(str(broken_own))
+    misspelt = tmp_path / "misspelt.yaml"  # not sent to Ansible as a group named `host`
+    misspelt.write_text("host:\n  a: {address: local}\n")
+    with pytest.raises(UsageError, match="unknown key 'host' \\(did you mean 'hosts'\\?\\)"):
+        read_inventory(str(misspelt))
 
 
 def test_without_ansible_inventory_one_line_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
