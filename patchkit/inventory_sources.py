@@ -36,6 +36,7 @@ from patchkit.yamlsource import read_yaml
 PATCHKIT_KEYS = ("hosts", "groups", "defaults")
 ANSIBLE_INVENTORY_TIMEOUT_S = 120.0  # a dynamic inventory script may ask a cloud API
 _PATCHKIT_TOP = re.compile(r"^(hosts|groups|defaults)[ \t]*:", re.MULTILINE)
+_PATCHKIT_FLOW = re.compile(r"""\s*\{\s*["']?(hosts|groups|defaults)["']?\s*:""")
 _TOP_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:", re.MULTILINE)
 _STDERR_TAIL = 20
 
@@ -77,11 +78,13 @@ def read_inventory(path: str) -> tuple[Inventory, list[str], bool]:
         raise UsageError(f"-i {path}: cannot read: {exc.strerror or exc}") from None
     if text.startswith("#!") and os.access(where, os.X_OK):  # a dynamic inventory script
         return _from_ansible(path)
+    if _PATCHKIT_FLOW.match(text):  # `{"hosts": ...}` or `{hosts: ...}`: patchkit's, JSON or flow YAML
+        return _patchkit(where), [], False
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)
-        except ValueError as exc:
-            raise UsageError(f"-i {path}: not valid JSON: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
         if isinstance(data, dict) and "_meta" in data:
             from patchkit.ansible_inventory import hosts_from_ansible_json
 

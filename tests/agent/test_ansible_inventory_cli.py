@@ -59,7 +59,7 @@ def test_inventory_errors_name_the_file_and_the_host(tmp_path: Path) -> None:
     ini_broken, no_transport, json_broken, typed, missing = (r.stderr for r in runs)
     assert f"-i {broken}: ansible-inventory could not read it" in ini_broken and "ini" in ini_broken
     assert f"{winrm}: host w1: ansible_connection=winrm has no patchkit transport" in no_transport
-    assert f"-i {bad_json}: not valid JSON: Expecting value: line 2 column 10" in json_broken
+    assert f"patchkit: {bad_json}:2:10: not valid JSON: Expecting value" in json_broken
     assert f'patchkit: -i {wrong_type}: host a: vars: first_value=["x"]: expected a string' in typed, typed
     assert f"-i {tmp_path / 'nowhere.ini'}: no such file or folder" in missing
 
