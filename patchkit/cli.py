@@ -220,7 +220,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     except UsageError as exc:
         raise _with_inventory_problems(exc, args) from None
     base_error: UsageError | None = None
-    base = layered(source.declared, {}, extra) if source else {}  # -e of the wrong type: its error, once
+    base = layered(source.declared, {}, extra, declared_at=source.declared_at) if source else {}  # -e of the wrong type: its error, once
     try:
         loaded = source.render(base) if source else None
     except UsageError as exc:
@@ -438,7 +438,7 @@ def _per_host(args: argparse.Namespace, source: RecipeSource, extra: dict[str, G
     for host in hosts:
         try:
             out[host.name] = source.render(layered(source.declared, host.vars, extra, host.name,
-                                                   f"-i {origins.get(host.name, 'inventory')}"))
+                                                   f"-i {origins.get(host.name, 'inventory')}", source.declared_at))
         except UsageError as exc:
             problems.setdefault(str(exc), []).append(host.name)
     if len(problems) == 1 and len(next(iter(problems.values()))) == len(hosts):

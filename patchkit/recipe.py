@@ -18,7 +18,8 @@ from patchkit.edits import Edit, EditError
 from patchkit.errors import UsageError
 from patchkit.rollout import SerialField
 from patchkit.redact import Redactor, find_secrets
-from patchkit.yamlsource import _TEMPLATE, Document, LoadedYaml, plain_scalar, read_yaml, source_error
+from patchkit.variables import typed  # one type check for -e text, files, JSON and inventories
+from patchkit.yamlsource import _TEMPLATE, Document, LoadedYaml, read_yaml, source_error
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -398,6 +399,10 @@ class RecipeSource:
     referenced: set[str]  # every name a `{{ }}` template uses
     _renders: dict[str, LoadedRecipe] = dataclass_field(default_factory=dict)
 
+    def declared_at(self, name: str) -> str:
+        """Where `vars` declares `name`, for a message about a value given for it."""
+        return f"{self.head.mark_for(('vars', name))}: vars.{name}"
+
     @property
     def known(self) -> set[str]:
         """The variables the recipe declares or uses."""
@@ -429,7 +434,7 @@ def read_recipe(path: str | Path) -> RecipeSource:
 def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> LoadedRecipe:
     """Read, template and validate a recipe; UsageError with file:line:col on any problem."""
     source = read_recipe(path)
-    given = {name: _typed_override(source.head, source.declared, name, text)
+    given = {name: typed(name, text, source.declared, "-e", True, source.declared_at)
              for name, text in (overrides or {}).items()}
     return source.render({**source.declared, **given})
 
@@ -472,33 +477,3 @@ def _render(source: RecipeSource, variables: dict[str, Any], key: str) -> Loaded
                 raise source_error(loaded.mark_for(where), f"steps[{i}].patch.edit.diff.file", str(exc)) from None
     return LoadedRecipe(recipe=recipe, path=path, content_sha256=doc.sha256, variables=variables,
                         redactor=redactor, render_sha256=key)
-
-
-def _typed_override(head: LoadedYaml, declared: dict[str, Any], name: str, text: str) -> Any:
-    """`-e port=8001` is text; a variable declared with a number or boolean keeps its type."""
-    default = declared.get(name)
-    if isinstance(default, bool):
-        kinds: tuple[type, ...] = (bool,)
-        wanted = "true or false"
-    elif isinstance(default, int):
-        kinds, wanted = (int,), "an integer"
-    elif isinstance(default, float):
-        kinds, wanted = (int, float), "a number"
-    else:
-        return text
-    value = plain_scalar(text)
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise source_error(head.mark_for(("vars", name)), f"vars.{name}",
-                           f"-e {name}={text}: expected {wanted}, like the default {default!r}")
-    return value
-
-
-def parse_assignments(items: list[str] | None) -> dict[str, str]:
-    """`-e KEY=VALUE` arguments to a dict."""
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            raise UsageError(f"-e {item!r}: expected KEY=VALUE")
-        out[key] = value
-    return out

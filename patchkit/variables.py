@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,9 +86,15 @@ def _check_name(key: object, where: str) -> None:
         raise UsageError(f"{where}: {key!r} is not a variable name")
 
 
-def typed(name: str, value: Any, declared: dict[str, Any], origin: str, text: bool = False) -> Any:
+# The declaration's place, for messages: name -> "FILE:LINE:COL: vars.NAME" (RecipeSource.declared_at).
+DeclaredAt = Callable[[str], str]
+
+
+def typed(name: str, value: Any, declared: dict[str, Any], origin: str, text: bool = False,
+          declared_at: DeclaredAt | None = None) -> Any:
     """`value` as the recipe's variable `name` takes it: text read as a YAML scalar when the
-    default is a number or boolean; UsageError (naming `origin`) when the type differs."""
+    default is a number or boolean; UsageError (naming `origin`, and the declaration's place
+    with `declared_at`) when the type differs."""
     if name not in declared:
         return value
     default = declared[name]
@@ -111,19 +117,21 @@ def typed(name: str, value: Any, declared: dict[str, Any], origin: str, text: bo
         value = plain_scalar(value) if not isinstance(default, (list, dict)) else value
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         shown = f"-e {name}={value}" if text else f"{origin}: {name}={json.dumps(value, default=str)}"
-        raise UsageError(f"{shown}: expected {wanted}, like the recipe's default {default!r}")
+        at = f"{declared_at(name)}: " if declared_at else ""
+        raise UsageError(f"{at}{shown}: expected {wanted}, like the recipe's default {default!r}")
     return value
 
 
 def layered(declared: dict[str, Any], host_vars: dict[str, Any], extra: dict[str, Given],
-            host: str | None = None, host_origin: str = "the inventory") -> dict[str, Any]:
+            host: str | None = None, host_origin: str = "the inventory",
+            declared_at: DeclaredAt | None = None) -> dict[str, Any]:
     """The variables one host's templates see, by the precedence above, each type-checked."""
     where = f"{host_origin}: host {host}: vars" if host else host_origin
     out = dict(declared)
     for name, value in host_vars.items():
-        out[name] = typed(name, value, declared, where)
+        out[name] = typed(name, value, declared, where, declared_at=declared_at)
     for name, given in extra.items():
-        out[name] = typed(name, given.value, declared, given.origin, given.text)
+        out[name] = typed(name, given.value, declared, given.origin, given.text, declared_at)
     return out
 
 

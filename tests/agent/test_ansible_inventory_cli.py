@@ -60,7 +60,8 @@ def test_inventory_errors_name_the_file_and_the_host(tmp_path: Path) -> None:
     assert f"-i {broken}: ansible-inventory could not read it" in ini_broken and "ini" in ini_broken
     assert f"{winrm}: host w1: ansible_connection=winrm has no patchkit transport" in no_transport
     assert f"patchkit: {bad_json}:2:10: not valid JSON: Expecting value" in json_broken
-    assert f'patchkit: -i {wrong_type}: host a: vars: first_value=["x"]: expected a string' in typed, typed
+    assert typed.startswith(f"patchkit: {RECIPE}:6:3: vars.first_value: -i {wrong_type}: host a: vars: "
+                            'first_value=["x"]: expected a string'), typed  # where it is declared, and given
     assert f"-i {tmp_path / 'nowhere.ini'}: no such file or folder" in missing
 
 
