@@ -103,25 +103,32 @@ async def session(host: HostSpec, python: str, options: Options, owner: str,
 
 @dataclass
 class Runner:
-    loaded: LoadedRecipe | None
+    loaded: LoadedRecipe | None  # rendered with the recipe's and -e's variables
     options: Options
     run_id: str
     command: str
     edits: EditCache = field(default_factory=EditCache)
     progress: Progress | None = None
     interrupt: Interrupt = field(default_factory=Interrupt)
+    # host -> the recipe rendered with that host's variables too (variables.py); a host not
+    # here gets `loaded`. Hosts with the same variables share one rendering (and its caches).
+    per_host: dict[str, LoadedRecipe] = field(default_factory=dict)
 
-    @property
-    def redactor(self) -> Redactor:
-        return self.loaded.redactor if self.loaded else Redactor()
+    def recipe_for(self, host: str) -> LoadedRecipe | None:
+        return self.per_host.get(host, self.loaded)
+
+    def redactor_for(self, host: str) -> Redactor:
+        loaded = self.recipe_for(host)
+        return loaded.redactor if loaded else Redactor()
 
     async def on_hosts(self, hosts: list[HostSpec], work: Callable[[Session], Awaitable[HostResult]]) -> dict[str, HostResult]:
         async def one(host: HostSpec) -> HostResult:
             started = time.monotonic()
-            python = interpreter_for(host, self.loaded, self.options)
+            python = interpreter_for(host, self.recipe_for(host.name), self.options)
+            redactor = self.redactor_for(host.name)
             warnings: list[str] = []
             try:
-                async with session(host, python, self.options, f"{self.command} {self.run_id}", self.redactor,
+                async with session(host, python, self.options, f"{self.command} {self.run_id}", redactor,
                                    warnings) as s:
                     result = await work(s)
                     result.exec_requests = s.transport.exec_requests
@@ -132,8 +139,8 @@ class Runner:
                 log.error("host.crashed", host=host.name, error=repr(exc), at=f"{where.filename}:{where.lineno}")
                 result = HostResult(status="failed", message=f"internal error: {type(exc).__name__}: {exc}")
             result.warnings = warnings
-            if self.redactor:  # what the report and the progress lines show: no secret values
-                result = HostResult.model_validate(self.redactor.value(result.model_dump()))
+            if redactor:  # what the report and the progress lines show: no secret values
+                result = HostResult.model_validate(redactor.value(result.model_dump()))
             result.seconds = round(time.monotonic() - started, 3)
             result.transport, result.address = transport_of(host)
             log.info("host.done", host=host.name, status=result.status, command=self.command,
@@ -147,8 +154,9 @@ class Runner:
     # ------------------------------------------------------------------ apply / plan
 
     def _context(self, s: Session) -> HostContext:
-        assert self.loaded
-        return HostContext(s.host.name, s.agent, s.journal, self.run_id, self.loaded, self.edits,
+        loaded = self.recipe_for(s.host.name)
+        assert loaded
+        return HostContext(s.host.name, s.agent, s.journal, self.run_id, loaded, self.edits,
                            self.options.dry_run, self.options.force, self.options.verify_all,
                            self.options.no_restart, self._note_for(s.host.name))
 
@@ -157,11 +165,10 @@ class Runner:
         return (lambda text: progress.note(host, text)) if progress else (lambda text: None)
 
     async def apply(self, s: Session) -> HostResult:
-        assert self.loaded
-        recipe = self.loaded.recipe
         ctx = self._context(s)
+        recipe = ctx.loaded.recipe  # this host's rendering
         record = RunRecord(run_id=self.run_id, kind="apply", recipe=recipe.name,
-                           recipe_sha256=self.loaded.content_sha256, host=s.host.name, user=_user(),
+                           recipe_sha256=ctx.loaded.content_sha256, host=s.host.name, user=_user(),
                            patchkit_version=__version__, started=time.time())
         stopped_by: str | None = None
 
@@ -216,12 +223,11 @@ class Runner:
     # ------------------------------------------------------------------ status
 
     async def status(self, s: Session) -> HostResult:
-        assert self.loaded
         ctx = self._context(s)
         ctx.dry_run = True
-        records = await s.journal.runs(self.loaded.recipe.name)
+        records = await s.journal.runs(ctx.loaded.recipe.name)
         steps = []
-        for step in self.loaded.recipe.select(self.options.steps):
+        for step in ctx.loaded.recipe.select(self.options.steps):
             try:
                 steps.append(await kind_named(step.kind).status(ctx, step, records))
             except HostError as exc:
@@ -234,8 +240,9 @@ class Runner:
     # ------------------------------------------------------------------ rollback
 
     async def rollback(self, s: Session) -> HostResult:
-        assert self.loaded
-        recipe = self.loaded.recipe
+        loaded = self.recipe_for(s.host.name)
+        assert loaded
+        recipe = loaded.recipe
         records = await s.journal.runs(recipe.name)
         wanted = self.options.steps
         if wanted:
@@ -250,7 +257,7 @@ class Runner:
                 return HostResult(status="failed", message=f"no {what} of {recipe.name} in the journal")
             return HostResult(status="ok", message=f"nothing to roll back: no {what} of {recipe.name} in the journal")
         record = RunRecord(run_id=self.run_id, kind="rollback", recipe=recipe.name,
-                           recipe_sha256=self.loaded.content_sha256, host=s.host.name, user=_user(),
+                           recipe_sha256=loaded.content_sha256, host=s.host.name, user=_user(),
                            patchkit_version=__version__, started=time.time(), rollback_of=target.run_id)
         ctx = self._context(s)
         # Kinds that restart what runs (launch) go last: a server restarted onto the original
