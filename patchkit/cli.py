@@ -379,10 +379,10 @@ def _split(value: str | None) -> list[str] | None:
 def _hosts(args: argparse.Namespace) -> tuple[list[HostSpec], list[int | str] | int | str | None]:
     """The selected hosts, and the inventory's `serial`."""
     from patchkit.inventory import load_inventory, local_inventory
-    from patchkit.transport.kubectl import resolve_selector
+    from patchkit.transport.groups import resolve_group
 
     inventory = load_inventory(args.inventory) if args.inventory else local_inventory()
-    selected = inventory.select(args.limit, resolve_selector)
+    selected = inventory.select(args.limit, resolve_group)
     for note in selected.notes:
         print(f"patchkit: {note}", file=sys.stderr)
     return selected.hosts, inventory.serial

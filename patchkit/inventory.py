@@ -3,7 +3,8 @@
 An address names the way in: `scheme://rest`, or a bare address (none or `local` is this
 machine, anything else an SSH host). Which schemes there are, and what their addresses look
 like, is the transports' business (transport/schemes.py); this module only splits them. A group is a list of
-hosts and groups, or a Kubernetes label selector resolved to running pods at run time.
+hosts and groups, a Kubernetes label selector resolved to running pods at run time, or the
+nodes of a Ray cluster (raygroup.py), resolved to its alive nodes at run time.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import (
 
 from patchkit import hostpattern
 from patchkit.errors import UsageError
+from patchkit.raygroup import RayGroup
 from patchkit.rollout import SerialField
 from patchkit.yamlsource import load_yaml
 
@@ -133,13 +135,17 @@ class PodSelector(BaseModel):
 
 
 def _group_kind(members: object) -> str:
+    if isinstance(members, RayGroup) or isinstance(members, dict) and "ray" in members:
+        return "ray"  # the nodes of a Ray cluster (raygroup.py)
     return "selector" if isinstance(members, (dict, PodSelector)) else "list"
 
 
 # A group: a list of hosts and groups, or a mapping (a pod selector). Told apart by shape, so an
 # error names the list item or the selector's key, not both union members.
-GroupMembers = Annotated[Union[Annotated[list[str], Tag("list")], Annotated[PodSelector, Tag("selector")]],
+GroupMembers = Annotated[Union[Annotated[list[str], Tag("list")], Annotated[PodSelector, Tag("selector")],
+                               Annotated[RayGroup, Tag("ray")]],
                          Discriminator(_group_kind)]
+Resolved = Union[PodSelector, RayGroup]  # a group resolved at run time
 
 
 @dataclass(frozen=True)
@@ -150,8 +156,8 @@ class Selected:
     notes: list[str]
 
 
-# Resolves a selector group to its running pods' hosts, and notes on the pods left out.
-SelectorResolver = Callable[[str, PodSelector, "Defaults"], tuple[list[HostSpec], list[str]]]
+# Resolves a selector or Ray group to its running pods' (alive nodes') hosts, and notes on those left out.
+SelectorResolver = Callable[[str, Resolved, "Defaults"], tuple[list[HostSpec], list[str]]]
 
 
 class Inventory(BaseModel):
@@ -164,15 +170,15 @@ class Inventory(BaseModel):
 
     @field_validator("groups")
     @classmethod
-    def _groups_name_hosts(cls, groups: dict[str, list[str] | PodSelector],
-                           info: ValidationInfo) -> dict[str, list[str] | PodSelector]:
+    def _groups_name_hosts(cls, groups: dict[str, list[str] | Resolved],
+                           info: ValidationInfo) -> dict[str, list[str] | Resolved]:
         hosts = info.data.get("hosts")
         if hosts is None:  # hosts did not validate: that is the error to report
             return groups
         for group, members in groups.items():
             if group in hosts:
                 raise ValueError(f"group {group!r} has the name of a host")
-            if isinstance(members, PodSelector):
+            if isinstance(members, (PodSelector, RayGroup)):
                 continue
             for member in members:
                 if member not in hosts and member not in groups:
@@ -181,9 +187,9 @@ class Inventory(BaseModel):
 
     @model_validator(mode="after")
     def _some_host(self) -> Inventory:
-        if not self.hosts and not any(isinstance(g, PodSelector) for g in self.groups.values()):
-            raise ValueError("hosts: an inventory needs at least one host (or a group with a k8s_selector; "
-                             "then write `hosts: {}`)")
+        if not self.hosts and not any(isinstance(g, (PodSelector, RayGroup)) for g in self.groups.values()):
+            raise ValueError("hosts: an inventory needs at least one host (or a group with a k8s_selector or "
+                             "`ray:`; then write `hosts: {}`)")
         return self
 
     def resolved(self) -> dict[str, HostSpec]:
@@ -212,9 +218,10 @@ class Inventory(BaseModel):
                 return flat[group]
             found = self.groups[group]
             names: list[str] = []
-            if isinstance(found, PodSelector):
+            if isinstance(found, (PodSelector, RayGroup)):
                 if resolve is None:
-                    raise UsageError(f"group {group!r} is a k8s_selector: it is resolved by kubectl at run time")
+                    how = "by kubectl" if isinstance(found, PodSelector) else "from the Ray cluster"
+                    raise UsageError(f"group {group!r} is resolved {how} at run time")
                 running, left_out = resolve(group, found, self.defaults)
                 notes.extend(left_out)
                 for pod in running:
@@ -234,7 +241,7 @@ class Inventory(BaseModel):
         else:
             chosen = list(hosts)
             for group, found in self.groups.items():
-                if isinstance(found, PodSelector):
+                if isinstance(found, (PodSelector, RayGroup)):
                     chosen += [name for name in members(group) if name not in chosen]
         return Selected([hosts[name] if name in hosts else pods[name] for name in chosen], notes)
 
