@@ -83,7 +83,10 @@ class Node:
         return f"{self.ip}-{self.node_id[:SHORT_ID]}"
 
     def matches(self, wanted: NodeFilter) -> bool:
-        has = all(self.resources.get(k, 0.0) >= v for k, v in (wanted.resources or {}).items())
+        """Has it the resources and labels? A dead node's resources are no longer listed (its
+        labels are): it may have matched, so it counts as matching, to be named as left out."""
+        unknown = self.reason is not None and not self.resources
+        has = unknown or all(self.resources.get(k, 0.0) >= v for k, v in (wanted.resources or {}).items())
         return has and all(self.labels.get(k) == v for k, v in (wanted.labels or {}).items())
 
 
@@ -139,6 +142,6 @@ def resolve_ray_group(group: str, found: RayGroup, defaults: Defaults) -> tuple[
     notes = [f"group {group}: Ray node {n.name} left out: {n.reason}" for n in nodes if n.reason]
     if not hosts:
         which = "" if wanted == "all" else f" with {wanted}"
-        gone = f" ({len(notes)} matching node(s) dead or draining)" if notes else ""
+        gone = f" (left out: {len(notes)} dead or draining node(s))" if notes else ""
         raise HostError(f"group {group}: no alive node{which} in the Ray cluster at {spec.address}{gone}")
     return hosts, notes
