@@ -15,7 +15,7 @@ cluster's nodes and turns the matching alive ones into hosts `ray://.../NODE_ID`
 from __future__ import annotations
 
 import re
-from typing import Literal, Union
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -58,7 +58,7 @@ class RayNodes(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     address: str = "auto"
-    nodes: Union[Literal["all"], NodeFilter] = "all"
+    nodes: Literal["all"] | NodeFilter = "all"
     python: str | None = None
     state_dir: str | None = None
 

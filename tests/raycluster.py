@@ -20,10 +20,10 @@ from typing import Any
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported anywhere
 
-import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
+import ray
+from ray.cluster_utils import Cluster
 
-from tests.helpers import Sandbox, make_sandbox  # noqa: E402
+from tests.helpers import Sandbox, make_sandbox
 
 LOOPBACK = "127.0.0.1"
 

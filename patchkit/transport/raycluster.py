@@ -112,7 +112,7 @@ def nodes_from_state(entries: list[Mapping[str, Any]], draining: Collection[str]
 def draining_nodes(ray: ModuleType) -> Collection[str]:
     """Ids of the nodes being drained (Ray's GCS knows; through Ray Client it cannot be asked)."""
     try:
-        from ray._private.state import state  # noqa: PLC2701 - the one place Ray says which nodes drain
+        from ray._private.state import state
 
         return set(state.get_draining_nodes())
     except Exception:  # noqa: BLE001 - not connected as a driver (Ray Client), or an older Ray

@@ -60,11 +60,11 @@ class AgentRelay:
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, limit=READ_LIMIT, start_new_session=True)
         except FileNotFoundError:
-            return "interpreter %s not found" % argv[0]
+            return f"interpreter {argv[0]} not found"
         except PermissionError:
-            return "interpreter %s is not executable" % argv[0]
+            return f"interpreter {argv[0]} is not executable"
         except OSError as exc:
-            return "interpreter %s cannot be run: %s" % (argv[0], exc.strerror or exc)
+            return f"interpreter {argv[0]} cannot be run: {exc.strerror or exc}"
         self._procs[key] = _Process(proc)
         return None
 
@@ -80,7 +80,7 @@ class AgentRelay:
                     p.proc.stdin.write(data)
                     await p.proc.stdin.drain()
             except (ConnectionError, OSError) as exc:
-                p.broken = "the agent's stdin is closed (%s)" % exc.__class__.__name__
+                p.broken = f"the agent's stdin is closed ({exc.__class__.__name__})"
             p.next_seq += 1
             p.turn.notify_all()
             return p.broken
@@ -100,7 +100,7 @@ class AgentRelay:
         try:
             await asyncio.wait_for(p.proc.wait(), settle)
             await asyncio.wait_for(asyncio.shield(p.pump), settle)
-        except asyncio.TimeoutError:
+        except asyncio.TimeoutError:  # noqa: UP041 - not TimeoutError before Python 3.11 (a node's)
             pass
         return {"lines": list(p.stderr), "returncode": p.proc.returncode}
 
@@ -116,12 +116,12 @@ class AgentRelay:
                 assert proc.stdin is not None
                 proc.stdin.close()
                 await asyncio.wait_for(proc.wait(), timeout)
-            except (asyncio.TimeoutError, OSError):
+            except (asyncio.TimeoutError, OSError):  # noqa: UP041
                 _kill(proc)
                 await proc.wait()
         try:
             await asyncio.wait_for(asyncio.shield(p.pump), settle)
-        except asyncio.TimeoutError:
+        except asyncio.TimeoutError:  # noqa: UP041 - not TimeoutError before Python 3.11 (a node's)
             pass
         return {"lines": list(p.stderr), "returncode": proc.returncode}
 

@@ -108,7 +108,7 @@ def test_a_server_launched_on_a_node_outlives_the_actor(cluster: LocalCluster, t
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as answer:
             assert answer.status == 200
         status = patchkit("status", str(web), "-i", str(inventory), "--json")
-        assert status.returncode == 0 and list(status.hosts().values())[0]["steps"][0]["status"] == "applied"
+        assert status.returncode == 0 and next(iter(status.hosts().values()))["steps"][0]["status"] == "applied"
     finally:
         rolled = patchkit("rollback", str(web), "-i", str(inventory), "--json")
     assert rolled.returncode == 0, rolled
