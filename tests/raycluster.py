@@ -52,12 +52,17 @@ def _wrapper(path: Path, python: Path, home: Path) -> Path:
 class LocalCluster:
     """A head (node a) and added nodes (b, c, ...), each with resource `node_<letter>`: 1."""
 
-    def __init__(self, root: Path, letters: Iterable[str] = ("a", "b", "c"), num_cpus: int = 1) -> None:
+    def __init__(self, root: Path, letters: Iterable[str] = ("a", "b", "c"), num_cpus: int = 1,
+                 client_port: int | None = None) -> None:
+        """client_port: the head also serves Ray Client there (`ray://127.0.0.1:PORT`)."""
         letters = list(letters)
         self.root = root
-        self.cluster = Cluster(initialize_head=True,
-                               head_node_args={"num_cpus": num_cpus, "include_dashboard": False,
-                                               "resources": {f"node_{letters[0]}": 1}})
+        head: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": False,
+                                "resources": {f"node_{letters[0]}": 1}}
+        if client_port is not None:
+            head["ray_client_server_port"] = client_port
+        self.client_address = f"ray://{LOOPBACK}:{client_port}" if client_port else None
+        self.cluster = Cluster(initialize_head=True, head_node_args=head)
         self.session_dir = self.cluster.head_node.get_session_dir_path()
         raylets = {letters[0]: self.cluster.head_node}
         for letter in letters[1:]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 
 from tests.helpers import PATCHKIT, Result, recipe, run_patchkit, start_patchkit
 from tests.raycluster import LocalCluster
-from tests.sshd import closed_port
+from tests.sshd import closed_port, free_port
 
 TOY = recipe("toyllm_eagle3.yaml")
 PATCHED = ("toyllm/config/speculative.py", "toyllm/config/model.py")
@@ -27,7 +26,7 @@ PATCHED = ("toyllm/config/speculative.py", "toyllm/config/model.py")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("ray"))
+    local = LocalCluster(tmp_path_factory.mktemp("ray"), client_port=free_port())  # and Ray Client
     try:
         yield local
     finally:
@@ -86,7 +85,7 @@ def test_a_group_by_resource_reaches_only_its_node(cluster: LocalCluster, tmp_pa
     assert files(cluster) == before
 
 
-def test_a_single_node_address_and_a_group_of_all_nodes(cluster: LocalCluster, tmp_path: Path) -> None:
+def test_a_single_node_address_and_a_group_of_all_nodes_through_ray_client(cluster: LocalCluster, tmp_path: Path) -> None:
     c = cluster.nodes["c"]
     one = tmp_path / "one.yaml"
     one.write_text(json.dumps({"hosts": {"worker-c": {"address": f"ray://gcs/{cluster.address}/{c.node_id[:8]}",
@@ -95,9 +94,12 @@ def test_a_single_node_address_and_a_group_of_all_nodes(cluster: LocalCluster, t
     assert plan.returncode == 0 and list(plan.hosts()) == ["worker-c"], plan
     assert str(c.sandbox.file(PATCHED[0])) in plan.stdout  # the diff names node c's own copy
 
+    # Every node, through Ray Client (ray://HEAD:PORT), each host given its own node's python.
     every = tmp_path / "all.yaml"
-    every.write_text(json.dumps({"hosts": {}, "groups": {"cluster": {"ray": {"address": cluster.address}}}}))
-    status = patchkit("status", TOY, "-i", str(every), "-e", f"python={sys.executable}")
+    every.write_text(json.dumps({"hosts": {}, "groups": {"cluster": {"ray": {
+        "address": cluster.client_address, "python": str(cluster.nodes["a"].python)}}}}))
+    status = patchkit("status", TOY, "-i", str(every))
+    assert status.returncode == 3, status  # pending: nothing applied
     assert sorted(status.hosts()) == sorted(n.host for n in cluster.nodes.values()), status
 
 
