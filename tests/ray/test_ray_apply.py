@@ -118,7 +118,8 @@ def test_no_actor_is_left_when_the_cli_is_killed(cluster: LocalCluster, tmp_path
         while not all(m.exists() for m in markers) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert all(m.exists() for m in markers), proc.communicate(timeout=30)
-        assert len(cluster.alive_actors()) == 3  # one per node, mid-run
+        placed = [actor["Address"]["NodeID"] for actor in cluster.alive_actors()]
+        assert sorted(placed) == sorted(n.node_id for n in cluster.nodes.values())  # one on each node, mid-run
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
         assert cluster.wait_for_no_actor() == []  # not detached: they die with their driver
