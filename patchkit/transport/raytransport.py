@@ -212,11 +212,11 @@ class _RelayStdin:
 
     def flush(self) -> None:
         if self._buffer:
-            self.send(bytes(self._buffer))
+            self.submit(bytes(self._buffer))
             self._streams.transport.sent["relayed"] += len(self._buffer)
             self._buffer.clear()
 
-    def send(self, payload: Any) -> None:
+    def submit(self, payload: Any) -> None:
         """bytes, or the ObjectRef of bytes in the object store."""
         s = self._streams
         self._in_flight.append(s.transport._actor.write.remote(s.key, next(self._seq), payload))
@@ -259,7 +259,7 @@ class _RelayStreams:
         self.stdin.flush()  # what was written before goes first
         ref, size, put = CHUNKS.get(self.transport._ray, fd, offset, count)
         if size:
-            self.stdin.send(ref)
+            self.stdin.submit(ref)
             sent = self.transport.sent
             sent["from_store"] += size
             sent["put"] += size if put else 0
