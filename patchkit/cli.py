@@ -485,7 +485,7 @@ def _hosts(args: argparse.Namespace) -> tuple[list[HostSpec], list[int | str] | 
     """The selected hosts, and the inventory's `serial`."""
     from patchkit.inventory import local_inventory
     from patchkit.inventory_sources import LoadedInventory, load_inventories
-    from patchkit.transport.kubectl import resolve_selector
+    from patchkit.transport.groups import resolve_group
 
     loaded = load_inventories(args.inventory) if args.inventory else LoadedInventory(local_inventory())
     if getattr(args, "verbose", False):
@@ -493,7 +493,7 @@ def _hosts(args: argparse.Namespace) -> tuple[list[HostSpec], list[int | str] | 
             print(f"patchkit: {note}", file=sys.stderr)
     inventory = loaded.inventory
     args.inventory_origins, args.inventory_ansible = loaded.sources, loaded.ansible
-    selected = inventory.select(args.limit, resolve_selector)
+    selected = inventory.select(args.limit, resolve_group)
     for note in selected.notes:
         print(f"patchkit: {note}", file=sys.stderr)
     return selected.hosts, inventory.serial

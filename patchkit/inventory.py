@@ -4,8 +4,8 @@ An address names the way in: `scheme://rest`, or a bare address (`local` is this
 anything else an SSH host). A host without an address is the SSH host of its name, resolved
 through ~/.ssh/config as Ansible does; only the name `localhost` is this machine then. Which schemes there are, and what their addresses look
 like, is the transports' business (transport/schemes.py); this module only splits them. A group is a list of
-hosts and groups (or `{hosts: [...], vars: {...}}`), or a Kubernetes label selector resolved to running
-pods at run time.
+hosts and groups (or `{hosts: [...], vars: {...}}`), a Kubernetes label selector resolved to running
+pods at run time, or the nodes of a Ray cluster (raygroup.py), resolved to its alive nodes at run time.
 
 Variables (`vars:`) on `defaults`, groups and hosts reach the recipe's `{{ }}` templates per host:
 a host's own win over its groups', a group's over `defaults`'. Among a host's groups, as in
@@ -33,6 +33,7 @@ from pydantic import (
 
 from patchkit import hostpattern
 from patchkit.errors import UsageError
+from patchkit.raygroup import RayGroup
 from patchkit.rollout import SerialField
 from patchkit.yamlsource import load_yaml
 
@@ -157,16 +158,21 @@ class PodSelector(BaseModel):
 
 
 def _group_kind(members: object) -> str:
+    if isinstance(members, RayGroup) or (isinstance(members, dict) and "ray" in members):
+        return "ray"  # the nodes of a Ray cluster (raygroup.py)
     if isinstance(members, PodSelector) or (isinstance(members, dict) and "k8s_selector" in members):
         return "selector"
     return "spec" if isinstance(members, (dict, GroupSpec)) else "list"
 
 
-# A group: a list of hosts and groups, a mapping of them with vars, or a pod selector (a mapping
-# with k8s_selector). Told apart by shape, so an error names the list item or the key, not every form.
+# A group: a list of hosts and groups, a mapping of them with vars, a pod selector (a mapping with
+# k8s_selector) or Ray nodes (a mapping with ray). Told apart by shape, so an error names the list
+# item or the key, not every form.
 GroupMembers = Annotated[Union[Annotated[list[str], Tag("list")], Annotated[GroupSpec, Tag("spec")],
-                               Annotated[PodSelector, Tag("selector")]],
+                               Annotated[PodSelector, Tag("selector")], Annotated[RayGroup, Tag("ray")]],
                          Discriminator(_group_kind)]
+Resolved = Union[PodSelector, RayGroup]  # a group resolved at run time
+RESOLVED = (PodSelector, RayGroup)
 
 
 def members_of(group: list[str] | GroupSpec) -> list[str]:
@@ -181,8 +187,8 @@ class Selected:
     notes: list[str]
 
 
-# Resolves a selector group to its running pods' hosts, and notes on the pods left out.
-SelectorResolver = Callable[[str, PodSelector, "Defaults"], tuple[list[HostSpec], list[str]]]
+# Resolves a selector or Ray group to its running pods' (alive nodes') hosts, and notes on those left out.
+SelectorResolver = Callable[[str, Resolved, "Defaults"], tuple[list[HostSpec], list[str]]]
 
 
 class Inventory(BaseModel):
@@ -197,15 +203,15 @@ class Inventory(BaseModel):
 
     @field_validator("groups")
     @classmethod
-    def _groups_name_hosts(cls, groups: dict[str, list[str] | GroupSpec | PodSelector],
-                           info: ValidationInfo) -> dict[str, list[str] | GroupSpec | PodSelector]:
+    def _groups_name_hosts(cls, groups: dict[str, list[str] | GroupSpec | Resolved],
+                           info: ValidationInfo) -> dict[str, list[str] | GroupSpec | Resolved]:
         hosts = info.data.get("hosts")
         if hosts is None:  # hosts did not validate: that is the error to report
             return groups
         for group, members in groups.items():
             if group in hosts:
                 raise ValueError(f"group {group!r} has the name of a host")
-            if isinstance(members, PodSelector):
+            if isinstance(members, RESOLVED):
                 continue
             for member in members_of(members):
                 if member not in hosts and member not in groups:
@@ -214,9 +220,9 @@ class Inventory(BaseModel):
 
     @model_validator(mode="after")
     def _some_host(self) -> Inventory:
-        if not self.hosts and not any(isinstance(g, PodSelector) for g in self.groups.values()):
-            raise ValueError("hosts: an inventory needs at least one host (or a group with a k8s_selector; "
-                             "then write `hosts: {}`)")
+        if not self.hosts and not any(isinstance(g, RESOLVED) for g in self.groups.values()):
+            raise ValueError("hosts: an inventory needs at least one host (or a group with a k8s_selector or "
+                             "`ray:`; then write `hosts: {}`)")
         return self
 
     def resolved(self) -> dict[str, HostSpec]:
@@ -239,7 +245,7 @@ class Inventory(BaseModel):
         parents: dict[str, set[str]] = {}
         direct: dict[str, set[str]] = {}
         for group, found in self.groups.items():
-            if isinstance(found, PodSelector):
+            if isinstance(found, RESOLVED):
                 continue
             for member in members_of(found):
                 (parents if member in self.groups else direct).setdefault(member, set()).add(group)
@@ -282,9 +288,10 @@ class Inventory(BaseModel):
                 return flat[group]
             found = self.groups[group]
             names: list[str] = []
-            if isinstance(found, PodSelector):
+            if isinstance(found, RESOLVED):
                 if resolve is None:
-                    raise UsageError(f"group {group!r} is a k8s_selector: it is resolved by kubectl at run time")
+                    how = "by kubectl" if isinstance(found, PodSelector) else "from the Ray cluster"
+                    raise UsageError(f"group {group!r} is resolved {how} at run time")
                 running, left_out = resolve(group, found, self._selector_defaults.get(group, self.defaults))
                 notes.extend(left_out)
                 for pod in running:
@@ -304,7 +311,7 @@ class Inventory(BaseModel):
         else:
             chosen = list(hosts)
             for group, found in self.groups.items():
-                if isinstance(found, PodSelector):
+                if isinstance(found, RESOLVED):
                     chosen += [name for name in members(group) if name not in chosen]
         return Selected([hosts[name] if name in hosts else pods[name] for name in chosen], notes)
 

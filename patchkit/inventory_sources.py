@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.errors import UsageError
-from patchkit.inventory import Defaults, HostSpec, Inventory, PodSelector, members_of
+from patchkit.inventory import RESOLVED, Defaults, HostSpec, Inventory, Resolved, members_of
 from patchkit.yamlsource import read_yaml
 
 PATCHKIT_KEYS = ("hosts", "groups", "defaults")
@@ -158,7 +158,7 @@ def merge(loaded: list[tuple[str, Inventory, list[str]]]) -> LoadedInventory:
         return LoadedInventory(inventory, list(own), {name: path for name in inventory.hosts})
     hosts: dict[str, HostSpec] = {}
     origin: dict[str, str] = {}
-    groups: dict[str, list[str] | PodSelector] = {}
+    groups: dict[str, list[str] | Resolved] = {}
     group_origin: dict[str, str] = {}
     selector_defaults: dict[str, Defaults] = {}
     serial = None
@@ -171,12 +171,12 @@ def merge(loaded: list[tuple[str, Inventory, list[str]]]) -> LoadedInventory:
                              f"({_difference(hosts[name], spec)})")
             hosts[name], origin[name] = spec, path
         for name, members in inventory.groups.items():
-            if isinstance(members, PodSelector) or isinstance(groups.get(name), PodSelector):
+            if isinstance(members, RESOLVED) or isinstance(groups.get(name), RESOLVED):
                 if name in groups:
                     raise UsageError(f"group {name!r} is in -i {group_origin[name]} and -i {path}, and one of them "
-                                     "is a k8s_selector: a selector group is defined once")
-                groups[name] = members if isinstance(members, PodSelector) else list(members_of(members))
-                if isinstance(members, PodSelector):
+                                     "is resolved at run time (k8s_selector, ray): such a group is defined once")
+                groups[name] = members if isinstance(members, RESOLVED) else list(members_of(members))
+                if isinstance(members, RESOLVED):
                     selector_defaults[name] = inventory.defaults
             else:
                 known = groups.setdefault(name, [])

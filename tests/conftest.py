@@ -4,6 +4,7 @@
     tests/agent/       the real host agent on the local transport, through the real CLI
     tests/ssh/         real OpenSSH sshd processes on 127.0.0.1 (tests/sshd.py)
     tests/containers/  real podman containers and the docker CLI against podman's service
+    tests/ray/         real local Ray clusters (ray.cluster_utils.Cluster, every node on 127.0.0.1)
     tests/real/        real vLLM: release wheels (marker wheels), the cached environment (realenv)
 
 `make test-unit` runs `-m unit` (minus what downloads wheels); `make test` runs everything.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-TIERS = ("unit", "agent", "ssh", "containers", "real")
+TIERS = ("unit", "agent", "ssh", "containers", "ray", "real")
 HERE = Path(__file__).resolve().parent
 
 

@@ -30,7 +30,8 @@ class AgentStreams(Protocol):
     @property
     def stdout(self) -> ByteReader: ...
     # Optional ability, declared: True when `write_file` can move a file's bytes into stdin
-    # itself (splice(2) into ssh's stdin pipe, never through Python). False: write() them.
+    # itself (OpenSSH: splice(2) into ssh's stdin pipe, never through Python; Ray: each chunk
+    # put into the object store once for every node of the run). False: write() them.
     supports_file_splice: ClassVar[bool]
 
     async def write_file(self, fd: int, offset: int, count: int) -> int | None:

@@ -41,6 +41,12 @@ def _container() -> type[HostTransport]:
     return ContainerTransport
 
 
+def _ray() -> type[HostTransport]:
+    from patchkit.transport.raytransport import RayTransport  # Ray itself loads only when a host starts
+
+    return RayTransport
+
+
 @dataclass(frozen=True)
 class Scheme:
     form: str  # how its addresses are written, for messages
@@ -54,6 +60,7 @@ SCHEMES: dict[str, Scheme] = {
     "podman": Scheme("podman://CONTAINER", _container),
     "docker": Scheme("docker://CONTAINER", _container),
     "k8s": Scheme("k8s://NAMESPACE/POD[/CONTAINER]", _container),
+    "ray": Scheme("ray://HEAD:PORT/NODE_ID (a Ray node)", _ray),
 }
 
 

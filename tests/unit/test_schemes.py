@@ -24,6 +24,8 @@ EXAMPLES: dict[str, list[dict[str, object]]] = {
     "podman": [{"address": "podman://web-1"}],
     "docker": [{"address": "docker://0123abcd"}],
     "k8s": [{"address": "k8s://serving/vllm-0/engine"}, {"address": "k8s://serving/vllm-0"}],
+    "ray": [{"address": "ray://head.internal:10001/" + "0f" * 28}, {"address": "ray://auto/0f0f0f0f"},
+            {"address": "ray://gcs/127.0.0.1:6379/" + "0f" * 28}],
 }
 
 
@@ -64,6 +66,9 @@ def test_every_transport_is_reached_by_a_scheme() -> None:
     ("docker://a b", "want docker://CONTAINER"),
     ("k8s://onlyns", "want k8s://NAMESPACE/POD or k8s://NAMESPACE/POD/CONTAINER"),
     ("k8s://ns/Pod_1", "pod 'Pod_1' is not a Kubernetes name"),
+    ("ray://0f0f0f0f", "want ray://HEAD:PORT/NODE_ID, ray://auto/NODE_ID or ray://gcs/HOST:PORT/NODE_ID"),
+    ("ray://head/0f0f0f0f", "cluster address 'ray://head': want ray://HOST:PORT"),
+    ("ray://auto/NODE-1", "node id 'NODE-1' is not a Ray node id"),
 ])
 def test_each_scheme_words_its_own_refusal(address: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
@@ -92,9 +97,11 @@ def test_the_inventory_only_splits() -> None:
 def test_a_transport_module_is_imported_only_for_its_scheme() -> None:
     probe = ("import sys; from patchkit.inventory import HostSpec; from patchkit.runner import transport_for; "
              "transport_for(HostSpec(name='h', address=sys.argv[1])); "
-             "print(' '.join(m for m in ('asyncssh', 'patchkit.transport.container', 'patchkit.transport.openssh') "
+             "print(' '.join(m for m in ('asyncssh', 'patchkit.transport.container', 'patchkit.transport.openssh', "
+             "'patchkit.transport.raytransport', 'ray') "
              "if m in sys.modules))")
     loaded = {address: subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True,
                                       check=True).stdout.split()
-              for address in ("local", "podman://web", "gpu-1")}
-    assert loaded == {"local": [], "podman://web": ["patchkit.transport.container"], "gpu-1": ["asyncssh"]}
+              for address in ("local", "podman://web", "gpu-1", "ray://auto/0f0f0f0f")}
+    assert loaded == {"local": [], "podman://web": ["patchkit.transport.container"], "gpu-1": ["asyncssh"],
+                      "ray://auto/0f0f0f0f": ["patchkit.transport.raytransport"]}  # Ray itself: once a host starts
