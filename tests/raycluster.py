@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported anywhere
+# The head's Ray Client server starts a server process per client and gives its channel 30 s to
+# come up; on 2 cores shared with other jobs that start took longer once ("Initialization failure
+# from server"). The head inherits this process's environment.
+os.environ.setdefault("RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S", "180")
 
 import ray
 from ray.cluster_utils import Cluster
