@@ -174,7 +174,8 @@ def build_matrix_review(loaded: LoadedRecipe, matrices: list[StepMatrix], diffs:
 
 
 def summary_line(step: MatrixStep) -> str:
-    """`applies on 22 of 55 releases, 0.10.1 to 0.17.1; stops at 0.18.0 (already: ...)`."""
+    """`applies on 22 of 55 releases, 0.10.1 to 0.17.1; stops at 0.18.0 (already)`: the reasons are
+    in the summary table and the rows (this line holds no message, so it can be an HTML summary)."""
     if not step.tested:
         return step.not_tested
     total = len(step.releases)
@@ -183,7 +184,7 @@ def summary_line(step: MatrixStep) -> str:
     where = step.first if step.first == step.last else f"{step.first} to {step.last}"
     text = f"applies on {step.applies} of {total} release{'s' if total != 1 else ''}, {where}"
     if step.stops:
-        text += "; stops " + "; ".join(f"at {s.release} ({s.outcome}: {s.reason})" for s in step.stops)
+        text += "; stops at " + ", ".join(f"{s.release} ({s.outcome})" for s in step.stops)
     elif step.releases[-1].status == "changed":
         text += "; still applies on the newest release tested"
     return text
