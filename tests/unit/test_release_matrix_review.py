@@ -13,9 +13,14 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from patchkit.recipe import LoadedRecipe, Recipe, Step
+from patchkit.recipe import LoadedRecipe, Recipe
 from patchkit.releasetest.matrix import Cell, StepMatrix, verdicts
-from patchkit.releasetest.review import build_matrix_review, render_html, render_markdown, summary_line
+from patchkit.releasetest.review import (
+    build_matrix_review,
+    render_html,
+    render_markdown,
+    summary_line,
+)
 
 HOSTILE = '<script>window.__pwned = 1</script><img src="http://127.0.0.1:9/x.png" onerror="window.__pwned = 2">'
 RANGE = ">=0.10.1,<0.22"
