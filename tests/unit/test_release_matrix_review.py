@@ -163,6 +163,7 @@ def test_the_html_page_holds_every_cell_and_every_diff_once_and_no_markup_of_our
              if t == "td" and a.get("data-step") == "eagle3-whitelist"}
     assert {r: s for r, (s, _) in cells.items()} == {r: s for r, (s, _) in EXPECTED.items()}
     assert cells["0.10.2"][1] == "aaaa1111" and cells["0.18.0"][1] == ""
+    assert cells["0.10.0"] == ("skipped", "")  # its diff is what the edit would do outside the range, not the step's
     headings = [a["id"] for t, a in tags.tags if t == "h3" and "diff-releases" in (a.get("class") or "")]
     assert headings == ["diff-eagle3-whitelist-cccc3333", "diff-eagle3-whitelist-aaaa1111",
                         "diff-eagle3-whitelist-bbbb2222"]
