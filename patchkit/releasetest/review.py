@@ -205,6 +205,7 @@ def _grid(review: MatrixReview) -> list[tuple[str, list[MatrixStep], list[str]]]
 
 def _cell_html(step: MatrixStep, found: ReleaseOutcome) -> str:
     detail = (f'<a href="#diff-{escape(step.name)}-{escape(found.diff_id)}"><code>{escape(found.diff_id)}</code></a>'
+              + (f' <span class="muted">{escape(found.file)}</span>' if found.file else "")
               if found.diff_id else escape(found.reason))
     return (f'<td class="cell" data-step="{escape(step.name)}" data-release="{escape(found.release)}" '
             f'data-status="{escape(found.status)}" data-diff="{escape(found.diff_id or "")}">'
@@ -293,7 +294,9 @@ def _status_of(outcome: str) -> str:
 # ---------------------------------------------------------------- Markdown
 
 def _cell_md(found: ReleaseOutcome) -> str:
-    return f"{found.outcome} {md_code(found.diff_id)}" if found.diff_id else f"{found.outcome}: {md_text(found.reason)}"
+    if found.diff_id:
+        return f"{found.outcome} {md_code(found.diff_id)}" + (f" {md_text(found.file)}" if found.file else "")
+    return f"{found.outcome}: {md_text(found.reason)}"
 
 
 def render_markdown(review: MatrixReview) -> str:

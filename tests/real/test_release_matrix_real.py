@@ -207,8 +207,9 @@ def test_the_review_page_says_what_the_json_says_on_every_release(tmp_path: Path
             assert page.cells[name][release] == (cell["status"], cell["diff_id"] or ""), (name, release)
             word = WORDS[cell["status"]]
             if cell["diff_id"]:
-                assert grid[release] == f"{word} `{cell['diff_id']}`", release
-                assert page.text[(name, release)] == f"{word} {cell['diff_id']}", release
+                file = cell["file"].replace("_", "\\_")  # Markdown's escape of it
+                assert grid[release] == f"{word} `{cell['diff_id']}` {file}", release
+                assert page.text[(name, release)] == f"{word} {cell['diff_id']} {cell['file']}", release
             elif cell["status"] == "ok":  # where it is in place
                 assert page.text[(name, release)] == f"{word} the edit is in place in {cell['file']}", release
             else:  # the outcome, then why: the JSON's message first

@@ -191,5 +191,5 @@ def test_the_markdown_has_the_grid_a_details_block_per_step_and_each_diff_once()
     grid = [line for line in text.splitlines() if line.startswith("| 0.")]
     cells = {line.split(" | ")[0][2:]: line.split(" | ")[1].rstrip(" |") for line in grid}
     assert {r: c.split(":")[0].split(" `")[0] for r, c in cells.items()} == {r: o for r, (_, o) in EXPECTED.items()}
-    assert cells["0.16.0"] == "applies `bbbb2222`"
+    assert cells["0.16.0"] == "applies `bbbb2222` vllm/config/speculative.py"
     assert "| eagle3-whitelist | &gt;=0.10.1,&lt;0.22 | 4 of 10 | 0.10.1 | 0.19.0 |" in text
