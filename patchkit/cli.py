@@ -113,6 +113,10 @@ def _parser() -> argparse.ArgumentParser:
     test.add_argument("--jobs", type=int, default=4, help="wheels fetched at once (default 4)")
     test.add_argument("--strict", action="store_true", help="exit 1 on warnings too (a range that may be too narrow)")
     test.add_argument("--json", action="store_true", help="the whole matrix as one JSON document on stdout")
+    test.add_argument("--html", metavar="FILE", help="also write the matrix as one self-contained review page: "
+                      "per release and step the outcome, each distinct diff once with its releases")
+    test.add_argument("--markdown", metavar="FILE", help="also write that page as Markdown (- for stdout, "
+                      "instead of the table)")
     test.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE|@FILE|JSON")
     test.add_argument("-i", "--inventory", action="append", default=[], help="--versions installed: the hosts")
     test.add_argument("-l", "--limit", help="--versions installed: a host pattern, as for apply")
@@ -239,8 +243,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from patchkit.releasetest.command import TestOptions, run
 
         assert loaded
+        _check_review_outputs(args)
         return run(loaded, TestOptions(_split(args.steps), args.dist, args.versions, args.jobs, args.strict,
-                                       args.json, overrides.get("python")), lambda: _hosts(args)[0])
+                                       args.json, overrides.get("python"), args.html, args.markdown),
+                   lambda: _hosts(args)[0])
     from patchkit.errors import HostError
 
     early: tuple[list[HostSpec], list[int | str] | int | str | None] | None = None

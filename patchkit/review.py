@@ -284,8 +284,14 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _badge(status: str) -> str:
-    return f'<span class="badge s-{_e(status)}">{_e(status)}</span>'
+escape = _e  # the names other review pages (releasetest/review.py) use
+
+
+def _badge(status: str, label: str | None = None) -> str:
+    return f'<span class="badge s-{_e(status)}">{_e(status if label is None else label)}</span>'
+
+
+badge = _badge
 
 
 def _unified(diff: str) -> str:
@@ -307,22 +313,39 @@ def _split(diff: str) -> str:
     return '<div class="split scroll"><table>' + "".join(rows) + "</table></div>"
 
 
-def render_html(review: Review) -> str:
-    total = sum(review.counts.values()) or 1
-    bar = "".join(f'<span class="s-{_e(s)}" style="width:{100 * n / total:.2f}%" title="{_e(s)}: {n}"></span>'
-                  for s, n in sorted(review.counts.items(), key=lambda kv: _rank(kv[0])))
-    summary = ", ".join(f"{n} {_e(s)}" for s, n in sorted(review.counts.items(), key=lambda kv: _rank(kv[0])))
+def diff_html(diff: str) -> str:
+    """A diff both ways; TOGGLE (somewhere on the page) picks which one shows."""
+    return _unified(diff) + "\n" + _split(diff)
+
+
+TOGGLE = ('<div class="toggle">Diffs: <label for="view-unified">unified</label> '
+          '<label for="view-split">side by side</label></div>')
+
+
+def page(title: str, body: list[str]) -> str:
+    """The frame of every review page: `body` (already escaped HTML) in one self-contained file."""
     out = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         # Nothing may load or run: no script, no font, no image, no request of any kind.
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">",
-        f"<title>{_e(review.title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         '<input class="view" type="radio" name="view" id="view-unified" checked>',
         '<input class="view" type="radio" name="view" id="view-split">',
         "<main>",
-        f"<h1>{_e(review.title)}</h1>",
+        *body,
+        '<p class="muted">Made by patchkit. Nothing on this page runs or loads anything.</p>',
+        "</main></body></html>",
     ]
+    return "\n".join(out) + "\n"
+
+
+def render_html(review: Review) -> str:
+    total = sum(review.counts.values()) or 1
+    bar = "".join(f'<span class="s-{_e(s)}" style="width:{100 * n / total:.2f}%" title="{_e(s)}: {n}"></span>'
+                  for s, n in sorted(review.counts.items(), key=lambda kv: _rank(kv[0])))
+    summary = ", ".join(f"{n} {_e(s)}" for s, n in sorted(review.counts.items(), key=lambda kv: _rank(kv[0])))
+    out = [f"<h1>{_e(review.title)}</h1>"]
     if review.description:
         out.append(f"<p>{_e(review.description)}</p>")
     out.append(f'<p class="muted">{"dry run, nothing written" if review.dry_run else _e(review.command)} · run '
@@ -340,8 +363,7 @@ def render_html(review: Review) -> str:
         out.append(f"<tr><td>{_e(h.name)}</td><td>{_badge(h.status)}</td><td>{_e(h.where)}</td>"
                    f"<td>{_e(h.versions)}</td></tr>")
     out.append("</table></div>")
-    out.append('<div class="toggle">Diffs: <label for="view-unified">unified</label> '
-               '<label for="view-split">side by side</label></div>')
+    out.append(TOGGLE)
     for step in review.steps:
         bad = any(_rank(o.status) <= 3 for o in step.outcomes)
         out.append(f'<section class="step{" bad" if bad else ""}" id="step-{_e(step.name)}">'
@@ -367,12 +389,9 @@ def render_html(review: Review) -> str:
             shared = f"{len(group.hosts)} hosts" if len(group.hosts) > 1 else "1 host"
             paths = f" (paths as on {_e(group.hosts[0])})" if len(group.hosts) > 1 else ""
             out.append(f'<h3 class="diff-hosts">diff on {shared}: {_e(", ".join(group.hosts))}{paths}</h3>')
-            out.append(_unified(group.text))
-            out.append(_split(group.text))
+            out.append(diff_html(group.text))
         out.append("</section>")
-    out.append('<p class="muted">Made by patchkit. Nothing on this page runs or loads anything.</p>')
-    out.append("</main></body></html>")
-    return "\n".join(out) + "\n"
+    return page(review.title, out)
 
 
 # ---------------------------------------------------------------- Markdown
@@ -394,6 +413,9 @@ def _code(text: str) -> str:
     ticks = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+md_text, md_fence, md_code = _md, _fence, _code  # for the other review pages
 
 
 def render_markdown(review: Review) -> str:

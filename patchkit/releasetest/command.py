@@ -29,6 +29,7 @@ from patchkit.recipe import LoadedRecipe, Step
 from patchkit.releasetest import index, outcome_cache
 from patchkit.releasetest.matrix import (
     StepMatrix,
+    Verdicts,
     as_json,
     cell_of,
     exit_code,
@@ -49,6 +50,8 @@ class TestOptions:
     strict: bool = False
     json: bool = False
     python: str | None = None  # -e python=: the interpreter of --versions installed
+    html: str | None = None  # --html FILE: the reviewer's page (releasetest/review.py)
+    markdown: str | None = None  # --markdown FILE, or - for stdout (instead of the table)
 
 
 class Wanted:
@@ -114,11 +117,32 @@ def run(loaded: LoadedRecipe, options: TestOptions, hosts: Callable[[], list[Hos
         matrices.append(matrix)
     found = verdicts(matrices)
     versions = {dist: [version for _, version, _ in rows] for dist, rows in released.items()}
+    _write_review(loaded, matrices, diffs, found, versions, options)
     if options.json:
         print(json.dumps(as_json(loaded.recipe.name, matrices, diffs, found, versions), indent=2))
-    else:
+    elif options.markdown != "-":
         print(render(loaded.recipe.name, matrices, diffs, found, versions))
     return exit_code(found, options.strict)
+
+
+def _write_review(loaded: LoadedRecipe, matrices: list[StepMatrix], diffs: dict[str, str], found: Verdicts,
+                  versions: dict[str, list[str]], options: TestOptions) -> None:
+    """--html FILE / --markdown FILE|-: the matrix as a reviewer's page."""
+    if not options.html and not options.markdown:
+        return
+    from patchkit.releasetest.review import (
+        build_matrix_review,
+        render_html,
+        render_markdown,
+    )
+
+    review = build_matrix_review(loaded, matrices, diffs, found, versions)
+    if options.html:
+        Path(options.html).write_text(render_html(review), encoding="utf-8")
+    if options.markdown == "-":
+        sys.stdout.write(render_markdown(review))
+    elif options.markdown:
+        Path(options.markdown).write_text(render_markdown(review), encoding="utf-8")
 
 
 Outcomes = dict[tuple[str, str], tuple[dict[str, StepOutcome] | None, str | None]]

