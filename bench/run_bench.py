@@ -546,7 +546,7 @@ def markdown(rows: list[dict], startup: dict[str, float], meta: dict) -> str:
                 wall_ratio = f"{d['median_s'] / fl['median_s']:.2f}" if fl else "—"
                 cpu_ratio = f"{d['cpu_s']['client'] / fl['cpu_s']['client']:.2f}" if fl and fl['cpu_s']['client'] else "—"
                 rt = d.get("turns_per_host", float("nan"))
-                name = {"base": f"patchkit base", "patchkit": "patchkit"}.get(c, c)
+                name = {"base": "patchkit base", "patchkit": "patchkit"}.get(c, c)
                 out.append(f"| {r['net']} | {r['n']} | {r['mode']} | {name} | {d['median_s']:.3f} | {wall_ratio} "
                            f"| {d['cpu_s']['client']:.3f} | {cpu_ratio} | {'—' if rt != rt else f'{rt:g}'} |")
         out.append("")
