@@ -7,7 +7,7 @@ SHELL  := bash
 # pip here warns about every configured index folder it cannot use; keep real errors only.
 QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true
 
-.PHONY: setup system-deps test-inputs demo typecheck test test-unit test-fast test-lowest test-releases clean
+.PHONY: setup system-deps test-inputs demo typecheck test test-unit test-fast test-lowest test-releases collection clean
 
 # Every package at the version CI has run (constraints.txt); a new release comes in by editing it.
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -63,5 +63,10 @@ test-fast: setup system-deps
 test-releases: setup
 	PATCHKIT_TEST_RELEASES=all $(PY) -m pytest tests/real/test_release_matrix_real.py -q
 
+## The patchkit.fleet Ansible collection (ansible_collections/patchkit/fleet) as a tarball in dist/,
+## for `ansible-galaxy collection install dist/patchkit-fleet-*.tar.gz`.
+collection: setup
+	$(VENV)/bin/ansible-galaxy collection build ansible_collections/patchkit/fleet --output-path dist --force
+
 clean:
-	rm -rf $(VENV) .venv-lowest .demo
+	rm -rf $(VENV) .venv-lowest .demo dist

@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fa
     from patchkit.capture import Capture
     from patchkit.errors import UsageError
     from patchkit.inventory import HostSpec
-    from patchkit.recipe import LoadedRecipe
+    from patchkit.recipe import LoadedRecipe, RecipeSource
+    from patchkit.variables import Given
     from patchkit.results import RunReport
     from patchkit.rollout import Size
 
@@ -35,10 +36,16 @@ def _parser() -> argparse.ArgumentParser:
     def targets(sp: argparse.ArgumentParser, recipe: bool = True) -> None:
         if recipe:
             sp.add_argument("recipe", help="recipe YAML file")
-        sp.add_argument("-i", "--inventory", help="inventory YAML (default: this machine, local transport)")
+        sp.add_argument("-i", "--inventory", action="append", default=[], metavar="INVENTORY",
+                        help="patchkit inventory YAML, or an Ansible inventory (INI, YAML, folder, script, or the JSON "
+                             "of ansible-inventory --list); several merge, the later winning per host "
+                             "(default: this machine, local transport)")
         sp.add_argument("-l", "--limit", help="host pattern: HOST|GROUP|all|GLOB, joined by , or : (union), :&X (and), :!X (not)")
-        sp.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
-                        help="set a recipe variable; python=PATH picks the target interpreter")
+        sp.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE|@FILE|JSON",
+                        help="set recipe variables (over the inventory's): KEY=VALUE, @vars.yml or '{\"k\": 1}'; "
+                             "python=PATH picks the target interpreter")
+        sp.add_argument("--strict", action="store_true",
+                        help="a variable from -e or the inventory that the recipe does not use is an error, not a warning")
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
         sp.add_argument("--html", metavar="FILE", help="also write the report as one self-contained HTML page")
         sp.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown (- for stdout)")
@@ -89,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     targets(capture, recipe=False)
     validate = sub.add_parser("validate", help="schema check of a recipe; no host contacted")
     validate.add_argument("recipe")
-    validate.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
+    validate.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE|@FILE|JSON")
+    validate.add_argument("--strict", action="store_true", help="an -e variable the recipe does not use is an error")
     schema = sub.add_parser("schema", help="JSON Schema of the recipe format (--report: of the --json report)")
     schema.add_argument("--report", action="store_true", help="the JSON Schema of what --json prints")
     completion = sub.add_parser("completion", help="a shell completion script (bash, zsh or fish) on stdout")
@@ -105,15 +113,15 @@ def _parser() -> argparse.ArgumentParser:
     test.add_argument("--jobs", type=int, default=4, help="wheels fetched at once (default 4)")
     test.add_argument("--strict", action="store_true", help="exit 1 on warnings too (a range that may be too narrow)")
     test.add_argument("--json", action="store_true", help="the whole matrix as one JSON document on stdout")
-    test.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE")
-    test.add_argument("-i", "--inventory", help="--versions installed: the hosts")
+    test.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE|@FILE|JSON")
+    test.add_argument("-i", "--inventory", action="append", default=[], help="--versions installed: the hosts")
     test.add_argument("-l", "--limit", help="--versions installed: a host pattern, as for apply")
     bake = sub.add_parser("bake", help="apply a recipe in a container from IMAGE and commit it as TAG (verified; "
                                        "nothing written if a step fails)")
     bake.add_argument("recipe", help="recipe YAML file")
     bake.add_argument("--from", dest="image", required=True, metavar="IMAGE", help="the image to patch")
     bake.add_argument("-t", "--tag", required=True, metavar="TAG", help="the patched image's name")
-    bake.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
+    bake.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE|@FILE|JSON",
                       help="set a recipe variable; python=PATH picks the interpreter in the image")
     bake.add_argument("--steps", help="only these steps: NAME[,...]")
     bake.add_argument("--engine", default="podman", help="podman (default), docker, or the path of either")
@@ -200,15 +208,29 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     from patchkit.errors import UsageError
-    from patchkit.recipe import load_recipe, parse_assignments
+    from patchkit.recipe import read_recipe
+    from patchkit.variables import layered, parse_extra_vars
 
-    overrides = parse_assignments(getattr(args, "extra_var", []))
+    extra = parse_extra_vars(getattr(args, "extra_var", []))
+    overrides = {"python": _python_of(extra)} if "python" in extra else {}
+    source = None
     try:
-        loaded = load_recipe(args.recipe, overrides) if getattr(args, "recipe", None) else None
+        if getattr(args, "recipe", None):
+            source = read_recipe(args.recipe)
     except UsageError as exc:
         raise _with_inventory_problems(exc, args) from None
+    base_error: UsageError | None = None
+    base = layered(source.declared, {}, extra, declared_at=source.declared_at) if source else {}  # -e of the wrong type: its error, once
+    try:
+        loaded = source.render(base) if source else None
+    except UsageError as exc:
+        # A variable only the inventory gives is undefined here: each host's rendering says.
+        if not (source and getattr(args, "inventory", None) and args.command in ("apply", "plan", "status", "rollback")):
+            raise _with_inventory_problems(exc, args) from None
+        loaded, base_error = None, exc
     if args.command == "validate":
-        assert loaded
+        assert loaded and source
+        _warn_unused(args, source, extra, [])
         steps = ", ".join(f"{s.name} ({s.kind})" for s in loaded.recipe.steps)
         print(f"{args.recipe}: valid recipe {loaded.recipe.name}: {steps}")
         return EXIT_OK
@@ -219,6 +241,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         assert loaded
         return run(loaded, TestOptions(_split(args.steps), args.dist, args.versions, args.jobs, args.strict,
                                        args.json, overrides.get("python")), lambda: _hosts(args)[0])
+    from patchkit.errors import HostError
+
+    early: tuple[list[HostSpec], list[int | str] | int | str | None] | None = None
+    per_host: dict[str, LoadedRecipe] = {}
+    if loaded is None and source is not None:  # rendered per host first (above)
+        try:
+            early = _hosts(args)
+        except HostError as exc:
+            print(f"patchkit: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        except UsageError as exc:  # the inventory is broken too: both, grouped per file
+            raise UsageError(f"{base_error}\n{exc}") from None
+        per_host = _per_host(args, source, extra, early[0])
+        loaded = per_host[early[0][0].name]
     from patchkit import logs
 
     logs.configure(args.log_format, args.verbose, redact=loaded.redactor.value if loaded else None)
@@ -228,14 +264,19 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "bake":
         assert loaded
         return _bake(args, loaded, overrides)
-    from patchkit.errors import HostError
-
     try:
-        hosts, inventory_serial = _hosts(args)
+        hosts, inventory_serial = early or _hosts(args)
     except HostError as exc:  # a selector group kubectl could not list
         print(f"patchkit: {exc}", file=sys.stderr)
         return EXIT_FAILED
     serial, max_fail = _rollout(args, loaded, inventory_serial)
+    if source is not None and not per_host:
+        per_host = _per_host(args, source, extra, hosts)
+    if per_host:  # a host's variables may bring secrets the recipe's alone do not: the logs hide them too
+        from patchkit.redact import Redactor
+
+        logs.configure(args.log_format, args.verbose,
+                       redact=Redactor.joined([r.redactor for r in [loaded, *per_host.values()] if r]).value)
 
     from patchkit.journal import new_run_id
     from patchkit.runner import Options, Runner
@@ -258,7 +299,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         accept_new_host_keys=args.accept_new_host_keys,
     )
     command = "apply" if args.command == "plan" else args.command
-    runner = Runner(loaded, options, new_run_id(), args.command)
+    runner = Runner(loaded, options, new_run_id(), args.command, per_host=per_host)
     works = {"apply": runner.apply, "status": runner.status, "rollback": runner.rollback, "history": runner.history}
     if command == "audit":
         from functools import partial
@@ -292,9 +333,12 @@ def _dispatch(args: argparse.Namespace) -> int:
                        command=args.command, hosts=results, seconds=round(time.monotonic() - started, 3)).count()
     if captures and all(h.status != "failed" for h in results.values()):
         _write_capture(captures[0], Path(args.output), report)
-    _write_review(args, report, loaded, hosts)
+    _write_review(args, report, loaded, hosts, per_host)
     if getattr(args, "markdown", None) != "-":
-        (print_json if args.json else print_human)(report)
+        if args.json:
+            print_json(report)
+        else:
+            print_human(report, verbose=args.verbose)
     return 130 if runner.interrupt.requested else _exit_code(args.command, report)
 
 
@@ -310,7 +354,7 @@ def _check_review_outputs(args: argparse.Namespace) -> None:
 
 
 def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRecipe | None,
-                  hosts: list[HostSpec]) -> None:
+                  hosts: list[HostSpec], per_host: dict[str, LoadedRecipe]) -> None:
     """--html FILE / --markdown FILE|-: the reviewer's page of the report (patchkit/review.py)."""
     html_file, md_file = getattr(args, "html", None), getattr(args, "markdown", None)
     if not html_file and not md_file:
@@ -320,7 +364,7 @@ def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRec
     from patchkit.runner import transport_of
 
     where = {h.name: " ".join(dict.fromkeys(transport_of(h))) for h in hosts}
-    review = build_review(report, loaded, where)
+    review = build_review(report, loaded, where, per_host)
     if html_file:
         Path(html_file).write_text(render_html(review), encoding="utf-8")
     if md_file == "-":
@@ -359,17 +403,78 @@ def _write_capture(capture: Capture, output: Path, report: RunReport) -> None:
 def _with_inventory_problems(recipe_error: UsageError, args: argparse.Namespace) -> UsageError:
     """A broken recipe, and an inventory given: its problems too, after the recipe's (grouped
     per file), so one run shows everything to fix."""
-    inventory = getattr(args, "inventory", None)
-    if not isinstance(inventory, str):
+    inventories = getattr(args, "inventory", None)
+    if not isinstance(inventories, list) or not inventories:
         return recipe_error
     from patchkit.errors import UsageError
-    from patchkit.inventory import load_inventory
+    from patchkit.inventory_sources import load_inventories
 
     try:
-        load_inventory(inventory)
+        load_inventories(inventories)
     except UsageError as exc:
         return UsageError(f"{recipe_error}\n{exc}")
     return recipe_error
+
+
+def _python_of(extra: dict[str, Given]) -> str:
+    from patchkit.errors import UsageError
+
+    value = extra["python"].value
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{extra['python'].origin}: python is the target interpreter's path, not {value!r}")
+    return value
+
+
+def _per_host(args: argparse.Namespace, source: RecipeSource, extra: dict[str, Given],
+              hosts: list[HostSpec]) -> dict[str, LoadedRecipe]:
+    """The recipe rendered per host with its inventory variables (hosts alike share one); every
+    host's problem at once, before any host is contacted. Unused variables warned about."""
+    from patchkit.errors import UsageError
+    from patchkit.variables import layered
+
+    origins = getattr(args, "inventory_origins", {})
+    out: dict[str, LoadedRecipe] = {}
+    problems: dict[str, list[str]] = {}  # the same problem on every host is said once
+    for host in hosts:
+        try:
+            out[host.name] = source.render(layered(source.declared, host.vars, extra, host.name,
+                                                   f"-i {origins.get(host.name, 'inventory')}", source.declared_at))
+        except UsageError as exc:
+            problems.setdefault(str(exc), []).append(host.name)
+    if len(problems) == 1 and len(next(iter(problems.values()))) == len(hosts):
+        raise _with_inventory_problems(UsageError(next(iter(problems))), args)
+    if problems:
+        raise UsageError("\n".join(f"host {', '.join(on)}: {problem}" for problem, on in problems.items()))
+    _warn_unused(args, source, extra, hosts)
+    return out
+
+
+def _warn_unused(args: argparse.Namespace, source: RecipeSource, extra: dict[str, Given],
+                 hosts: list[HostSpec]) -> None:
+    """A variable given (-e, inventory) that the recipe does not know: a warning, --strict an error."""
+    from patchkit.errors import UsageError
+    from patchkit.variables import unused
+
+    origins = getattr(args, "inventory_origins", {})
+    from_ansible: set[str] = getattr(args, "inventory_ansible", set())
+    given: dict[str, str] = {}
+    typos_only: set[str] = set()
+    for host in hosts:
+        for name in host.vars:
+            where = f"-i {origins.get(host.name, 'inventory')} (host {host.name})"
+            given.setdefault(name, where)
+            if host.name in from_ansible:
+                typos_only.add(name)
+    for name, value in extra.items():
+        given[name] = value.origin
+        typos_only.discard(name)
+    found = unused(given, source.known, typos_only)
+    if not found:
+        return
+    if getattr(args, "strict", False):
+        raise UsageError("\n".join(f"{f} (--strict)" for f in found))
+    for f in found:
+        print(f"patchkit: warning: {f}", file=sys.stderr)
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -378,10 +483,16 @@ def _split(value: str | None) -> list[str] | None:
 
 def _hosts(args: argparse.Namespace) -> tuple[list[HostSpec], list[int | str] | int | str | None]:
     """The selected hosts, and the inventory's `serial`."""
-    from patchkit.inventory import load_inventory, local_inventory
+    from patchkit.inventory import local_inventory
+    from patchkit.inventory_sources import LoadedInventory, load_inventories
     from patchkit.transport.kubectl import resolve_selector
 
-    inventory = load_inventory(args.inventory) if args.inventory else local_inventory()
+    loaded = load_inventories(args.inventory) if args.inventory else LoadedInventory(local_inventory())
+    if getattr(args, "verbose", False):
+        for note in loaded.notes:  # conflicts between -i, Ansible settings patchkit does not use
+            print(f"patchkit: {note}", file=sys.stderr)
+    inventory = loaded.inventory
+    args.inventory_origins, args.inventory_ansible = loaded.sources, loaded.ansible
     selected = inventory.select(args.limit, resolve_selector)
     for note in selected.notes:
         print(f"patchkit: {note}", file=sys.stderr)

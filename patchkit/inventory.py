@@ -1,9 +1,15 @@
 """Inventories: which hosts, how to reach them, which interpreter and state dir they use.
 
-An address names the way in: `scheme://rest`, or a bare address (none or `local` is this
-machine, anything else an SSH host). Which schemes there are, and what their addresses look
+An address names the way in: `scheme://rest`, or a bare address (`local` is this machine,
+anything else an SSH host). A host without an address is the SSH host of its name, resolved
+through ~/.ssh/config as Ansible does; only the name `localhost` is this machine then. Which schemes there are, and what their addresses look
 like, is the transports' business (transport/schemes.py); this module only splits them. A group is a list of
-hosts and groups, or a Kubernetes label selector resolved to running pods at run time.
+hosts and groups (or `{hosts: [...], vars: {...}}`), or a Kubernetes label selector resolved to running
+pods at run time.
+
+Variables (`vars:`) on `defaults`, groups and hosts reach the recipe's `{{ }}` templates per host:
+a host's own win over its groups', a group's over `defaults`'. Among a host's groups, as in
+Ansible: parents first, then children, then by name (a child group's value wins).
 """
 
 from __future__ import annotations
@@ -11,13 +17,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Callable, Literal, Union
+from typing import Annotated, Any, Callable, Literal, Union
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationInfo,
     field_validator,
@@ -65,11 +72,14 @@ class HostSpec(BaseModel):
     engine_args: list[str] = Field(default_factory=list)
     kubeconfig: str | None = None
     context: str | None = None
+    vars: dict[str, Any] = Field(default_factory=dict)  # for the recipe's templates (defaults' and groups' merged in)
 
     @field_validator("address")
     @classmethod
     def _address_form(cls, address: str | None) -> str | None:
         if address is not None:
+            if not address.strip():
+                raise ValueError("address is empty: leave it out (the host's name is its SSH host) or write `local`")
             from patchkit.transport import schemes  # its transport checks the form (imported then)
 
             schemes.check(address)
@@ -80,7 +90,7 @@ class HostSpec(BaseModel):
         """How the host is reached: the key of transport/schemes.py's table."""
         from patchkit.transport.schemes import scheme_of
 
-        return scheme_of(self.address)
+        return scheme_of(self.address, self.name)
 
 
 class Defaults(BaseModel):
@@ -98,6 +108,16 @@ class Defaults(BaseModel):
     engine_args: list[str] | None = None
     kubeconfig: str | None = None
     context: str | None = None
+    vars: dict[str, Any] = Field(default_factory=dict)
+
+
+class GroupSpec(BaseModel):
+    """A group with variables: its members (hosts and groups), and what they all get."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    hosts: list[str]
+    vars: dict[str, Any] = Field(default_factory=dict)
 
 
 class PodSelector(BaseModel):
@@ -117,6 +137,7 @@ class PodSelector(BaseModel):
     engine_args: list[str] | None = None
     kubeconfig: str | None = None
     context: str | None = None
+    vars: dict[str, Any] = Field(default_factory=dict)  # every pod's, over the defaults'
 
     @field_validator("namespace", "container")
     @classmethod
@@ -129,17 +150,27 @@ class PodSelector(BaseModel):
     def host_settings(self) -> dict[str, object]:
         """What a pod of this group takes from the selector (over the inventory's defaults)."""
         keep = ("python", "state_dir", "engine", "engine_args", "kubeconfig", "context")
-        return {k: v for k, v in self.model_dump(include=set(keep)).items() if v is not None}
+        settings = {k: v for k, v in self.model_dump(include=set(keep)).items() if v is not None}
+        if self.vars:
+            settings["vars"] = dict(self.vars)
+        return settings
 
 
 def _group_kind(members: object) -> str:
-    return "selector" if isinstance(members, (dict, PodSelector)) else "list"
+    if isinstance(members, PodSelector) or (isinstance(members, dict) and "k8s_selector" in members):
+        return "selector"
+    return "spec" if isinstance(members, (dict, GroupSpec)) else "list"
 
 
-# A group: a list of hosts and groups, or a mapping (a pod selector). Told apart by shape, so an
-# error names the list item or the selector's key, not both union members.
-GroupMembers = Annotated[Union[Annotated[list[str], Tag("list")], Annotated[PodSelector, Tag("selector")]],
+# A group: a list of hosts and groups, a mapping of them with vars, or a pod selector (a mapping
+# with k8s_selector). Told apart by shape, so an error names the list item or the key, not every form.
+GroupMembers = Annotated[Union[Annotated[list[str], Tag("list")], Annotated[GroupSpec, Tag("spec")],
+                               Annotated[PodSelector, Tag("selector")]],
                          Discriminator(_group_kind)]
+
+
+def members_of(group: list[str] | GroupSpec) -> list[str]:
+    return group.hosts if isinstance(group, GroupSpec) else group
 
 
 @dataclass(frozen=True)
@@ -161,11 +192,13 @@ class Inventory(BaseModel):
     groups: dict[str, GroupMembers] = Field(default_factory=dict)
     defaults: Defaults = Field(default_factory=Defaults)
     serial: SerialField = None  # rollout batches, e.g. [1, 10%, 100%] (rollout.py)
+    # A selector group's own inventory's defaults, when several inventories were merged (sources.py).
+    _selector_defaults: dict[str, Defaults] = PrivateAttr(default_factory=dict)
 
     @field_validator("groups")
     @classmethod
-    def _groups_name_hosts(cls, groups: dict[str, list[str] | PodSelector],
-                           info: ValidationInfo) -> dict[str, list[str] | PodSelector]:
+    def _groups_name_hosts(cls, groups: dict[str, list[str] | GroupSpec | PodSelector],
+                           info: ValidationInfo) -> dict[str, list[str] | GroupSpec | PodSelector]:
         hosts = info.data.get("hosts")
         if hosts is None:  # hosts did not validate: that is the error to report
             return groups
@@ -174,7 +207,7 @@ class Inventory(BaseModel):
                 raise ValueError(f"group {group!r} has the name of a host")
             if isinstance(members, PodSelector):
                 continue
-            for member in members:
+            for member in members_of(members):
                 if member not in hosts and member not in groups:
                     raise ValueError(f"group {group!r} names unknown host {member!r}")
         return groups
@@ -188,15 +221,52 @@ class Inventory(BaseModel):
 
     def resolved(self) -> dict[str, HostSpec]:
         out = {}
+        group_vars = self.group_vars()
         for name, host in self.hosts.items():
             merged = self.merged_defaults()
             merged.update(host.model_dump(exclude_unset=True))
             merged["name"] = name
+            merged["vars"] = {**self.defaults.vars, **group_vars.get(name, {}), **host.vars}
             out[name] = HostSpec.model_validate(merged)
         return out
 
     def merged_defaults(self) -> dict[str, object]:
-        return {k: v for k, v in self.defaults.model_dump().items() if v is not None}
+        return {k: v for k, v in self.defaults.model_dump().items() if v is not None and k != "vars"}
+
+    def group_vars(self) -> dict[str, dict[str, Any]]:
+        """host -> the variables its groups give it: parents first, then children (deeper), then
+        by name, as Ansible orders them; a later group's value wins."""
+        parents: dict[str, set[str]] = {}
+        direct: dict[str, set[str]] = {}
+        for group, found in self.groups.items():
+            if isinstance(found, PodSelector):
+                continue
+            for member in members_of(found):
+                (parents if member in self.groups else direct).setdefault(member, set()).add(group)
+        depth: dict[str, int] = {}
+
+        def depth_of(group: str, trail: frozenset[str] = frozenset()) -> int:
+            if group not in depth:
+                up = [p for p in parents.get(group, set()) if p not in trail]
+                depth[group] = 1 + max((depth_of(p, trail | {group}) for p in up), default=-1)
+            return depth[group]
+
+        out: dict[str, dict[str, Any]] = {}
+        for host, groups in direct.items():
+            seen: set[str] = set()
+            todo = list(groups)
+            while todo:
+                group = todo.pop()
+                if group not in seen:
+                    seen.add(group)
+                    todo.extend(parents.get(group, set()))
+            merged: dict[str, Any] = {}
+            for group in sorted(seen, key=lambda g: (depth_of(g), g)):
+                spec = self.groups[group]
+                if isinstance(spec, GroupSpec):
+                    merged.update(spec.vars)
+            out[host] = merged
+        return out
 
     def select(self, pattern: str | None, resolve: SelectorResolver | None = None) -> Selected:
         """The hosts the `-l` pattern selects (hostpattern.py: `all`, globs, `!x`, `a:&b`, `a,b`);
@@ -215,13 +285,13 @@ class Inventory(BaseModel):
             if isinstance(found, PodSelector):
                 if resolve is None:
                     raise UsageError(f"group {group!r} is a k8s_selector: it is resolved by kubectl at run time")
-                running, left_out = resolve(group, found, self.defaults)
+                running, left_out = resolve(group, found, self._selector_defaults.get(group, self.defaults))
                 notes.extend(left_out)
                 for pod in running:
                     pods.setdefault(pod.name, pod)
                 names = [pod.name for pod in running]
             else:
-                for member in found:
+                for member in members_of(found):
                     if member in hosts:
                         names.append(member)
                     elif member in self.groups and member not in trail:
@@ -245,4 +315,4 @@ def load_inventory(path: str | Path) -> Inventory:
 
 
 def local_inventory() -> Inventory:
-    return Inventory(hosts={"local": HostSpec(name="local")})
+    return Inventory(hosts={"local": HostSpec(name="local", address="local")})

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import re
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -14,7 +18,8 @@ from patchkit.edits import Edit, EditError
 from patchkit.errors import UsageError
 from patchkit.rollout import SerialField
 from patchkit.redact import Redactor, find_secrets
-from patchkit.yamlsource import LoadedYaml, plain_scalar, read_yaml, source_error
+from patchkit.variables import typed  # one type check for -e text, files, JSON and inventories
+from patchkit.yamlsource import _TEMPLATE, Document, LoadedYaml, read_yaml, source_error
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -371,13 +376,49 @@ class LoadedRecipe(BaseModel):
 
     recipe: Recipe
     path: Path
-    content_sha256: str
+    content_sha256: str  # of the file: what the journal records
     variables: dict[str, Any]
     redactor: Redactor = Field(default_factory=Redactor)
+    render_sha256: str = ""  # of the file and the variables it was rendered with: what caches key on
+
+    @property
+    def render_key(self) -> str:
+        return self.render_sha256 or self.content_sha256
 
 
-def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> LoadedRecipe:
-    """Read, template and validate a recipe; UsageError with file:line:col on any problem."""
+@dataclass
+class RecipeSource:
+    """A recipe read once, rendered per set of variables: hosts whose variables differ get
+    their own rendering (templates are substituted before validation, so a value a host's
+    variable makes invalid is that host's error)."""
+
+    path: Path
+    doc: Document
+    head: LoadedYaml
+    declared: dict[str, Any]
+    referenced: set[str]  # every name a `{{ }}` template uses
+    _renders: dict[str, LoadedRecipe] = dataclass_field(default_factory=dict)
+
+    def declared_at(self, name: str) -> str:
+        """Where `vars` declares `name`, for a message about a value given for it."""
+        return f"{self.head.mark_for(('vars', name))}: vars.{name}"
+
+    @property
+    def known(self) -> set[str]:
+        """The variables the recipe declares or uses."""
+        return set(self.declared) | self.referenced
+
+    def render(self, variables: dict[str, Any]) -> LoadedRecipe:
+        """The recipe with these variables; the same variables give the same (cached) rendering."""
+        key = hashlib.sha256(json.dumps([self.doc.sha256, variables], sort_keys=True, default=repr)
+                             .encode()).hexdigest()
+        if key not in self._renders:
+            self._renders[key] = _render(self, variables, key)
+        return self._renders[key]
+
+
+def read_recipe(path: str | Path) -> RecipeSource:
+    """Read a recipe and its `vars` (not templated); UsageError with file:line:col."""
     path = Path(path)
     doc = read_yaml(path)
     head = doc.build({}, literal={"vars"}, only="vars")  # vars first: they are not templated
@@ -386,8 +427,20 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Lo
     declared = head.data.get("vars") or {}
     if not isinstance(declared, dict):
         raise source_error(head.mark_for(("vars",)), "vars", "must be a mapping")
-    given = {name: _typed_override(head, declared, name, text) for name, text in (overrides or {}).items()}
-    variables = {**declared, **given}
+    referenced = {m.group(1) for m in _TEMPLATE.finditer(doc.text) if m.group(1)}
+    return RecipeSource(path, doc, head, declared, referenced)
+
+
+def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> LoadedRecipe:
+    """Read, template and validate a recipe; UsageError with file:line:col on any problem."""
+    source = read_recipe(path)
+    given = {name: typed(name, text, source.declared, "-e", True, source.declared_at)
+             for name, text in (overrides or {}).items()}
+    return source.render({**source.declared, **given})
+
+
+def _render(source: RecipeSource, variables: dict[str, Any], key: str) -> LoadedRecipe:
+    path, doc, declared = source.path, source.doc, source.declared
     marked: list[str] = []
     try:  # an error may quote a value ("dest '...' must be an absolute path")
         loaded = doc.build(variables, literal={"vars", "secrets"})
@@ -423,34 +476,4 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Lo
             except (EditError, ValueError) as exc:
                 raise source_error(loaded.mark_for(where), f"steps[{i}].patch.edit.diff.file", str(exc)) from None
     return LoadedRecipe(recipe=recipe, path=path, content_sha256=doc.sha256, variables=variables,
-                        redactor=redactor)
-
-
-def _typed_override(head: LoadedYaml, declared: dict[str, Any], name: str, text: str) -> Any:
-    """`-e port=8001` is text; a variable declared with a number or boolean keeps its type."""
-    default = declared.get(name)
-    if isinstance(default, bool):
-        kinds: tuple[type, ...] = (bool,)
-        wanted = "true or false"
-    elif isinstance(default, int):
-        kinds, wanted = (int,), "an integer"
-    elif isinstance(default, float):
-        kinds, wanted = (int, float), "a number"
-    else:
-        return text
-    value = plain_scalar(text)
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise source_error(head.mark_for(("vars", name)), f"vars.{name}",
-                           f"-e {name}={text}: expected {wanted}, like the default {default!r}")
-    return value
-
-
-def parse_assignments(items: list[str] | None) -> dict[str, str]:
-    """`-e KEY=VALUE` arguments to a dict."""
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            raise UsageError(f"-e {item!r}: expected KEY=VALUE")
-        out[key] = value
-    return out
+                        redactor=redactor, render_sha256=key)

@@ -41,6 +41,21 @@ class Redactor:
         values = sorted(by_value, key=len, reverse=True)
         self._pattern = re.compile("|".join(map(re.escape, values))) if values else None
 
+    @classmethod
+    def joined(cls, redactors: Iterable[Redactor]) -> Redactor:
+        """One redactor for every secret of several (hosts' variables may differ): a name's
+        values from each are all replaced. For logs; `reveal` stays with each host's own."""
+        out = cls()
+        by_value: dict[str, str] = {}
+        for redactor in redactors:
+            out.secrets.update(redactor.secrets)
+            for value, name in redactor._names.items():
+                by_value.setdefault(value, name)
+        out._names = by_value
+        values = sorted(by_value, key=len, reverse=True)
+        out._pattern = re.compile("|".join(map(re.escape, values))) if values else None
+        return out
+
     def __bool__(self) -> bool:
         return self._pattern is not None
 

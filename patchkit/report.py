@@ -40,9 +40,15 @@ def _one_line(text: str) -> str:
     return " ".join(text.replace("\t", " ").splitlines())
 
 
-def print_plain(report: RunReport, out: TextIO = sys.stdout) -> None:
+def where_lines(report: RunReport) -> list[str]:
+    """How each host was reached (-v): its transport and address, as --json says them."""
+    return [f"{host}: {result.transport or '?'} {result.address or ''}".rstrip() for host, result in report.hosts.items()]
+
+
+def print_plain(report: RunReport, out: TextIO = sys.stdout, verbose: bool = False) -> None:
     """For a pipe or a file: no colour, no box, nothing cut; a line per host and step with tabs
-    between host, step, status and message; diffs once each, under a `#` line naming where."""
+    between host, step, status and message; diffs once each, under a `#` line naming where.
+    With `verbose`, a `# via` line per host names its transport and address."""
     for diff, where in shared_diffs(report).values():
         out.write(f"# {', '.join(where)}\n{diff.rstrip(chr(10))}\n\n")
     for name, why, upstream in _about(report):
@@ -50,6 +56,9 @@ def print_plain(report: RunReport, out: TextIO = sys.stdout) -> None:
             ("why", why), ("upstream", upstream)) if value)]) + "\n")
     title = f"{report.command} {report.recipe}" + (" (dry run)" if report.dry_run else "") + f" · run {report.run_id}"
     out.write(f"# {title}\n")
+    if verbose:
+        for line in where_lines(report):
+            out.write(f"# via {line}\n")
     notes: list[str] = []
     for host, result in report.hosts.items():
         if not result.steps:
@@ -76,10 +85,11 @@ def _host_counts(report: RunReport) -> str:
     return "hosts: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
-def print_human(report: RunReport, out: TextIO = sys.stdout) -> None:
-    """A terminal's view (colours, a table); anything else gets print_plain."""
+def print_human(report: RunReport, out: TextIO = sys.stdout, verbose: bool = False) -> None:
+    """A terminal's view (colours, a table); anything else gets print_plain. `verbose`: each
+    host's transport and address too."""
     if not out.isatty():
-        print_plain(report, out)
+        print_plain(report, out, verbose)
         return
     from rich.console import Console
     from rich.table import Table
@@ -114,6 +124,9 @@ def print_human(report: RunReport, out: TextIO = sys.stdout) -> None:
             table.add_row(host if i == 0 else "", step.name, Text(step.status, style=STATUS_STYLE.get(step.status, "")),
                           step.message)
     console.print(table)
+    if verbose:
+        for line in where_lines(report):
+            console.print(Text(f"via {line}", style="dim"))
     for host, result in report.hosts.items():
         if result.steps and result.message:  # the host's own note, not a row that reads as its last step's
             console.print(Text(f"note: {host}: {result.message}", style="yellow"))

@@ -139,7 +139,22 @@ def _size(size: Any) -> str:
     return f"{scaled:.1f} {unit}"
 
 
-def build_review(report: RunReport, loaded: LoadedRecipe | None, where: dict[str, str] | None = None) -> Review:
+def _host_facts(loaded: LoadedRecipe | None, per_host: dict[str, LoadedRecipe], hosts: list[str], name: str,
+                dry_run: bool) -> list[tuple[str, str]]:
+    """The recipe's facts of a step; when host variables make them differ, each version with
+    the hosts it is for."""
+    if not per_host:
+        return _facts(loaded, name, dry_run)
+    versions: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for host in hosts:
+        versions.setdefault(tuple(_facts(per_host.get(host, loaded), name, dry_run)), []).append(host)
+    if len(versions) <= 1:
+        return list(next(iter(versions), ())) or _facts(loaded, name, dry_run)
+    return [(f"{label} ({', '.join(on)})", text) for facts, on in versions.items() for label, text in facts]
+
+
+def build_review(report: RunReport, loaded: LoadedRecipe | None, where: dict[str, str] | None = None,
+                 per_host: dict[str, LoadedRecipe] | None = None) -> Review:
     names: list[str] = []
     kinds: dict[str, str] = {}
     about: dict[str, tuple[str | None, str | None]] = {}
@@ -175,7 +190,7 @@ def build_review(report: RunReport, loaded: LoadedRecipe | None, where: dict[str
     steps = []
     for name in names:
         recipe_step = next((s for s in loaded.recipe.steps if s.name == name), None) if loaded else None
-        facts = _facts(loaded, name, report.dry_run)
+        facts = _host_facts(loaded, per_host or {}, list(report.hosts), name, report.dry_run)
         for seen, group in (sent.get(name) or {}).items():
             facts.append((f"{seen.split(chr(0))[0]} ({', '.join(group.hosts)})", group.text))
         steps.append(StepView(

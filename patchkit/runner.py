@@ -113,27 +113,34 @@ async def session(host: HostSpec, python: str, options: Options, owner: str,
 
 @dataclass
 class Runner:
-    loaded: LoadedRecipe | None
+    loaded: LoadedRecipe | None  # rendered with the recipe's and -e's variables
     options: Options
     run_id: str
     command: str
     edits: EditCache = field(default_factory=EditCache)
     progress: Progress | None = None
     interrupt: Interrupt = field(default_factory=Interrupt)
+    # host -> the recipe rendered with that host's variables too (variables.py); a host not
+    # here gets `loaded`. Hosts with the same variables share one rendering (and its caches).
+    per_host: dict[str, LoadedRecipe] = field(default_factory=dict)
 
-    @property
-    def redactor(self) -> Redactor:
-        return self.loaded.redactor if self.loaded else Redactor()
+    def recipe_for(self, host: str) -> LoadedRecipe | None:
+        return self.per_host.get(host, self.loaded)
+
+    def redactor_for(self, host: str) -> Redactor:
+        loaded = self.recipe_for(host)
+        return loaded.redactor if loaded else Redactor()
 
     async def on_hosts(self, hosts: list[HostSpec], work: Callable[[Session], Awaitable[HostResult]],
                        early: EarlyReads | None = None) -> dict[str, HostResult]:
         async def one(host: HostSpec) -> HostResult:
             started = time.monotonic()
-            python = interpreter_for(host, self.loaded, self.options)
+            python = interpreter_for(host, self.recipe_for(host.name), self.options)
+            redactor = self.redactor_for(host.name)
             warnings: list[str] = []
             try:
-                async with session(host, python, self.options, f"{self.command} {self.run_id}", self.redactor,
-                                   warnings, early or self._early_for(work)) as s:
+                async with session(host, python, self.options, f"{self.command} {self.run_id}", redactor,
+                                   warnings, early or self._early_for(work, host.name)) as s:
                     result = await work(s)
                     result.exec_requests = s.transport.exec_requests
             except HostError as exc:
@@ -143,8 +150,8 @@ class Runner:
                 log.error("host.crashed", host=host.name, error=repr(exc), at=f"{where.filename}:{where.lineno}")
                 result = HostResult(status="failed", message=f"internal error: {type(exc).__name__}: {exc}")
             result.warnings = warnings
-            if self.redactor:  # what the report and the progress lines show: no secret values
-                result = HostResult.model_validate(self.redactor.value(result.model_dump()))
+            if redactor:  # what the report and the progress lines show: no secret values
+                result = HostResult.model_validate(redactor.value(result.model_dump()))
             result.seconds = round(time.monotonic() - started, 3)
             result.transport, result.address = transport_of(host)
             log.info("host.done", host=host.name, status=result.status, command=self.command,
@@ -157,21 +164,22 @@ class Runner:
 
     # ------------------------------------------------------------------ first reads
 
-    def _early_for(self, work: Callable[[Session], Awaitable[HostResult]]) -> EarlyReads | None:
-        """What apply, plan and status read first, asked for in the start's write."""
-        if self.loaded is None or work not in (self.apply, self.status):
+    def _early_for(self, work: Callable[[Session], Awaitable[HostResult]], host: str) -> EarlyReads | None:
+        """What apply, plan and status read first on `host`, asked for in the start's write."""
+        loaded = self.recipe_for(host)
+        if loaded is None or work not in (self.apply, self.status):
             return None
         listing = work == self.status or not self.options.dry_run
-        return functools.partial(self._first_reads, listing=listing)
+        return functools.partial(self._first_reads, loaded, listing=listing)
 
-    async def _first_reads(self, agent: AgentClient, journal: Journal, listing: bool) -> dict[str, Pending[Any]]:
+    async def _first_reads(self, loaded: LoadedRecipe, agent: AgentClient, journal: Journal,
+                           listing: bool) -> dict[str, Pending[Any]]:
         """The recipe's journal records (if the work reads them) and the first step's reads
         (its kind's `first_reads`): asked for behind the lock, answered in the start's round trip."""
-        assert self.loaded
         asked: dict[str, Pending[Any]] = {}
         if listing:
-            asked["records"] = await journal.prefetch(self.loaded.recipe.name)
-        for step in self.loaded.recipe.select(self.options.steps)[:1]:
+            asked["records"] = await journal.prefetch(loaded.recipe.name)
+        for step in loaded.recipe.select(self.options.steps)[:1]:
             kind = kind_named(step.kind)
             for request in kind.first_reads(kind.spec_of(step)):
                 await agent.prefetch(request)
@@ -180,8 +188,9 @@ class Runner:
     # ------------------------------------------------------------------ apply / plan
 
     def _context(self, s: Session) -> HostContext:
-        assert self.loaded
-        return HostContext(s.host.name, s.agent, s.journal, self.run_id, self.loaded, self.edits,
+        loaded = self.recipe_for(s.host.name)
+        assert loaded
+        return HostContext(s.host.name, s.agent, s.journal, self.run_id, loaded, self.edits,
                            self.options.dry_run, self.options.force, self.options.verify_all,
                            self.options.no_restart, self._note_for(s.host.name))
 
@@ -190,11 +199,10 @@ class Runner:
         return (lambda text: progress.note(host, text)) if progress else (lambda text: None)
 
     async def apply(self, s: Session) -> HostResult:
-        assert self.loaded
-        recipe = self.loaded.recipe
         ctx = self._context(s)
+        recipe = ctx.loaded.recipe  # this host's rendering
         record = RunRecord(run_id=self.run_id, kind="apply", recipe=recipe.name,
-                           recipe_sha256=self.loaded.content_sha256, host=s.host.name, user=_user(),
+                           recipe_sha256=ctx.loaded.content_sha256, host=s.host.name, user=_user(),
                            patchkit_version=__version__, started=time.time())
         stopped_by: str | None = None
 
@@ -249,13 +257,12 @@ class Runner:
     # ------------------------------------------------------------------ status
 
     async def status(self, s: Session) -> HostResult:
-        assert self.loaded
         ctx = self._context(s)
         ctx.dry_run = True
         listing: Pending[Any] | None = s.early.pop("records", None)
-        records = await s.journal.read_runs(listing or await s.journal.prefetch(self.loaded.recipe.name))
+        records = await s.journal.read_runs(listing or await s.journal.prefetch(ctx.loaded.recipe.name))
         steps = []
-        for step in self.loaded.recipe.select(self.options.steps):
+        for step in ctx.loaded.recipe.select(self.options.steps):
             try:
                 steps.append(await kind_named(step.kind).status(ctx, step, records))
             except HostError as exc:
@@ -268,8 +275,9 @@ class Runner:
     # ------------------------------------------------------------------ rollback
 
     async def rollback(self, s: Session) -> HostResult:
-        assert self.loaded
-        recipe = self.loaded.recipe
+        loaded = self.recipe_for(s.host.name)
+        assert loaded
+        recipe = loaded.recipe
         records = await s.journal.runs(recipe.name)
         wanted = self.options.steps
         if wanted:
@@ -284,7 +292,7 @@ class Runner:
                 return HostResult(status="failed", message=f"no {what} of {recipe.name} in the journal")
             return HostResult(status="ok", message=f"nothing to roll back: no {what} of {recipe.name} in the journal")
         record = RunRecord(run_id=self.run_id, kind="rollback", recipe=recipe.name,
-                           recipe_sha256=self.loaded.content_sha256, host=s.host.name, user=_user(),
+                           recipe_sha256=loaded.content_sha256, host=s.host.name, user=_user(),
                            patchkit_version=__version__, started=time.time(), rollback_of=target.run_id)
         ctx = self._context(s)
         # Kinds that restart what runs (launch) go last: a server restarted onto the original

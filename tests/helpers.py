@@ -4,7 +4,7 @@ A sandbox is a directory under pytest's tmp_path holding
     pkgs/<package>/...        a copy of fixtures/pkgs/<package> (what patchkit patches)
     venv/                     `python -m venv --without-pip`, with a .pth naming pkgs/
     state/                    the host's journal (state_dir of the inventory)
-    inventory.yaml            one host, `local`, with that python and state_dir
+    inventory.yaml            one host, `local` (address: local), with that python and state_dir
 so every test works on its own files and never touches ~/.local/state/patchkit.
 Tests run the installed `patchkit` executable (the console script beside the test
 interpreter, never one found on PATH) in a subprocess, as a user would.
@@ -184,6 +184,7 @@ def make_sandbox(root: Path, packages: tuple[str, ...] = ("toyllm", "brokenllm")
     inventory.write_text(
         "hosts:\n"
         "  local:\n"
+        "    address: local\n"
         f"    python: {json.dumps(str(python))}\n"
         f"    state_dir: {json.dumps(str(state))}\n"
     )

@@ -73,7 +73,7 @@ def _diff(ctx: HostContext, path: str, old: str, new: str, key: tuple[str, str])
 
 
 def _edit(ctx: HostContext, step: Step, spec: PatchStep, source: bytes, sha: str) -> EditResult:
-    key = (f"{ctx.loaded.content_sha256}:{step.name}", sha)
+    key = (f"{ctx.loaded.render_key}:{step.name}", sha)  # per rendering: a host variable may change the edit
     cached = ctx.edits.results.get(key)
     if cached is not None:
         ctx.edits.hits += 1
@@ -235,7 +235,7 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
             misses.append(f"{path}: not UTF-8 text")
             continue
         bom = "\ufeff" if text.startswith("\ufeff") else ""
-        key = f"diff-file:{ctx.loaded.content_sha256}:{step.name}:{rel}:{read['sha256']}"
+        key = f"diff-file:{ctx.loaded.render_key}:{step.name}:{rel}:{read['sha256']}"
         cached: FileOutcome | None = ctx.edits.memo.get(key)  # a fleet's hosts hold the same files: once
         if cached is not None:
             outcome = cached

@@ -96,6 +96,7 @@ def pod_host(selector: PodSelector, defaults: Defaults, pod: str) -> HostSpec:
     """The host of one pod: the inventory's defaults, then the selector's settings."""
     merged: dict[str, object] = {k: v for k, v in defaults.model_dump().items() if v is not None}
     merged.update(selector.host_settings())
+    merged["vars"] = {**defaults.vars, **selector.vars}
     tail = f"/{selector.container}" if selector.container else ""
     merged.update(name=f"{selector.namespace}/{pod}", address=f"k8s://{selector.namespace}/{pod}{tail}")
     return HostSpec.model_validate(merged)

@@ -1,7 +1,7 @@
 """How a host is reached, by its address: one row per scheme, and nothing else names them.
 
-`inventory.split_address` cuts `scheme://rest`; a bare address is `local` (none, "" or
-`local`) or an SSH host. Each row's transport class reads its own address form
+`inventory.split_address` cuts `scheme://rest`; a bare address is `local` (this machine) or
+an SSH host; a host with no address is the SSH host of its name (`localhost`: this machine). Each row's transport class reads its own address form
 (`check_address`, with its own message) and builds itself from the host's inventory entry
 (`for_host`). A row imports its class's module only when a host uses the scheme, so an SSH
 run never imports the container code and a container run never imports asyncssh.
@@ -49,7 +49,7 @@ class Scheme:
 
 
 SCHEMES: dict[str, Scheme] = {
-    "local": Scheme("none or `local` (this machine)", _local, written=False),
+    "local": Scheme("`local` (this machine)", _local, written=False),
     "ssh": Scheme("a host name or address (SSH)", _ssh, written=False),
     "podman": Scheme("podman://CONTAINER", _container),
     "docker": Scheme("docker://CONTAINER", _container),
@@ -57,12 +57,16 @@ SCHEMES: dict[str, Scheme] = {
 }
 
 
-def scheme_of(address: str | None) -> str:
-    """The scheme an address names (a key of SCHEMES, once `check` accepted the address)."""
+def scheme_of(address: str | None, name: str | None = None) -> str:
+    """The scheme an address names (a key of SCHEMES, once `check` accepted the address). A host
+    without an address is reached, as Ansible does, by its name over SSH (~/.ssh/config may
+    alias it); only `local`, or no address on the host named `localhost`, is this machine."""
     scheme, rest = split_address(address)
     if scheme is not None:
         return scheme
-    return "local" if rest in ("", "local") else "ssh"
+    if not rest:
+        return "local" if name == "localhost" else "ssh"
+    return "local" if rest == "local" else "ssh"
 
 
 def check(address: str) -> None:
@@ -78,4 +82,4 @@ def check(address: str) -> None:
 
 def transport_for(host: HostSpec, reach: Reach) -> Transport:
     """The transport that reaches `host`, by its address's scheme."""
-    return SCHEMES[scheme_of(host.address)].transport().for_host(host, reach)
+    return SCHEMES[scheme_of(host.address, host.name)].transport().for_host(host, reach)

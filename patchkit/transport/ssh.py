@@ -4,8 +4,8 @@ What it guarantees:
 - one TCP/SSH connection per host, opened on the first spawn and reused;
 - every spawn is exactly one exec request (counted in `exec_requests`), built with
   `shlex.join(argv)`: the remote login shell never sees unquoted input;
-- host keys are always verified against a known_hosts file (the inventory's, else
-  ~/.ssh/known_hosts). An unknown or changed key is refused with a message that says how
+- host keys are always verified against a known_hosts file (the inventory's, else the
+  UserKnownHostsFile ~/.ssh/config names for the host, else ~/.ssh/known_hosts). An unknown or changed key is refused with a message that says how
   to accept it. `accept_new_host_keys` is OpenSSH's `StrictHostKeyChecking accept-new`:
   an unknown key is recorded, a changed key is still refused;
 - ~/.ssh/config (HostName, Port, User, IdentityFile, ProxyJump, ...) is read by asyncssh;
@@ -27,7 +27,10 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import getpass
+import re
 import socket
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +97,15 @@ def _lost(exc: asyncssh.Error) -> ConnectionError:
 
 
 _KNOWN_HOSTS: dict[str, tuple[tuple[int, int], asyncssh.SSHKnownHosts]] = {}
+
+
+def _known_hosts_path(path: str, login: str | None) -> str:
+    """A UserKnownHostsFile value as OpenSSH reads it: `~`, `%d` (home), `%u` (local user), `%r`
+    (remote user), `%%`."""
+    home = os.path.expanduser("~")
+    tokens = {"d": home, "u": getpass.getuser(), "r": login or "", "%": "%"}
+    expanded = re.sub(r"%(.)", lambda m: tokens.get(m.group(1), m.group()), path)
+    return os.path.expanduser(expanded)
 
 
 def _parsed_known_hosts(path: str) -> asyncssh.SSHKnownHosts:
@@ -178,7 +190,8 @@ class SSHTransport:
         self.target = target
         self.attempts = max(1, target.attempts)
         self.exec_requests = 0
-        self.known_hosts = target.known_hosts_path
+        self.known_hosts = target.known_hosts_path  # where keys are recorded (accept-new), and messages say
+        self._known_files = [self.known_hosts]  # every file whose keys are trusted
         self._conn: asyncssh.SSHClientConnection | None = None
         self._connecting = asyncio.Lock()
         # Filled while connecting (~/.ssh/config applied), for messages and `become`.
@@ -247,17 +260,30 @@ class SSHTransport:
                     options, encryption_algs=gcm + [alg for alg in default if alg not in gcm])
         except (OSError, asyncssh.KeyImportError, ValueError) as exc:
             raise HostError(f"{target.name}: bad SSH settings: {exc}") from None
+        if not target.known_hosts:  # the inventory names none: ~/.ssh/config's, as OpenSSH reads it
+            files: list[str] = list(options.config.get("UserKnownHostsFile") or [])  # type: ignore[call-overload]
+            configured = [_known_hosts_path(f, options.username) for f in files]
+            if configured:
+                self.known_hosts, self._known_files = configured[0], configured
         self._where = Endpoint(target.name, options.host, options.port, options.username, self.known_hosts)
         self._host_key_algs = self._preferred_host_key_algs(options)
         return options
 
     def _known(self, host: str, addr: str, port: int | None) -> tuple[list[Any], list[Any], list[Any]]:
-        try:
-            parsed = _parsed_known_hosts(self.known_hosts)
-        except OSError as exc:
-            raise connect_error("known_hosts_unreadable", self._where, detail=exc) from None
-        keys, ca_keys, revoked = asyncssh.match_known_hosts(parsed, host, addr, port)[:3]
-        return list(keys), list(ca_keys), list(revoked)
+        keys: list[Any] = []
+        ca_keys: list[Any] = []
+        revoked: list[Any] = []
+        for path in self._known_files:
+            try:
+                parsed = _parsed_known_hosts(path)
+            except OSError as exc:
+                raise connect_error("known_hosts_unreadable", replace(self._where, known_hosts=path),
+                                    detail=exc) from None
+            found = asyncssh.match_known_hosts(parsed, host, addr, port)[:3]
+            keys += found[0]
+            ca_keys += found[1]
+            revoked += found[2]
+        return keys, ca_keys, revoked
 
     def _match_known_hosts(self, host: str, addr: str, port: int | None) -> tuple[list[Any], list[Any], list[Any]]:
         """asyncssh asks (with the resolved name, address and port) which keys to trust."""

@@ -59,7 +59,7 @@ class SSHTarget:
 
     @classmethod
     def from_host(cls, host: HostSpec, accept_new_host_keys: bool = False) -> SSHTarget:
-        return cls(name=host.name, address=host.address or "", port=host.port, user=host.user,
+        return cls(name=host.name, address=host.address or host.name, port=host.port, user=host.user,
                    identity_file=host.identity_file, known_hosts=host.known_hosts, become=host.become,
                    accept_new_host_keys=accept_new_host_keys)
 

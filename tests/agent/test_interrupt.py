@@ -34,7 +34,7 @@ def test_ctrl_c_finishes_the_step_in_progress_and_starts_nothing_new(tmp_path: P
     hosts = {name: make_host(tmp_path / name) for name in ("a", "b", "c")}
     inventory = tmp_path / "inv.yaml"
     inventory.write_text(json.dumps({"hosts": {
-        name: {"python": str(py), "state_dir": str(tmp_path / name / "state")} for name, py in hosts.items()}}))
+        name: {"address": "local", "python": str(py), "state_dir": str(tmp_path / name / "state")} for name, py in hosts.items()}}))
     recipe = tmp_path / "r.yaml"
     recipe.write_text(json.dumps({"name": "slow", "steps": [
         {"name": "add", "patch": {"package": "slowpkg", "modules": ["slowpkg.config"],

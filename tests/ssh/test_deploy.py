@@ -127,7 +127,7 @@ class Local:
     def inventory(self) -> Path:
         path = self.root / "inventory.yaml"
         if not path.exists():
-            path.write_text(json.dumps({"hosts": {"local": {"state_dir": str(self.state)}}}))
+            path.write_text(json.dumps({"hosts": {"local": {"address": "local", "state_dir": str(self.state)}}}))
         return path
 
     def recipe(self, filename: str = "drafter.yaml", **kwargs: Any) -> Path:

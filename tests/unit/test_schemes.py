@@ -19,8 +19,8 @@ from patchkit.transport.schemes import SCHEMES, scheme_of, transport_for
 
 # One address a scheme takes, and the host entries (beyond it) that choose among its transports.
 EXAMPLES: dict[str, list[dict[str, object]]] = {
-    "local": [{}, {"address": "local"}],
-    "ssh": [{"address": "gpu-1.internal"}, {"address": "gpu-1.internal", "ssh_client": "openssh"}],
+    "local": [{"name": "localhost"}, {"address": "local"}],
+    "ssh": [{}, {"address": "gpu-1.internal"}, {"address": "gpu-1.internal", "ssh_client": "openssh"}],
     "podman": [{"address": "podman://web-1"}],
     "docker": [{"address": "docker://0123abcd"}],
     "k8s": [{"address": "k8s://serving/vllm-0/engine"}, {"address": "k8s://serving/vllm-0"}],
@@ -44,7 +44,7 @@ def test_every_scheme_has_an_example_and_a_transport() -> None:
     for scheme, hosts in EXAMPLES.items():
         for entry in hosts:
             host = HostSpec.model_validate({"name": "h", **entry})
-            assert host.scheme == scheme == scheme_of(host.address)
+            assert host.scheme == scheme == scheme_of(host.address, host.name)
             transport = transport_for(host, Reach())
             assert inspect.iscoroutinefunction(transport.spawn) and isinstance(transport.exec_requests, int)
 
@@ -56,7 +56,8 @@ def test_every_transport_is_reached_by_a_scheme() -> None:
 
 
 @pytest.mark.parametrize(("address", "problem"), [
-    ("nope://c1", "unknown scheme 'nope://'; an address is one of: none or `local`"),
+    ("nope://c1", "unknown scheme 'nope://'; an address is one of: `local` (this machine)"),
+    ("  ", "address is empty: leave it out"),
     ("ssh://gpu-1", "unknown scheme 'ssh://'"),  # bare schemes are never written with ://
     ("local://x", "unknown scheme 'local://'"),
     ("podman://", "want podman://CONTAINER, a container name or id"),
@@ -67,6 +68,20 @@ def test_every_transport_is_reached_by_a_scheme() -> None:
 def test_each_scheme_words_its_own_refusal(address: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         HostSpec(address=address)
+
+
+def test_no_address_is_the_ssh_host_of_the_name_never_silently_local() -> None:
+    """Issue 25 item 4: as Ansible does, a bare name is an SSH host (through ~/.ssh/config);
+    only `address: local`, or the name localhost without an address, is this machine."""
+    from patchkit.runner import transport_of
+    from patchkit.transport.ssh_common import SSHTarget
+
+    gpu = HostSpec(name="gpu-7", python="/opt/py")
+    assert gpu.scheme == "ssh" and transport_of(gpu) == ("ssh/asyncssh", "gpu-7")
+    assert SSHTarget.from_host(gpu).address == "gpu-7"  # the name is what ssh_config resolves
+    assert HostSpec(name="localhost").scheme == "local"
+    assert HostSpec(name="localhost", address="127.0.0.1").scheme == "ssh"  # an address says how
+    assert HostSpec(name="local").scheme == "ssh"  # the old implicit default is gone
 
 
 def test_the_inventory_only_splits() -> None:
