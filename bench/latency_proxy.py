@@ -9,6 +9,13 @@ a bandwidth cap: each direction is a queue of (deliver_at, bytes), so chunks in 
 overlap and keep their order. Prints "ready" on stdout once every port listens; stops on
 SIGTERM / SIGINT. A listen port 0 picks a free one; the chosen pairs are printed as
 "LISTEN:TARGET" on the ready line.
+
+With --turns-file FILE it also counts, per connection, the **turns**: how often the
+direction of the traffic changed, each client->server chunk read after a server->client one
+(or first) starting a new turn. A side that waits for the other's answer before it speaks
+costs one turn, so the turns of a connection are the round trips it paid (a TCP connect
+excluded); bytes sent back to back, pipelined, stay in one turn. When a connection closes,
+one line `LISTEN_PORT TURNS BYTES_UP BYTES_DOWN` is appended to FILE.
 """
 
 from __future__ import annotations
@@ -22,7 +29,24 @@ import time
 CHUNK = 64 * 1024
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
+class Turns:
+    """Direction changes of one connection: a new turn when the client speaks after the server."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.last = ""  # "up" (client -> server) or "down"
+        self.bytes = {"up": 0, "down": 0}
+
+    def saw(self, direction: str, size: int) -> None:
+        if size:
+            if direction == "up" and self.last != "up":
+                self.turns += 1
+            self.last = direction
+            self.bytes[direction] += size
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float,
+                turns: Turns | None = None, direction: str = "") -> None:
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
     loop = asyncio.get_running_loop()
 
@@ -46,6 +70,8 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
     try:
         while True:
             data = await reader.read(CHUNK)
+            if turns is not None:
+                turns.saw(direction, len(data))
             queue.put_nowait((loop.time() + delay, data))
             if not data:
                 break
@@ -58,7 +84,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
 
 
 async def _serve_one(target_port: int, delay: float, c_reader: asyncio.StreamReader,
-                     c_writer: asyncio.StreamWriter) -> None:
+                     c_writer: asyncio.StreamWriter, turns_file: str | None = None) -> None:
     try:
         s_reader, s_writer = await asyncio.open_connection("127.0.0.1", target_port)
     except OSError:
@@ -70,12 +96,17 @@ async def _serve_one(target_port: int, delay: float, c_reader: asyncio.StreamRea
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     # The TCP connect itself is one round trip in the real world: pay it before the first byte.
     await asyncio.sleep(2 * delay)
+    turns = Turns()
     try:
-        await asyncio.gather(_pipe(c_reader, s_writer, delay), _pipe(s_reader, c_writer, delay),
-                             return_exceptions=True)
+        await asyncio.gather(_pipe(c_reader, s_writer, delay, turns, "up"),
+                             _pipe(s_reader, c_writer, delay, turns, "down"), return_exceptions=True)
     except asyncio.CancelledError:
         pass  # shutting down
     finally:
+        if turns_file:
+            listen = c_writer.get_extra_info("sockname")[1]
+            with open(turns_file, "a") as f:
+                f.write(f"{listen} {turns.turns} {turns.bytes['up']} {turns.bytes['down']}\n")
         for w in (c_writer, s_writer):
             try:
                 w.close()
@@ -83,11 +114,11 @@ async def _serve_one(target_port: int, delay: float, c_reader: asyncio.StreamRea
                 pass
 
 
-async def main_async(pairs: list[tuple[int, int]], delay: float) -> None:
+async def main_async(pairs: list[tuple[int, int]], delay: float, turns_file: str | None = None) -> None:
     servers, chosen = [], []
     for listen, target in pairs:
         server = await asyncio.start_server(
-            lambda r, w, t=target: _serve_one(t, delay, r, w), "127.0.0.1", listen, backlog=512)
+            lambda r, w, t=target: _serve_one(t, delay, r, w, turns_file), "127.0.0.1", listen, backlog=512)
         servers.append(server)
         chosen.append(f"{server.sockets[0].getsockname()[1]}:{target}")
     print("ready", " ".join(chosen), flush=True)
@@ -105,10 +136,11 @@ async def main_async(pairs: list[tuple[int, int]], delay: float) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--delay-ms", type=float, default=25.0, help="one-way delay (default 25 = 50 ms round trip)")
+    p.add_argument("--turns-file", help="append each connection's turns (round trips) here when it closes")
     p.add_argument("pairs", nargs="+", metavar="LISTEN:TARGET")
     args = p.parse_args()
     pairs = [tuple(int(x) for x in pair.split(":")) for pair in args.pairs]
-    asyncio.run(main_async(pairs, args.delay_ms / 1000.0))  # type: ignore[arg-type]
+    asyncio.run(main_async(pairs, args.delay_ms / 1000.0, args.turns_file))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -52,7 +52,9 @@ from fleet import Fleet, Host, sha256  # noqa: E402
 from measure import machine_busy, wait_for_quiet  # noqa: E402
 
 IMPORT_CHECK = "vllm._version"
-CONTENDERS = ("patchkit", "ansible", "floor", "sshonly")
+CONTENDERS = ("patchkit", "ansible", "floor", "sshonly", "base")
+# "base" is another patchkit build (--patchkit-base CMD, e.g. main exported with git archive),
+# run beside "patchkit" in the same run: an A/B whose ratios share the machine's state.
 # "sshonly" is not a way to do the work: N plain `ssh HOST true` at once, the cost every
 # contender pays before any work (handshake, sshd session, root's login shell). It bounds
 # what any one-exec-per-host tool can reach here.
@@ -151,6 +153,7 @@ class Run:
     note: str = ""
     attempts: int = 1
     waited_s: float = 0.0
+    turns: list[int] = field(default_factory=list)  # per host, through the proxy: round trips paid
 
 
 @dataclass
@@ -166,6 +169,8 @@ class Setup:
     quiet_wait: float = 20.0
     max_other_cpu: float = 0.5
     noisy_retries: int = 1
+    turns_file: Path | None = None  # the proxy's per-connection turn counts
+    patchkit_base: list[str] | None = None
 
     def port(self, host: Host, net: str) -> int:
         return self.proxy_ports[host.name] if net == "proxy" else host.port
@@ -193,9 +198,10 @@ def patchkit_files(s: Setup, hosts: list[Host], net: str) -> tuple[Path, Path]:
     return recipe, path
 
 
-def run_patchkit(s: Setup, hosts: list[Host], net: str, mode: str) -> tuple[bool, str, list[int] | None]:
+def run_patchkit(s: Setup, hosts: list[Host], net: str, mode: str,
+                 build: list[str] | None = None) -> tuple[bool, str, list[int] | None]:
     recipe, inventory = patchkit_files(s, hosts, net)
-    argv = [*s.patchkit, "apply", str(recipe), "-i", str(inventory), "--json", "--concurrency", str(len(hosts))]
+    argv = [*(build or s.patchkit), "apply", str(recipe), "-i", str(inventory), "--json", "--concurrency", str(len(hosts))]
     proc = subprocess.run(argv, capture_output=True, text=True, env=s.env(), timeout=600)
     want = "changed" if mode == "fresh" else "ok"
     try:
@@ -303,12 +309,15 @@ def run_floor(s: Setup, hosts: list[Host], net: str, mode: str, ssh_only: bool =
 
 def timed_once(s: Setup, contender: str, hosts: list[Host], net: str, mode: str) -> Run:
     offsets = [h.log_size() for h in hosts]
+    turns_at = s.turns_file.stat().st_size if s.turns_file and s.turns_file.exists() else 0
     control_dir = Path(tempfile.mkdtemp(prefix="cp-", dir=s.work))
     waited = wait_for_quiet(s.quiet_wait)
     cpu = CPU([h.proc.pid for h in hosts if h.proc], s.proxy_pid if net == "proxy" else None)
     t0 = time.perf_counter()
     if contender == "patchkit":
         ok, note, reported = run_patchkit(s, hosts, net, mode)
+    elif contender == "base":
+        ok, note, reported = run_patchkit(s, hosts, net, mode, s.patchkit_base)
     elif contender == "ansible":
         ok, note, reported = run_ansible(s, hosts, net, mode, control_dir)
     else:
@@ -325,13 +334,28 @@ def timed_once(s: Setup, contender: str, hosts: list[Host], net: str, mode: str)
     used["other"] -= masters_cpu
     time.sleep(0.05)  # let the last session lines reach the sshd logs
     execs = [h.exec_requests_since(o) for h, o in zip(hosts, offsets)]
+    turns = proxy_turns(s, hosts, turns_at) if net == "proxy" else []
     if ok and contender != "sshonly":
         wrong = s.fleet.check(hosts, patched=True)
         if wrong:
             ok, note = False, f"file not the expected patched bytes on {wrong[:5]}"
     if reported is not None and reported != execs:
         note += f" (patchkit reports exec_requests {sorted(set(reported))}, sshd logged {sorted(set(execs))})"
-    return Run(contender, len(hosts), net, mode, seconds, used, execs, ok, note, waited_s=waited)
+    return Run(contender, len(hosts), net, mode, seconds, used, execs, ok, note, waited_s=waited, turns=turns)
+
+
+def proxy_turns(s: Setup, hosts: list[Host], offset: int) -> list[int]:
+    """Round trips each host's connections paid in this run, from the proxy's turn counts."""
+    if not s.turns_file or not s.turns_file.exists():
+        return []
+    with open(s.turns_file) as f:
+        f.seek(offset)
+        lines = f.read().splitlines()
+    by_port: dict[int, int] = {}
+    for line in lines:
+        port, turns = (int(x) for x in line.split()[:2])
+        by_port[port] = by_port.get(port, 0) + turns
+    return [by_port.get(s.proxy_ports[h.name], 0) for h in hosts]
 
 
 def timed(s: Setup, contender: str, hosts: list[Host], net: str, mode: str, reset_first: bool) -> Run:
@@ -430,6 +454,7 @@ def summarize(runs: list[Run]) -> list[dict]:
                 "attempts": sum(r.attempts for r in mine),
                 "noisy": noisy, "noisy_in_median": sum(1 for r in good if "noisy" in r.note),
                 "execs_per_host": sorted({e for r in good for e in r.execs}),
+                "turns_per_host": med([statistics.median(r.turns) for r in good if r.turns]),
             }
         if "patchkit" in row:
             for other in ("ansible", "floor"):
@@ -507,6 +532,24 @@ def markdown(rows: list[dict], startup: dict[str, float], meta: dict) -> str:
                        f"| {ms(pk - so if pk is not None and so is not None else None)} "
                        f"| {ms(fl - so if fl is not None and so is not None else None)} |")
         out.append("")
+    if any("base" in r for r in rows) or any(r["net"] == "proxy" for r in rows):
+        out += ["#### Each build beside the floor: wall, control CPU, round trips", "",
+                "control CPU: user+sys of the contender's processes (getrusage of children); round trips: "
+                "turns per host counted by the latency proxy (proxy rows only).", "",
+                "| net | hosts | run | contender | wall s | ÷ floor | control CPU s | ÷ floor | round trips |",
+                "|---|---:|---|---|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            for c in ("base", "patchkit", "floor", "sshonly"):
+                if c not in r:
+                    continue
+                d, fl = r[c], r.get("floor")
+                wall_ratio = f"{d['median_s'] / fl['median_s']:.2f}" if fl else "—"
+                cpu_ratio = f"{d['cpu_s']['client'] / fl['cpu_s']['client']:.2f}" if fl and fl['cpu_s']['client'] else "—"
+                rt = d.get("turns_per_host", float("nan"))
+                name = {"base": "patchkit base", "patchkit": "patchkit"}.get(c, c)
+                out.append(f"| {r['net']} | {r['n']} | {r['mode']} | {name} | {d['median_s']:.3f} | {wall_ratio} "
+                           f"| {d['cpu_s']['client']:.3f} | {cpu_ratio} | {'—' if rt != rt else f'{rt:g}'} |")
+        out.append("")
     if startup:
         out += ["#### Start-up and single-exec costs (median)", "", "| command | s |", "|---|---:|"]
         out += [f"| {k} | {v:.3f} |" for k, v in startup.items()]
@@ -539,6 +582,7 @@ def main() -> int:
     p.add_argument("--delay-ms", type=float, default=25.0, help="proxy delay each way (default 25)")
     p.add_argument("--no-startup", action="store_true", help="skip the start-up figures")
     p.add_argument("--patchkit", help="patchkit command (default: the console script beside this python / .venv)")
+    p.add_argument("--patchkit-base", help="another patchkit command, run as contender 'base' beside 'patchkit'")
     p.add_argument("--ansible-playbook", help="ansible-playbook to use (default: bench venv in the cache dir)")
     p.add_argument("--quiet-wait", type=float, default=20.0,
                    help="before each run, wait up to this many seconds for the machine to be idle (default 20)")
@@ -583,22 +627,26 @@ def main() -> int:
     try:
         setup = Setup(fleet, work, home, work / "known_hosts", patchkit_argv(args.patchkit), playbook_bin,
                       quiet_wait=args.quiet_wait, max_other_cpu=args.max_other_cpu,
-                      noisy_retries=args.noisy_retries)
+                      noisy_retries=args.noisy_retries,
+                      patchkit_base=patchkit_argv(args.patchkit_base) if args.patchkit_base else None)
         if proxy_ns:
             pairs = [f"0:{h.port}" for h in fleet.hosts[:max(proxy_ns)]]
+            turns_file = work / "proxy-turns.txt"
             proxy = subprocess.Popen([sys.executable, str(HERE / "latency_proxy.py"), "--delay-ms",
-                                      str(args.delay_ms), *pairs], stdout=subprocess.PIPE, text=True)
+                                      str(args.delay_ms), "--turns-file", str(turns_file), *pairs], stdout=subprocess.PIPE, text=True)
             ready = proxy.stdout.readline().split()  # type: ignore[union-attr]
             if not ready or ready[0] != "ready":
                 raise RuntimeError("latency proxy did not start")
             by_target = {int(t): int(l) for l, t in (x.split(":") for x in ready[1:])}
             setup.proxy_ports = {h.name: by_target[h.port] for h in fleet.hosts[:max(proxy_ns)]}
             setup.proxy_pid = proxy.pid
+            setup.turns_file = turns_file
         fleet.known_hosts(setup.known_hosts, setup.proxy_ports)
 
         meta = {"machine": f"{os.cpu_count()} cores, {os.uname().release}", "repeats": args.repeats,
                 "proxy_repeats": proxy_repeats, "delay_ms": args.delay_ms, "argv": sys.argv,
-                "patchkit": " ".join(setup.patchkit), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "patchkit": " ".join(setup.patchkit),
+                "patchkit_base": " ".join(setup.patchkit_base or []), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "slow_repeats": args.slow_repeats, "slow_s": args.slow_s}
         startup = {} if args.no_startup else startup_figures(setup, max(args.repeats, 10))
         for k, v in startup.items():

@@ -7,16 +7,18 @@ never stops the others.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from patchkit import __version__
 from patchkit.agent import AgentClient
+from patchkit.agent.client import Pending
 from patchkit.agent.protocol import LOCK
 from patchkit.errors import HostError
 from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
@@ -33,6 +35,10 @@ from patchkit.transport import Transport, schemes
 from patchkit.transport.base import Reach
 
 log = get_logger("patchkit")
+
+# A work's first reads (Runner._first_reads): sent behind hello and the lock, before either
+# is answered; what it asked for by name (Session.early), for the work to take.
+EarlyReads = Callable[[AgentClient, Journal], Awaitable[dict[str, Pending[Any]]]]
 
 
 @dataclass
@@ -60,6 +66,7 @@ class Session:
     transport: Transport
     agent: AgentClient
     journal: Journal
+    early: dict[str, Pending[Any]] = field(default_factory=dict)  # what `early` asked for, by name
 
 
 def transport_for(host: HostSpec, options: Options | None = None) -> Transport:
@@ -74,8 +81,10 @@ def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Option
 
 @asynccontextmanager
 async def session(host: HostSpec, python: str, options: Options, owner: str,
-                  redactor: Redactor | None = None, warnings: list[str] | None = None) -> AsyncIterator[Session]:
-    """The host's agent, locked; `warnings` gets what it reported (skipped output) once it is closed."""
+                  redactor: Redactor | None = None, warnings: list[str] | None = None,
+                  early: EarlyReads | None = None) -> AsyncIterator[Session]:
+    """The host's agent, locked; `warnings` gets what it reported (skipped output) once it is closed.
+    `early`: the work's first reads, sent behind hello and the lock in the start's one write."""
     transport = transport_for(host, options)
     agent: AgentClient | None = None
     try:
@@ -86,13 +95,14 @@ async def session(host: HostSpec, python: str, options: Options, owner: str,
         try:
             lock = await agent.send(LOCK({"state_dir": journal.state_dir, "timeout_s": options.lock_timeout,
                                           "owner": owner}))
+            asked = await early(agent, journal) if early else {}
         except HostError:
             await agent.started(python)  # the agent died: its own error says why
             raise
         await agent.started(python)
         locked = await lock.result(options.lock_timeout + 30)
         journal.state_dir = locked["state_dir"]  # absolute, as the host resolves ~ and relative paths
-        yield Session(host, transport, agent, journal)
+        yield Session(host, transport, agent, journal, asked)
     finally:
         if agent is not None:
             await agent.close()
@@ -121,7 +131,8 @@ class Runner:
         loaded = self.recipe_for(host)
         return loaded.redactor if loaded else Redactor()
 
-    async def on_hosts(self, hosts: list[HostSpec], work: Callable[[Session], Awaitable[HostResult]]) -> dict[str, HostResult]:
+    async def on_hosts(self, hosts: list[HostSpec], work: Callable[[Session], Awaitable[HostResult]],
+                       early: EarlyReads | None = None) -> dict[str, HostResult]:
         async def one(host: HostSpec) -> HostResult:
             started = time.monotonic()
             python = interpreter_for(host, self.recipe_for(host.name), self.options)
@@ -129,7 +140,7 @@ class Runner:
             warnings: list[str] = []
             try:
                 async with session(host, python, self.options, f"{self.command} {self.run_id}", redactor,
-                                   warnings) as s:
+                                   warnings, early or self._early_for(work, host.name)) as s:
                     result = await work(s)
                     result.exec_requests = s.transport.exec_requests
             except HostError as exc:
@@ -150,6 +161,29 @@ class Runner:
         policy = FanOutPolicy(self.options.concurrency, self.options.serial, self.options.max_fail)
         self.progress = progress_for(hosts, self.options.progress)
         return await fan_out(hosts, one, policy, self.progress, self.interrupt)
+
+    # ------------------------------------------------------------------ first reads
+
+    def _early_for(self, work: Callable[[Session], Awaitable[HostResult]], host: str) -> EarlyReads | None:
+        """What apply, plan and status read first on `host`, asked for in the start's write."""
+        loaded = self.recipe_for(host)
+        if loaded is None or work not in (self.apply, self.status):
+            return None
+        listing = work == self.status or not self.options.dry_run
+        return functools.partial(self._first_reads, loaded, listing=listing)
+
+    async def _first_reads(self, loaded: LoadedRecipe, agent: AgentClient, journal: Journal,
+                           listing: bool) -> dict[str, Pending[Any]]:
+        """The recipe's journal records (if the work reads them) and the first step's reads
+        (its kind's `first_reads`): asked for behind the lock, answered in the start's round trip."""
+        asked: dict[str, Pending[Any]] = {}
+        if listing:
+            asked["records"] = await journal.prefetch(loaded.recipe.name)
+        for step in loaded.recipe.select(self.options.steps)[:1]:
+            kind = kind_named(step.kind)
+            for request in kind.first_reads(kind.spec_of(step)):
+                await agent.prefetch(request)
+        return asked
 
     # ------------------------------------------------------------------ apply / plan
 
@@ -178,7 +212,7 @@ class Runner:
         if not self.options.dry_run:
             ctx.record_intent = write_intent
             # A change an earlier run left unverified is settled by this one (see apply_patch).
-            ctx.records_request = await s.journal.prefetch(recipe.name)
+            ctx.records_request = s.early.pop("records", None) or await s.journal.prefetch(recipe.name)
         for step in recipe.select(self.options.steps):
             if self.interrupt.requested and not stopped_by:
                 stopped_by = "interrupt"
@@ -225,7 +259,8 @@ class Runner:
     async def status(self, s: Session) -> HostResult:
         ctx = self._context(s)
         ctx.dry_run = True
-        records = await s.journal.runs(ctx.loaded.recipe.name)
+        listing: Pending[Any] | None = s.early.pop("records", None)
+        records = await s.journal.read_runs(listing or await s.journal.prefetch(ctx.loaded.recipe.name))
         steps = []
         for step in ctx.loaded.recipe.select(self.options.steps):
             try:

@@ -93,6 +93,10 @@ class FakeAgent:
         value: Reply = await (await self.send(request)).result(reply_wait)
         return value
 
+    async def prefetch(self, request: Request[Reply]) -> FakePending:
+        """AgentClient.prefetch: a fake answers every request at once, so early is just sent."""
+        return await self.send(request)
+
     async def send(self, request: Request[Reply]) -> FakePending:
         args = dict(request.args)
         self.calls.append((request.op, args))

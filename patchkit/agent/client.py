@@ -11,7 +11,6 @@ its request, enforced on the host) and `reply_wait`, how long this side waits fo
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import functools
 import itertools
@@ -89,14 +88,27 @@ def agent_source() -> bytes:
     return constants.encode() + agent_file(*AGENT_CORE)
 
 
+# A top-level `@op` or `@op(...)` decorator line, and a top-level `def op_<name>(` line.
+_OP_DECORATOR = re.compile(rb"@op(?:\(.*)?\s*$")
+_OP_DEF = re.compile(rb"def op_(\w+)\s*\(")
+
+
 def declared_ops(source: bytes) -> list[str]:
-    """The ops a host file declares: its top-level functions op_<name> decorated @op or @op(...)."""
-    found = []
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.FunctionDef) and any(
-                isinstance(d, ast.Name) and d.id == "op" or isinstance(d, ast.Call) and
-                isinstance(d.func, ast.Name) and d.func.id == "op" for d in node.decorator_list):
-            found.append(node.name.removeprefix("op_"))
+    """The ops a host file declares: its top-level functions op_<name> decorated @op or @op(...).
+
+    Read line by line, not with `ast`: parsing the host files took ~35 ms of every run's
+    start, on the path to the first byte sent (bench/README.md, issue 27). The host files
+    keep to the form this reads (test_host_files checks it against `ast`)."""
+    found, decorated = [], False
+    for line in source.splitlines():
+        if line.startswith(b"@"):
+            decorated = decorated or bool(_OP_DECORATOR.match(line))
+            continue
+        match = _OP_DEF.match(line)
+        if match and decorated:
+            found.append(match.group(1).decode())
+        if line and not line[:1].isspace() and not line.startswith(b"#"):
+            decorated = False
     return found
 
 
@@ -122,6 +134,15 @@ def agent_argv(python: str, nonce: str) -> list[str]:
 
 
 STREAM_CHUNK = 1 << 20
+# START (issue 27). Nothing is written at the exec: the bootstrap's source, `hello` and the
+# requests queued behind it before any reply is awaited (the lock, a run's first reads) stay
+# in a buffer and go out in one write when the first reply is awaited (or the buffer passes
+# CORK_LIMIT): from the exec request to the first useful reply is one round trip.
+CORK_LIMIT = 1 << 20
+# Ops a run may ask for early (`prefetch`), before it knows it needs them: they read the
+# host and change nothing, so asking early is never wrong, only possibly stale once
+# something is changed, which is why any other op drops what was prefetched.
+PREFETCHABLE_OPS = frozenset({"hello", "locate", "read", "hash", "journal_list"})
 DEFAULT_REPLY_WAIT = 600.0  # seconds this side waits for a reply unless the call says otherwise
 
 Reply = TypeVar("Reply")
@@ -129,6 +150,10 @@ Reply = TypeVar("Reply")
 
 class AgentRefused(HostError):
     """The agent declined a request for a reason the user should read (drift, lock...)."""
+
+
+class AgentStartFailed(HostError):
+    """The agent's process was gone before its start could be written: the message says why."""
 
 
 def _shown(data: bytes) -> str:
@@ -178,6 +203,9 @@ class AgentClient:
         self.info: dict[str, Any] = {}
         self.bytes_sent = 0
         self.on_bytes: Callable[[int], None] | None = None  # progress: total bytes streamed so far
+        self._python = "python"  # what was started, for the start's error messages
+        self._corked: bytearray | None = None  # what waits for the start's one write (see START)
+        self._prefetched: dict[str, Pending[Any]] = {}  # request key -> its early read (see prefetch)
 
     @classmethod
     async def start(cls, transport: Transport, python: str, host: str) -> "AgentClient":
@@ -185,18 +213,53 @@ class AgentClient:
         nonce = new_nonce()
         streams = await transport.spawn(agent_argv(python, nonce))
         client = cls(streams, host, nonce)
+        client._python = python
+        client._corked = bytearray()  # the bootstrap, hello and what follows: one write (see START)
         source = agent_source()
         client._hello = await client._send_or_explain(
             HELLO({}), python, preamble=str(len(source)).encode() + b"\n" + source)
         return client
+
+    async def flush(self) -> None:
+        """Write what the start holds back (see START); a no-op once it went out."""
+        async with self._write_lock:
+            await self._uncork()
+
+    async def _uncork(self) -> None:
+        if self._corked is None:
+            return
+        data, self._corked = bytes(self._corked), None
+        if not data:
+            return
+        try:
+            self._streams.stdin.write(data)
+            await self._streams.stdin.drain()
+        except (ConnectionError, BrokenPipeError, OSError):  # the process is gone already (sudo refused, not python...)
+            detail = await self._error_tail()
+            self._broken = AgentStartFailed(
+                f"cannot start {self._python} on {self._host}: {detail or 'it exited at once'}")
+            raise self._broken from None
+
+    async def prefetch(self, request: Request[Reply]) -> Pending[Reply]:
+        """Ask for a read now, before the run knows it needs it: pipelined with the start (one
+        round trip for hello, lock and the first reads). Send it after the lock: the agent
+        answers in order, so the read sees the host as the lock holder does. The same request
+        sent later (`send`, `call`) gets this one's answer instead of a second request, unless
+        a request that may change the host was sent in between (then the early read is stale
+        and is asked again)."""
+        if request.op not in PREFETCHABLE_OPS:
+            raise ValueError(f"{request.op} is not a read-only op: it cannot be prefetched")
+        pending = cast(Pending[Reply], await self._send(request.op, request.args, None))
+        self._prefetched[_request_key(request.op, request.args)] = pending
+        return pending
 
     async def started(self, python: str) -> dict[str, Any]:
         """Wait for the agent's `hello` (requests may be queued behind it already)."""
         assert self._hello is not None
         try:
             self.info = dict(await self._hello.result(60))
-        except HostUnreachable:
-            raise  # found while waiting for the first answer (the OpenSSH transport): not about python
+        except (HostUnreachable, AgentStartFailed):
+            raise  # found while waiting for the first answer (the OpenSSH transport), or says so already
         except HostError as exc:
             raise HostError(f"cannot start {python} on {self._host}: {exc}") from None
         return self.info
@@ -217,6 +280,9 @@ class AgentClient:
     async def send(self, request: Request[Reply]) -> Pending[Reply]:
         """Queue a request without waiting for its answer (pipelining: the agent answers in
         order, so on a slow link several requests cost one round trip). Await `.result()`."""
+        early = self._prefetched.pop(_request_key(request.op, request.args), None)
+        if early is not None:
+            return cast(Pending[Reply], early)
         return cast(Pending[Reply], await self._send(request.op, request.args, None))
 
     async def send_file(self, request: Request[Reply], local: Path, start: int, count: int) -> Pending[Reply]:
@@ -228,6 +294,8 @@ class AgentClient:
     async def _send(self, op: str, args: Mapping[str, Any], payload: tuple[Path, int, int] | None,
                     preamble: bytes = b"") -> Pending[Any]:
         async with self._write_lock:
+            if op not in PREFETCHABLE_OPS:
+                self._prefetched.clear()  # this may change the host: an early read may be stale
             extension = host_ops().get(op)
             if extension is not None and extension not in self._extensions:  # its files go first, same write
                 loads: list[Pending[Any]] = []
@@ -241,9 +309,17 @@ class AgentClient:
             request_id = next(self._ids)
             self._unread.add(request_id)
             request = {"id": request_id, "op": op, "args": args}
+            data = preamble + json.dumps(request).encode() + b"\n"
+            if self._corked is not None:  # the start's one write (see START)
+                self._corked += data
+                if payload is None and len(self._corked) < CORK_LIMIT:
+                    return Pending(self, request_id, op, self._extensions.get(extension or "", []))
+                data = b""
+                await self._uncork()
             try:
-                self._streams.stdin.write(preamble + json.dumps(request).encode() + b"\n")
-                await self._streams.stdin.drain()
+                if data:
+                    self._streams.stdin.write(data)
+                    await self._streams.stdin.drain()
                 if payload is not None:
                     await self._stream(*payload)
             except (ConnectionError, BrokenPipeError, OSError) as exc:
@@ -251,6 +327,8 @@ class AgentClient:
         return Pending(self, request_id, op, self._extensions.get(extension or "", []))
 
     async def _reply(self, request_id: int, op: str, reply_wait: float | None) -> Any:
+        if self._corked is not None:
+            await self.flush()  # a reply is awaited: the start's write goes out (see START)
         async with self._read_lock:  # replies arrive in request order; keep the ones read early
             while request_id not in self._replies:
                 if self._broken:
@@ -385,8 +463,17 @@ class AgentClient:
                     self.on_bytes(self.bytes_sent)
 
     async def close(self) -> None:
+        if self._corked is not None:
+            try:
+                await self.flush()  # requests nobody waited for still reach the agent before its stdin closes
+            except HostError:
+                pass  # the start failed; whoever awaited it reported why
         await self._streams.close()
         await self._report_leftovers()
+
+
+def _request_key(op: str, args: Mapping[str, Any]) -> str:
+    return op + "\0" + json.dumps(args, sort_keys=True)
 
 
 def _as_reply(line: bytes) -> dict[str, Any] | None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from patchkit.agent.protocol import CHECK
+from typing import Any
+
+from patchkit.agent.protocol import CHECK, LOCATE, Request
 from patchkit.errors import HostError
 from patchkit.recipe import CheckStep, Step
 from patchkit.results import Check, RunRecord, StepResult
-from patchkit.steps.context import HostContext, gate
+from patchkit.steps.context import HostContext, gate, locate_args
 from patchkit.steps.kind import Planned, StepKind
 
 
@@ -15,6 +17,9 @@ class CheckKind(StepKind[CheckStep, bool]):
 
     name = "check"
     spec_model = CheckStep
+
+    def first_reads(self, spec: CheckStep) -> list[Request[Any]]:
+        return [LOCATE(locate_args(spec.package, []))] if spec.package else []  # the gate's
 
     async def plan(self, ctx: HostContext, step: Step, spec: CheckStep) -> Planned[bool]:
         """data: True when the gate lets the check run (apply runs it; a plan never does)."""

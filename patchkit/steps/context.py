@@ -10,7 +10,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.agent import AgentClient
 from patchkit.agent.client import Pending
-from patchkit.agent.protocol import LOCATE, JournalListReply, LocateReply
+from patchkit.agent.protocol import LOCATE, JournalListReply, LocateArgs, LocateReply
 from patchkit.edits import EditResult
 from patchkit.journal import Journal
 from patchkit.recipe import LoadedRecipe
@@ -69,9 +69,13 @@ class HostContext:
     async def locate(self, package: str, modules: list[str], read_first: bool = False) -> LocateReply:
         key = f"{package}\0{read_first}\0" + "\0".join(modules)
         if key not in self._located:
-            self._located[key] = await self.agent.call(LOCATE({"package": package, "modules": modules,
-                                                               "read_first": read_first}))
+            self._located[key] = await self.agent.call(LOCATE(locate_args(package, modules, read_first)))
         return self._located[key]
+
+
+def locate_args(package: str, modules: list[str], read_first: bool = False) -> LocateArgs:
+    """The one form of a locate's request: a kind's first_reads must ask exactly what its plan does."""
+    return {"package": package, "modules": modules, "read_first": read_first}
 
 
 @dataclass(frozen=True)

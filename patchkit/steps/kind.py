@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from patchkit.agent.protocol import Request
 from patchkit.recipe import Step
 from patchkit.results import RunRecord, StepResult
 from patchkit.steps.context import HostContext
@@ -77,6 +78,12 @@ class StepKind(ABC, Generic[Spec, Data]):
     def written(self, done: StepResult) -> list[tuple[str, str | None]]:
         """(path, sha256 after) of each installed file `done` wrote: what `audit` and `status`
         explain as patched by patchkit. None for most kinds."""
+        return []
+
+    def first_reads(self, spec: Spec) -> list[Request[Any]]:
+        """The read-only requests this kind's plan makes first, exactly as it makes them: a run
+        whose first step this is asks for them behind hello and the lock (one round trip for
+        all, issue 27); the plan's own identical request then gets that answer. None by default."""
         return []
 
     async def run(self, ctx: HostContext, step: Step) -> StepResult:

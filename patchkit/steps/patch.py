@@ -12,10 +12,10 @@ import os
 import posixpath
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from patchkit import __version__
-from patchkit.agent.protocol import READ
+from patchkit.agent.protocol import LOCATE, READ, Request
 from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.edits import EditError, EditResult
 from patchkit.edits.specs import DiffEdit
@@ -23,7 +23,7 @@ from patchkit.errors import HostError
 from patchkit.journal import PATCHED, UNEXPLAINED, explain
 from patchkit.recipe import PatchStep, Step
 from patchkit.results import FileChange, RunRecord, StepResult
-from patchkit.steps.context import HostContext, gate
+from patchkit.steps.context import HostContext, gate, locate_args
 from patchkit.steps.kind import Planned, StepKind
 from patchkit.steps.unit import (
     UnitPlan,
@@ -324,6 +324,11 @@ def _says_it_verifies(ctx: HostContext, step: Step, result: StepResult) -> StepR
 class PatchKind(StepKind[PatchStep, UnitPlan]):
     name = "patch"
     spec_model = PatchStep
+
+    def first_reads(self, spec: PatchStep) -> list[Request[Any]]:
+        if _is_many(spec) or spec.package is None:
+            return []
+        return [LOCATE(locate_args(spec.package, list(spec.modules), read_first=True))]  # plan_module_edit's gate
 
     async def plan(self, ctx: HostContext, step: Step, spec: PatchStep) -> Planned[UnitPlan]:
         planned = await (plan_diff(ctx, step, spec) if _is_many(spec) else plan_module_edit(ctx, step, spec))

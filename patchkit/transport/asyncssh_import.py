@@ -6,6 +6,12 @@ about 45 ms of subprocesses on the critical path of every SSH run (profiled with
 cProfile, bench/README.md). During that import only, a miss is decided from the files
 those programs would look at: the ld.so cache and the usual library folders. If liboqs
 may be there, the real find_library runs, so asyncssh finds it as before.
+
+And without its X.509 support: asyncssh imports cryptography.x509 for X.509 certificate
+keys (RFC 6187, `x509v3-*` algorithms), ~20% of its import time (issue 27). patchkit
+reaches hosts with OpenSSH keys, certificates and known_hosts only, and asyncssh treats
+X.509 as optional (it catches the ImportError): an `x509v3-*` known_hosts line is then
+skipped, so such a host's key is unknown and refused, never accepted unchecked.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import ctypes.util
 import glob
 import os
+import sys
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -50,7 +57,23 @@ def quick_liboqs_probe() -> Iterator[None]:
         ctypes.util.find_library = real
 
 
-with quick_liboqs_probe():
+X509_MODULE = "asyncssh.crypto.x509"
+
+
+@contextmanager
+def without_x509() -> Iterator[None]:
+    """During the import only: asyncssh's X.509 module reads as missing (None in sys.modules)."""
+    had = X509_MODULE in sys.modules
+    if not had:
+        sys.modules[X509_MODULE] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if not had and sys.modules.get(X509_MODULE, 0) is None:
+            del sys.modules[X509_MODULE]
+
+
+with quick_liboqs_probe(), without_x509():
     import asyncssh  # noqa: E402
 
 __all__ = ["asyncssh"]

@@ -3,7 +3,7 @@
 Sent at every start (client.BOOTSTRAP); the extensions beside it follow through op_load
 with a run's first op they declare, and run in this namespace: they use its helpers and
 raise its one refusal, Refused. An op is a function op_<name> declared with @op; the control
-side reads the same declarations with ast (client.host_ops). START_MARK and PART_SUFFIX
+side reads the same declarations line by line (client.host_ops). START_MARK and PART_SUFFIX
 are sent by the control side ahead of this source (client.SENT_CONSTANTS).
 
 It answers JSON requests, one per line, until stdin closes; its first line on stdout is

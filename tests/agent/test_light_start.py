@@ -1,0 +1,119 @@
+"""A command imports only what it uses (issue 27): the real CLI on a local host, its modules
+read from sys.modules when it exits.
+
+libcst loads only when an edit is computed (not when the edit cache serves it); asyncssh
+never for a local host. And a run's first reads ride with the agent's start: hello, the
+lock, the journal listing and the first step's locate leave in one write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import Sandbox, recipe, sandbox_fixture  # noqa: F401
+
+# Runs the CLI in this interpreter, then writes the imported top-level packages to a file.
+RUN_AND_LIST = """
+import json, sys
+from patchkit.cli import main
+try:
+    main(sys.argv[2:])
+finally:
+    with open(sys.argv[1], "w") as f:
+        json.dump(sorted({m.split(".")[0] for m in sys.modules}), f)
+"""
+
+
+def imported_by(tmp_path: Path, sandbox: Sandbox, command: str, name: str) -> tuple[set[str], int]:
+    """Top-level packages the CLI imported for `patchkit COMMAND toyllm_eagle3.yaml` on the sandbox."""
+    listing = tmp_path / f"{name}.json"
+    env = {**os.environ, "PATCHKIT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", RUN_AND_LIST, str(listing),
+                           *sandbox.argv(command, recipe("toyllm_eagle3.yaml"), "--json")],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert listing.exists(), proc.stderr
+    return set(json.loads(listing.read_text())), proc.returncode
+
+
+def test_plan_and_status_on_a_local_host_import_neither_libcst_nor_asyncssh(tmp_path: Path, sandbox: Sandbox) -> None:
+    first, code = imported_by(tmp_path, sandbox, "plan", "first-plan")
+    assert code == 0
+    assert "libcst" in first  # the edit was computed (empty cache): the check can see libcst
+    assert "asyncssh" not in first and "cryptography" not in first
+    for command in ("plan", "status"):
+        modules, code = imported_by(tmp_path, sandbox, command, f"cached-{command}")
+        assert code in (0, 3), command  # status: pending
+        assert "libcst" not in modules, f"{command} imported libcst though the edit cache had the edit"
+        assert "asyncssh" not in modules and "cryptography" not in modules, command
+        assert "patchkit" in modules and "pydantic" in modules  # the listing is of the real run
+
+
+def test_the_start_and_the_first_reads_go_out_in_one_write(tmp_path: Path, sandbox: Sandbox) -> None:
+    """A local transport whose stdin counts writes: before the first reply is read, one write
+    holds the bootstrap's source, hello, lock, the journal listing and the step's locate."""
+    script = tmp_path / "count_writes.py"
+    script.write_text(COUNT_WRITES)
+    env = {**os.environ, "PATCHKIT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, str(script), *sandbox.argv("apply", recipe("toyllm_eagle3.yaml"), "--json",
+                                                                    "--steps", "eagle3-whitelist")],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    writes = json.loads(proc.stderr.strip().splitlines()[-1])
+    first = writes[0]
+    assert first["before_first_reply"], writes
+    assert first["ops"][:4] == ["hello", "lock", "journal_list", "locate"], writes
+    assert sum(1 for w in writes if w["before_first_reply"]) == 1, writes
+    # and the plan's own locate was answered by that early one: no second locate
+    assert [op for w in writes for op in w["ops"]].count("locate") == 1, writes
+    report = json.loads(proc.stdout)
+    assert report["hosts"]["local"]["steps"][0]["status"] == "changed"
+
+
+# Wraps the local transport's stdin: records, per write, the ops it carries and whether any
+# reply had been read by then; prints the list on stderr at exit. The CLI runs unchanged.
+COUNT_WRITES = """
+import atexit, json, sys
+from patchkit.agent import client
+from patchkit.transport import local
+
+WRITES, READ = [], []
+
+def ops_of(data):
+    out = []
+    for line in bytes(data).split(b"\\n"):
+        if line.startswith(b'{"id"'):
+            try:
+                out.append(json.loads(line)["op"])
+            except ValueError:
+                pass
+    return out
+
+real_spawn = local.LocalTransport.spawn
+
+async def spawn(self, argv):
+    streams = await real_spawn(self, argv)
+    stdin, stdout = streams.stdin, streams.stdout
+    real_write, real_readline = stdin.write, stdout.readline
+
+    def write(data):
+        WRITES.append({"ops": ops_of(data), "before_first_reply": not READ})
+        return real_write(data)
+
+    async def readline():
+        line = await real_readline()
+        if line.startswith(b'{"id"'):
+            READ.append(1)
+        return line
+
+    stdin.write, stdout.readline = write, readline
+    return streams
+
+local.LocalTransport.spawn = spawn
+atexit.register(lambda: print(json.dumps(WRITES), file=sys.stderr))
+from patchkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
