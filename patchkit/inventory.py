@@ -162,6 +162,9 @@ def _group_kind(members: object) -> str:
         return "ray"  # the nodes of a Ray cluster (raygroup.py)
     if isinstance(members, PodSelector) or (isinstance(members, dict) and "k8s_selector" in members):
         return "selector"
+    if isinstance(members, dict) and "hosts" not in members and "vars" not in members \
+            and set(members) & set(PodSelector.model_fields):
+        return "selector"  # a selector missing its k8s_selector: that is the error to name
     return "spec" if isinstance(members, (dict, GroupSpec)) else "list"
 
 

@@ -803,7 +803,8 @@ def test_addresses_parse_into_schemes() -> None:
     assert HostSpec(address="podman://web-1").scheme == "podman"
     assert HostSpec(address="docker://0123abcd").scheme == "docker"
     assert HostSpec(address="gpu-1.internal").scheme == "ssh"
-    assert HostSpec(address="local").scheme == "local" and HostSpec().scheme == "local"
+    assert HostSpec(address="local").scheme == "local" and HostSpec(name="localhost").scheme == "local"
+    assert HostSpec(name="gpu-7").scheme == "ssh"  # no address: the SSH host of its name, as Ansible
     pod = parse_container_address("k8s://serving/vllm-0/engine")
     assert (pod.namespace, pod.container, pod.pod_container) == ("serving", "vllm-0", "engine")
     assert str(pod) == "k8s://serving/vllm-0/engine"
