@@ -117,11 +117,13 @@ def main() -> None:
     p.add_argument("--workdir", default="/tmp/patchkit-deploy-openssh")
     p.add_argument("--quiet-wait", type=float, default=30)
     p.add_argument("--json-out")
+    p.add_argument("--shard-mib", type=int, default=682, help="MiB per shard, 3 shards (default 682: ~2 GiB in all)")
+    p.add_argument("--noop-runs", type=int, default=0, help="no-op redeploys per patchkit contender, after the fresh runs")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tools = [t for t in args.tools.split(",") if t]
 
-    src, hashes, total = artifact(3, 682)
+    src, hashes, total = artifact(3, args.shard_mib)
     work = Path(args.workdir)
     host = fresh_host(work, "patchkit-deploy-openssh")
     bench = OpenSSHBench(work, src, hashes, total, host, args.cipher, patchkit_argv(), quiet_max_s=args.quiet_wait)
@@ -145,6 +147,10 @@ def main() -> None:
                 if tool.startswith("patchkit"):
                     bench.check_patchkit(out, "fresh")
                 bench.verify(tool, full=(i == 0))
+        for tool in [t for t in tools if t.startswith("patchkit")]:  # everything in place: nothing to send
+            for _ in range(args.noop_runs):
+                _, out = bench.timed(tool, "noop")
+                bench.check_patchkit(out, "noop")
         scp = median([r.seconds for r in bench.runs if r.tool == "scp" and r.mode == "fresh"])
         print(f"{total / 1e9:.3f} GB, {args.runs} fresh runs each, medians; ciphers: {ciphers}")
         print("| tool | median s | runs s | MB/s | vs scp | client CPU s | host CPU s |")
@@ -155,6 +161,10 @@ def main() -> None:
             print(f"| {tool} | {seconds:.2f} | {' / '.join(f'{r.seconds:.2f}' for r in fresh)} "
                   f"| {total / seconds / 1e6:.0f} | {100 * scp / seconds:.0f}% "
                   f"| {median([r.client_cpu for r in fresh]):.1f} | {median([r.host_cpu for r in fresh]):.1f} |")
+        for tool in tools:
+            noop = [r.seconds for r in bench.runs if r.tool == tool and r.mode == "noop"]
+            if noop:
+                print(f"no-op redeploy, {tool}: median {median(noop):.2f} s ({' / '.join(f'{s:.2f}' for s in noop)})")
         if args.json_out:
             Path(args.json_out).write_text(json.dumps({"ciphers": ciphers, "runs": [r.__dict__ for r in bench.runs]},
                                                       indent=1))
