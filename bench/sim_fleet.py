@@ -90,7 +90,7 @@ class SimClient:
         self._hello: SimPending | None = None
 
     @classmethod
-    async def start(cls, transport: Any, python: str, name: str) -> "SimClient":
+    async def start(cls, transport: Any, python: str, name: str) -> SimClient:
         await asyncio.sleep(cls.connect_s)
         client = cls(cls.hosts[name])
         client._hello = client._send("hello", {})  # the bootstrap carries hello, as the real client's
@@ -139,7 +139,7 @@ def make_hosts(n: int, original: bytes, args: argparse.Namespace) -> list[Any]:
 
 def install_sim() -> None:
     """The runner's agent and transport become the simulated ones (nothing else changes)."""
-    import patchkit.runner as runner
+    from patchkit import runner
     from patchkit.testing import FakeTransport
 
     runner.AgentClient = SimClient  # type: ignore[misc,assignment]
@@ -224,7 +224,7 @@ def measure(n: int, args: argparse.Namespace, memory: bool) -> dict[str, Any]:
     if memory:
         from sim_host import host_memory_filters
 
-        tracemalloc.start(30)
+        tracemalloc.start(12)  # deep enough to see sim_host.py above every host allocation
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     fresh = one_run(loaded, hosts, args, "changed")
     if memory:
@@ -263,7 +263,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {n} | {1000 * f['run_cpu_s'] / n:.2f} | {1000 * f['wall_s'] / n:.1f} | {1000 * f['report_cpu_s'] / n:.2f} "
             f"| {1000 * o['run_cpu_s'] / n:.2f} | {1000 * o['wall_s'] / n:.1f} "
-            f"| {r['control_retained_b'] / 1024 / n:.1f} | {r['control_peak_b'] / 1024 / n:.1f} "
+            f"| {r.get('control_retained_b', float('nan')) / 1024 / n:.1f} "
+            f"| {r.get('control_peak_b', float('nan')) / 1024 / n:.1f} "
             f"| {r['rss_delta_kb'] / n:.1f} |")
     return "\n".join(lines)
 
@@ -280,6 +281,7 @@ def main() -> int:
                    help="progress view: lines (a pipe), live (rich, on a fake terminal), none (--json)")
     p.add_argument("--patchkit-path", help="put this folder first on sys.path (another build's patchkit/)")
     p.add_argument("--cache-dir", default="/tmp/patchkit-sim-cache", help="PATCHKIT_CACHE_DIR (the edit cache)")
+    p.add_argument("--no-memory", action="store_true", help="skip the tracemalloc pass (slow: it traces every allocation)")
     p.add_argument("--json-out")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
     p.add_argument("--memory", action="store_true", help=argparse.SUPPRESS)
@@ -291,12 +293,13 @@ def main() -> int:
     rows = []
     for n in [int(x) for x in args.hosts.split(",") if x]:
         row = child(n, args, memory=False)
-        row.update({k: v for k, v in child(n, args, memory=True).items() if k != "hosts"})
+        if not args.no_memory:
+            row.update({k: v for k, v in child(n, args, memory=True).items() if k != "hosts"})
         rows.append(row)
         f = row["fresh"]
         print(f"[sim] n={n}: fresh {f['run_cpu_s']:.2f} CPU-s {f['wall_s']:.2f} s, report {f['report_cpu_s']:.2f} "
-              f"CPU-s, no-op {row['noop']['run_cpu_s']:.2f} CPU-s; held {row['control_retained_b'] / 1e6:.1f} MB, "
-              f"peak {row['control_peak_b'] / 1e6:.1f} MB", file=sys.stderr, flush=True)
+              f"CPU-s, no-op {row['noop']['run_cpu_s']:.2f} CPU-s; held {row.get('control_retained_b', 0) / 1e6:.1f} MB, "
+              f"peak {row.get('control_peak_b', 0) / 1e6:.1f} MB", file=sys.stderr, flush=True)
     print(f"rtt {args.rtt_ms} ms, connect {args.connect_rtts} RTT + {args.start_ms} ms, apply_files "
           f"{args.check_ms} ms, concurrency {args.concurrency}, progress {args.progress}")
     print(table(rows))

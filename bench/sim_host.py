@@ -37,7 +37,7 @@ class SimHost(FakeAgent):
     service_s: dict[str, float] = {}  # noqa: RUF012 - set per instance in configure()
     busy_until: float = 0.0
 
-    def configure(self, rtt_s: float, service_s: dict[str, float]) -> "SimHost":
+    def configure(self, rtt_s: float, service_s: dict[str, float]) -> SimHost:
         self.rtt_s, self.service_s, self.busy_until = rtt_s, service_s, 0.0
         return self
 
