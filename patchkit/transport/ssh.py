@@ -25,7 +25,6 @@ known_hosts (~/.ssh/known_hosts or the config's UserKnownHostsFile), as OpenSSH 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shlex
 import socket
@@ -62,9 +61,6 @@ quiet_packet_logging()
 # name resolution, a bad identity file) fails at once.
 _TRANSIENT = (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError, TimeoutError,
               asyncssh.ConnectionLost)
-
-
-WRITE_HIGH_WATER = 4 << 20  # bytes queued in an agent's channel before a writer waits (a deploy's)
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -206,11 +202,6 @@ class _SSHStreams(NoFileSplice):
 
     def __init__(self, proc: asyncssh.SSHClientProcess[bytes], sudo_user: str | None) -> None:
         self.proc = proc
-        # asyncssh pauses a writer once 64 KiB wait in the channel and resumes it at 16 KiB: a
-        # deploy's 1 MiB chunks then leave the channel nearly empty while the next one is read.
-        # With a few MiB queued, the SSH window (sshd's 2 MiB) stays full while the file is read.
-        with contextlib.suppress(AttributeError, ValueError):
-            proc.channel.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_HIGH_WATER // 4)
         self.stdin = _Writer(proc.stdin)
         self.stdout = _Reader(proc.stdout)
         self._sudo_user = sudo_user
