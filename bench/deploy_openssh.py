@@ -53,6 +53,7 @@ from deploy_bench import (  # noqa: E402 - after the path set-up, as deploy_benc
 from fixtures.project_cli import patchkit_argv  # noqa: E402 - deploy_bench puts the repo on sys.path
 
 OSSH = "patchkit-openssh"
+BEFORE = "patchkit-before"  # --before CMD: another patchkit build, asyncssh, in the same rounds
 
 
 class OpenSSHBench(Bench):
@@ -90,19 +91,40 @@ class OpenSSHBench(Bench):
         found = re.search(r"kex: client->server cipher: (\S+) MAC: (\S+) compression: (\S+)", probe.stderr)
         return " ".join(found.groups()) if found else f"? (exit {probe.returncode})"
 
+    before: list[str] = []
+
+    @property
+    def before_state(self) -> Path:
+        return self.host.root / "state-before"
+
+    def write_before(self) -> None:
+        inventory = json.loads((self.work / "inventory.yaml").read_text())
+        inventory["hosts"]["bench"].update(state_dir=str(self.before_state))
+        (self.work / "inventory-before.yaml").write_text(json.dumps(inventory, indent=1))
+        recipe = json.loads((self.work / "deploy.yaml").read_text())
+        recipe["steps"][0]["deploy"]["dest"] = str(self.dest(BEFORE))
+        (self.work / "deploy-before.yaml").write_text(json.dumps(recipe, indent=1))
+
     def argv(self, tool: str) -> list[str]:
+        if tool == BEFORE:
+            return [*self.before, "apply", str(self.work / "deploy-before.yaml"), "--json",
+                    "-i", str(self.work / "inventory-before.yaml")]
         if tool == OSSH:
             return [*self.patchkit, "apply", str(self.work / "deploy-openssh.yaml"), "--json",
                     "-i", str(self.work / "inventory-openssh.yaml")]
         return super().argv(tool)
 
     def wipe(self, tool: str) -> None:
+        if tool == BEFORE:
+            shutil.rmtree(self.before_state, ignore_errors=True)
         if tool == OSSH:
             shutil.rmtree(self.ossh_state, ignore_errors=True)
         super().wipe(tool)
 
     def run(self, tool: str, mode: str, argv: list[str] | None = None,
             env: dict[str, str] | None = None) -> tuple[Run, str]:
+        if tool == BEFORE and env is None:
+            env = self.env(True)
         if tool == OSSH and env is None:
             env = self.env(True)
             env["PATH"] = f"{self.ossh_bin}:{env['PATH']}"
@@ -117,11 +139,15 @@ def main() -> None:
     p.add_argument("--workdir", default="/tmp/patchkit-deploy-openssh")
     p.add_argument("--quiet-wait", type=float, default=30)
     p.add_argument("--json-out")
+    p.add_argument("--before", help=f"another patchkit command line, run as the contender {BEFORE} (asyncssh) "
+                                    "in the same rounds: before/after ratios from one run")
+    p.add_argument("--shard-mib", type=int, default=682, help="MiB per shard, 3 shards (default 682: ~2 GiB in all)")
+    p.add_argument("--noop-runs", type=int, default=0, help="no-op redeploys per patchkit contender, after the fresh runs")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    tools = [t for t in args.tools.split(",") if t]
+    tools = [t for t in args.tools.split(",") if t] + ([BEFORE] if args.before else [])
 
-    src, hashes, total = artifact(3, 682)
+    src, hashes, total = artifact(3, args.shard_mib)
     work = Path(args.workdir)
     host = fresh_host(work, "patchkit-deploy-openssh")
     bench = OpenSSHBench(work, src, hashes, total, host, args.cipher, patchkit_argv(), quiet_max_s=args.quiet_wait)
@@ -130,6 +156,11 @@ def main() -> None:
         enable_sftp(host)
         bench.write_configs()
         bench.write_openssh()
+        if args.before:
+            import shlex
+
+            bench.before = shlex.split(args.before)
+            bench.write_before()
         ciphers = {**bench.negotiated_ciphers(), "patchkit-openssh": bench.openssh_cipher()}
         log(f"negotiated: {ciphers}")
         for side in ("openssh", "asyncssh", "patchkit-openssh"):
@@ -145,6 +176,10 @@ def main() -> None:
                 if tool.startswith("patchkit"):
                     bench.check_patchkit(out, "fresh")
                 bench.verify(tool, full=(i == 0))
+        for tool in [t for t in tools if t.startswith("patchkit")]:  # everything in place: nothing to send
+            for _ in range(args.noop_runs):
+                _, out = bench.timed(tool, "noop")
+                bench.check_patchkit(out, "noop")
         scp = median([r.seconds for r in bench.runs if r.tool == "scp" and r.mode == "fresh"])
         print(f"{total / 1e9:.3f} GB, {args.runs} fresh runs each, medians; ciphers: {ciphers}")
         print("| tool | median s | runs s | MB/s | vs scp | client CPU s | host CPU s |")
@@ -155,6 +190,10 @@ def main() -> None:
             print(f"| {tool} | {seconds:.2f} | {' / '.join(f'{r.seconds:.2f}' for r in fresh)} "
                   f"| {total / seconds / 1e6:.0f} | {100 * scp / seconds:.0f}% "
                   f"| {median([r.client_cpu for r in fresh]):.1f} | {median([r.host_cpu for r in fresh]):.1f} |")
+        for tool in tools:
+            noop = [r.seconds for r in bench.runs if r.tool == tool and r.mode == "noop"]
+            if noop:
+                print(f"no-op redeploy, {tool}: median {median(noop):.2f} s ({' / '.join(f'{s:.2f}' for s in noop)})")
         if args.json_out:
             Path(args.json_out).write_text(json.dumps({"ciphers": ciphers, "runs": [r.__dict__ for r in bench.runs]},
                                                       indent=1))

@@ -375,6 +375,18 @@ def timed(s: Setup, contender: str, hosts: list[Host], net: str, mode: str, rese
     return run
 
 
+def profile_cell(s: Setup, hosts: list[Host], net: str, out: Path, python: str) -> None:
+    """One fresh patchkit run under a CPU-time cProfile (untimed; the hosts reset first)."""
+    out.mkdir(parents=True, exist_ok=True)
+    s.fleet.reset(hosts)
+    recipe, inventory = patchkit_files(s, hosts, net)
+    prof = out / f"patchkit-{net}-{len(hosts)}.prof"
+    argv = [python, str(HERE / "cprofile_run.py"), str(prof), "apply", str(recipe), "-i", str(inventory), "--json",
+            "--concurrency", str(len(hosts))]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=s.env(), timeout=600)
+    log(f"cprofile {net} n={len(hosts)}: exit {proc.returncode} {proc.stderr.strip().splitlines()[-1:]} -> {prof}")
+
+
 # ---------------------------------------------------------------------- start-up
 
 
@@ -591,6 +603,11 @@ def main() -> int:
     p.add_argument("--noisy-retries", type=int, default=1, help="how often to redo a noisy run (default 1)")
     p.add_argument("--workdir", help="keep everything here (default: a temp dir, removed at the end)")
     p.add_argument("--json-out", help="write every run and the summary here as JSON")
+    p.add_argument("--cprofile", metavar="DIR",
+                   help="after each patchkit cell, one more untimed fresh run under a CPU-time cProfile "
+                        "(bench/cprofile_run.py) written to DIR/patchkit-NET-N.prof/.txt")
+    p.add_argument("--cprofile-python", default=sys.executable,
+                   help="the interpreter whose patchkit is profiled (default: this one)")
     p.add_argument("--md-out", help="write the markdown tables here")
     p.add_argument("--summarize", metavar="JSON", help="only print the tables of an earlier --json-out")
     args = p.parse_args()
@@ -681,6 +698,8 @@ def main() -> int:
                         cpu = " ".join(f"{k} {v:.1f}" for k, v in run.cpu.items())
                         log(f"{net:6} n={n:<3} {c:8} {mode:5} {run.seconds:7.2f} s  execs/host "
                             f"{sorted(set(run.execs))}  cpu s: {cpu}{flag}")
+            if args.cprofile and "patchkit" in contenders:
+                profile_cell(setup, hosts, net, Path(args.cprofile), args.cprofile_python)
         rows = summarize(runs)
         meta["elapsed_s"] = round(time.monotonic() - started)
         log(f"done in {meta['elapsed_s']} s")

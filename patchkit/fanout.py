@@ -27,7 +27,8 @@ from patchkit.results import HostResult
 from patchkit.rollout import Size, batches, failure_budget
 
 if TYPE_CHECKING:
-    from rich.table import Table  # imported where used: only --progress needs rich
+    from rich.console import Console  # imported where used: only --progress needs rich
+    from rich.table import Table
 
 
 class Progress(Protocol):
@@ -171,37 +172,107 @@ class LineProgress:
 
 
 class LiveProgress:
-    """A live per-host view on a terminal (rich)."""
+    """A live view on a terminal (rich): a line of counts, then the hosts at work.
 
-    def __init__(self, hosts: list[str]) -> None:
+    Its cost is bounded whatever the fleet's size: an event (a host started, a note, a host
+    finished) only updates a few dicts, and the view is drawn at most `per_second` times a
+    second (and once when it closes), each time with at most `rows` host lines: the hosts
+    at work, oldest first, then (while there is room) the failed ones. A small fleet (no
+    more hosts than `rows`) shows every host, as a table of host and state.
+    """
+
+    def __init__(self, hosts: list[str], console: Console | None = None, rows: int = 20, per_second: float = 8.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         from rich.console import Console
         from rich.live import Live
 
-        self.states = {h: "waiting" for h in hosts}
-        self.live = Live(self._render(), console=Console(stderr=True), refresh_per_second=8, transient=True)
+        self.total, self.rows = len(hosts), rows
+        self.every_s, self.clock = 1.0 / per_second, clock
+        self.states = {h: "waiting" for h in hosts} if len(hosts) <= rows else {}  # a small fleet: all of it
+        self.working: dict[str, str] = {}  # host -> its note, in the order they started
+        self.failed: dict[str, str] = {}
+        self.counts: dict[str, int] = {}
+        self.redraws = self.lines_drawn = 0  # what drawing cost so far (tests count it)
+        self._drawn_at = -1e18
+        self._deferred = self.closed = False
+        # auto_refresh off: rich's refresh thread would read these dicts while the event loop
+        # changes them; redraws happen here, on the loop, at most `per_second` times a second.
+        self.live = Live(self._render(), console=console or Console(stderr=True), auto_refresh=False, transient=True)
         self.live.start()
 
     def _render(self) -> Table:
         from rich.table import Table
 
         table = Table.grid(padding=(0, 2))
-        for host, status in self.states.items():
-            table.add_row(host, status)
+        if self.states:
+            shown = list(self.states.items())
+        else:
+            done = sum(self.counts.values())
+            summary = ", ".join(f"{n} {status}" for status, n in sorted(self.counts.items()))
+            table.add_row(f"{done}/{self.total} done", summary or "-",
+                          f"{len(self.working)} at work, {self.total - done - len(self.working)} waiting")
+            shown = []
+            for host, text in self.working.items():
+                if len(shown) == self.rows:
+                    break
+                shown.append((host, text))
+            for host, message in self.failed.items():
+                if len(shown) == self.rows:
+                    break
+                shown.append((host, f"failed: {message}" if message else "failed"))
+            hidden = len(self.working) + len(self.failed) - len(shown)
+            if hidden > 0:
+                shown.append(("…", f"{hidden} more"))
+        for host, text in shown:
+            table.add_row(host, text)
+        self.redraws += 1
+        self.lines_drawn += len(shown) + (0 if self.states else 1)
         return table
 
+    def _changed(self, final: bool = False) -> None:
+        now = self.clock()
+        if final or now - self._drawn_at >= self.every_s:
+            self._drawn_at = now
+            self.live.update(self._render(), refresh=True)
+        elif not self._deferred:  # drawn again once the interval is over, even if nothing else happens
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._deferred = True
+            loop.call_later(self.every_s - (now - self._drawn_at), self._redraw_deferred)
+
+    def _redraw_deferred(self) -> None:
+        self._deferred = False
+        if not self.closed:
+            self._changed(final=True)
+
+    def _set(self, host: str, text: str) -> None:
+        if host in self.states:
+            self.states[host] = text
+
     def started(self, host: str) -> None:
-        self.states[host] = "working…"
-        self.live.update(self._render())
+        self.working[host] = "working…"
+        self._set(host, "working…")
+        self._changed()
 
     def note(self, host: str, text: str) -> None:
-        self.states[host] = text
-        self.live.update(self._render())
+        if host in self.working:
+            self.working[host] = text
+        self._set(host, text)
+        self._changed()
 
     def finished(self, host: str, result: HostResult) -> None:
-        self.states[host] = result.status
-        self.live.update(self._render())
+        self.working.pop(host, None)
+        self.counts[result.status] = self.counts.get(result.status, 0) + 1
+        if result.status == "failed":
+            self.failed[host] = result.message
+        self._set(host, result.status)
+        self._changed()
 
     def close(self) -> None:
+        self._changed(final=True)
+        self.closed = True
         self.live.stop()
 
 

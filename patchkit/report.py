@@ -29,10 +29,14 @@ def diff_key(diff: str) -> str:
 def shared_diffs(report: RunReport) -> dict[str, tuple[str, list[str]]]:
     """Each distinct diff once: key -> (the first host's diff, the host/step pairs that make it)."""
     shown: dict[str, tuple[str, list[str]]] = {}
+    keys: dict[str, str] = {}  # a fleet's hosts mostly show the same diff: each text keyed once
     for host, result in report.hosts.items():
         for step in result.steps:
             if step.diff:
-                shown.setdefault(diff_key(step.diff), (step.diff, []))[1].append(f"{host}/{step.name}")
+                key = keys.get(step.diff)
+                if key is None:
+                    key = keys[step.diff] = diff_key(step.diff)
+                shown.setdefault(key, (step.diff, []))[1].append(f"{host}/{step.name}")
     return shown
 
 

@@ -360,8 +360,9 @@ class AgentClient:
         as a HostError that says so (with stderr's tail, and what was skipped before the mark).
         `within`: the whole wait this read is the rest of, for the message (default `reply_wait`)."""
         try:
-            line = await asyncio.wait_for(self._streams.stdout.readline(), reply_wait)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(reply_wait):  # not wait_for: no task per line read
+                line = await self._streams.stdout.readline()
+        except TimeoutError:
             raise HostError(f"{self._host}: no answer to {op} within {within or reply_wait}s"
                             f"{self._printed_instead()}") from None
         except (ConnectionError, BrokenPipeError, OSError) as exc:

@@ -1,0 +1,41 @@
+"""asyncssh's packet log lines: formatted only when asyncssh would log them (debug level 3).
+No connection: the packet logger is called as asyncssh calls it for every packet."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from patchkit.transport.asyncssh_import import asyncssh
+from patchkit.transport.asyncssh_quiet import quiet_packet_logging
+
+
+class Logged(asyncssh.packet.SSHPacketLogger):
+    def __init__(self) -> None:
+        self.formatted = 0
+
+    @property
+    def logger(self) -> Logged:  # type: ignore[override]  # the packet call is what is counted
+        return self
+
+    def packet(self, pktid: int | None, packet: bytes, msg: str, *args: str) -> None:  # SSHLogger.packet
+        self.formatted += 1
+        asyncssh.logging.logger.packet(pktid, packet, msg, *args)
+
+
+def test_packets_are_formatted_only_at_debug_level_3(caplog: pytest.LogCaptureFixture) -> None:
+    assert quiet_packet_logging() and quiet_packet_logging()  # once, and again is a no-op
+    sent = Logged()
+    level = asyncssh.logging.SSHLogger._debug_level
+    try:
+        asyncssh.set_debug_level(1)
+        sent.log_sent_packet(94, 7, b"x" * 100)
+        assert sent.formatted == 0
+        asyncssh.set_debug_level(3)
+        with caplog.at_level(logging.DEBUG, logger="asyncssh"):
+            sent.log_sent_packet(94, 7, b"x" * 100)
+        assert sent.formatted == 1
+        assert any("Sent" in r.getMessage() and "100 bytes" in r.getMessage() for r in caplog.records)
+    finally:
+        asyncssh.logging.SSHLogger._debug_level = level
