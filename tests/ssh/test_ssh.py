@@ -102,7 +102,6 @@ def test_one_host_down_fails_alone(testbed: Testbed) -> None:
     inventory = tb.inventory()
     port = json.loads(inventory.read_text())["hosts"]["gpu-down"]["port"]
 
-    started = time.monotonic()
     result = tb.run("apply", str(tb.recipe()), "-i", str(inventory), "--json")
     assert result.returncode == 1, result
     hosts = result.hosts()
@@ -112,7 +111,7 @@ def test_one_host_down_fails_alone(testbed: Testbed) -> None:
     for server in tb.fleet.servers[:3]:
         assert hosts[server.name]["status"] == "changed", result
         assert patched(tb.hosts[server.name].speculative)
-    assert time.monotonic() - started < 20  # retried with a short backoff, not forever
+    # Retried a few times with a short backoff, not forever: tests/unit/test_connect_retry.py counts it.
 
     human = tb.run("apply", str(tb.recipe()), "-i", str(inventory))
     assert human.returncode == 1
