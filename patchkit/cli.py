@@ -97,6 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="schema check of a recipe; no host contacted")
     validate.add_argument("recipe")
     validate.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE|@FILE|JSON")
+    validate.add_argument("-i", "--inventory", action="append", default=[], metavar="INVENTORY",
+                          help="also check the recipe with each host's variables (no host contacted; groups "
+                               "resolved at run time, k8s_selector and ray, are named and not checked)")
+    validate.add_argument("-l", "--limit", help="host pattern, as for apply")
     validate.add_argument("--strict", action="store_true", help="an -e variable the recipe does not use is an error")
     schema = sub.add_parser("schema", help="JSON Schema of the recipe format (--report: of the --json report)")
     schema.add_argument("--report", action="store_true", help="the JSON Schema of what --json prints")
@@ -229,14 +233,22 @@ def _dispatch(args: argparse.Namespace) -> int:
         loaded = source.render(base) if source else None
     except UsageError as exc:
         # A variable only the inventory gives is undefined here: each host's rendering says.
-        if not (source and getattr(args, "inventory", None) and args.command in ("apply", "plan", "status", "rollback")):
+        if not (source and getattr(args, "inventory", None)
+                and args.command in ("apply", "plan", "status", "rollback", "validate")):
             raise _with_inventory_problems(exc, args) from None
         loaded, base_error = None, exc
     if args.command == "validate":
-        assert loaded and source
-        _warn_unused(args, source, extra, [])
+        assert source
+        hosts = _hosts(args, resolve=False)[0] if args.inventory else []
+        if hosts:
+            loaded = _per_host(args, source, extra, hosts)[hosts[0].name]
+        elif loaded is None:  # every selected group is resolved at run time: no host to render for
+            raise _with_inventory_problems(base_error or UsageError("no host to check"), args)
+        else:
+            _warn_unused(args, source, extra, [])
         steps = ", ".join(f"{s.name} ({s.kind})" for s in loaded.recipe.steps)
-        print(f"{args.recipe}: valid recipe {loaded.recipe.name}: {steps}")
+        on = f" (with the variables of {len(hosts)} host{'s' if len(hosts) != 1 else ''})" if hosts else ""
+        print(f"{args.recipe}: valid recipe {loaded.recipe.name}{on}: {steps}")
         return EXIT_OK
 
     if args.command == "test":
@@ -487,8 +499,9 @@ def _split(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-def _hosts(args: argparse.Namespace) -> tuple[list[HostSpec], list[int | str] | int | str | None]:
-    """The selected hosts, and the inventory's `serial`."""
+def _hosts(args: argparse.Namespace, resolve: bool = True) -> tuple[list[HostSpec], list[int | str] | int | str | None]:
+    """The selected hosts, and the inventory's `serial`. resolve False (validate): groups resolved
+    at run time (pods, Ray nodes) are named, not resolved: no cluster is contacted."""
     from patchkit.inventory import local_inventory
     from patchkit.inventory_sources import LoadedInventory, load_inventories
     from patchkit.transport.groups import resolve_group
@@ -499,10 +512,14 @@ def _hosts(args: argparse.Namespace) -> tuple[list[HostSpec], list[int | str] | 
             print(f"patchkit: {note}", file=sys.stderr)
     inventory = loaded.inventory
     args.inventory_origins, args.inventory_ansible = loaded.sources, loaded.ansible
-    selected = inventory.select(args.limit, resolve_group)
+    selected = inventory.select(args.limit, resolve_group if resolve else _not_resolved)
     for note in selected.notes:
         print(f"patchkit: {note}", file=sys.stderr)
     return selected.hosts, inventory.serial
+
+
+def _not_resolved(group: str, found: object, defaults: object) -> tuple[list[HostSpec], list[str]]:
+    return [], [f"group {group}: resolved at run time (its hosts are not checked here)"]
 
 
 def _rollout(args: argparse.Namespace, loaded: LoadedRecipe | None,

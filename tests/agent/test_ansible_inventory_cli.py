@@ -167,3 +167,25 @@ def test_ansible_yaml_folders_and_scripts_are_read_through_ansible_inventory(tmp
                      for p in (yaml_inventory, folder, script)])
     assert [list(r.hosts()) for r in runs] == [["y1"], ["f1"], ["s1"]], runs
     assert all(r.hosts()[h]["steps"][0]["status"] == "changed" for r, h in zip(runs, ("y1", "f1", "s1")))
+
+
+def test_validate_checks_the_recipe_with_each_hosts_variables_and_contacts_none(tmp_path: Path) -> None:
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text(Path(RECIPE).read_text().replace('"deepseek_v3"', '"{{ second }}"'))
+    alone = run_patchkit("validate", str(recipe_file))
+    assert alone.returncode == 2 and "undefined variable 'second'" in alone.stderr, alone
+    inventory = tmp_path / "inv.yaml"  # unreachable on purpose: validate contacts no host or cluster
+    inventory.write_text(json.dumps({"hosts": {"a": {"address": "127.0.0.1", "port": 1, "vars": {"second": "ok"}},
+                                               "b": {"address": "127.0.0.1", "port": 1, "vars": {"second": "ok"}}},
+                                     "groups": {"pods": {"k8s_selector": "app=x"}}}))
+    valid = run_patchkit("validate", str(recipe_file), "-i", str(inventory))
+    assert valid.returncode == 0, valid
+    assert "valid recipe" in valid.stdout and "(with the variables of 2 hosts)" in valid.stdout, valid
+    assert "group pods: resolved at run time (its hosts are not checked here)" in valid.stderr, valid
+    inventory.write_text(json.dumps({"hosts": {"a": {"address": "127.0.0.1", "vars": {"second": "ok"}},
+                                               "b": {"address": "127.0.0.1"}}}))
+    one_lacks = run_patchkit("validate", str(recipe_file), "-i", str(inventory))
+    assert one_lacks.returncode == 2 and one_lacks.stderr.startswith("patchkit: host b: "), one_lacks
+    assert "undefined variable 'second'" in one_lacks.stderr, one_lacks
+    only_a = run_patchkit("validate", str(recipe_file), "-i", str(inventory), "-l", "a", "-e", "nosuch=1", "--strict")
+    assert only_a.returncode == 2 and "nosuch" in only_a.stderr, only_a  # -l picks the hosts; --strict as for apply
