@@ -21,6 +21,8 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,3 +226,40 @@ def host_agent(*extensions: str) -> Any:
         for pkg, name in AGENT_EXTENSIONS[extension]:
             exec(compile(agent_file(pkg, name), name, "exec"), agent.__dict__)
     return agent
+
+
+CHROMIUM = "/usr/bin/chromium"  # installed by scripts/install-system-deps.sh (make test)
+
+
+@contextmanager
+def review_page_in_chromium(page_file: Path, shown: str) -> Iterator[tuple[Any, list[str]]]:
+    """A review page (--html) open in headless Chromium on a phone-sized screen, after what every
+    such page must hold is checked: it loads nothing but itself, no console error, page error or
+    dialog, no script or image element, nothing run (`window.__pwned`), and `shown` appears as
+    text. Yields the page and the problems seen (checked again when the caller is done)."""
+    from playwright.sync_api import sync_playwright
+
+    assert shutil.which(CHROMIUM), "chromium is installed by make test (scripts/install-system-deps.sh)"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            page = browser.new_page(viewport={"width": 390, "height": 844})  # a phone
+            requests: list[str] = []
+            problems: list[str] = []
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.on("dialog", lambda d: problems.append("dialog: " + d.message))
+            page.goto(page_file.as_uri())
+            page.wait_for_load_state("load")
+            assert requests == [page_file.as_uri()], requests  # the page itself, nothing else
+            assert problems == [], problems
+            assert page.evaluate("window.__pwned") is None
+            assert page.locator("script").count() == 0 and page.locator("img").count() == 0
+            assert shown in page.inner_text("body")  # shown as text, whole
+            yield page, problems
+            assert problems == [], problems
+        finally:
+            browser.close()

@@ -10,13 +10,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import PKGS, Sandbox, recipe, run_patchkit, sandbox_fixture  # noqa: F401 - the `sandbox` fixture
+from tests.helpers import (  # noqa: F401 - the `sandbox` fixture
+    PKGS,
+    Sandbox,
+    recipe,
+    review_page_in_chromium,
+    run_patchkit,
+    sandbox_fixture,
+)
 
 SPECULATIVE = (PKGS / "toyllm" / "toyllm" / "config" / "speculative.py").read_text()
 MULTI_LINE = SPECULATIVE[SPECULATIVE.index("            eagle3_target_supported = ["):
@@ -267,7 +273,6 @@ def test_installed_reads_the_hosts_release_and_writes_nothing(sandbox: Sandbox) 
 
 
 HOSTILE = '<script>window.__pwned = 1</script><img src="http://127.0.0.1:9/x.png" onerror="window.__pwned = 2">'
-CHROMIUM = "/usr/bin/chromium"
 
 
 def hostile_recipe(tmp_path: Path, versions: str) -> str:
@@ -279,9 +284,6 @@ def hostile_recipe(tmp_path: Path, versions: str) -> str:
 
 
 def test_the_matrix_page_runs_and_loads_nothing_in_chromium(tmp_path: Path, index: dict[str, str]) -> None:
-    from playwright.sync_api import sync_playwright
-
-    assert shutil.which(CHROMIUM), "chromium is installed by make test (scripts/install-system-deps.sh)"
     page_file = tmp_path / "matrix.html"
     # >=0.10,<0.25 reaches 0.22.0, which has no list: a refusal on the page too
     result = run_patchkit("test", hostile_recipe(tmp_path, ">=0.10,<0.25"), "--html", str(page_file),
@@ -289,48 +291,27 @@ def test_the_matrix_page_runs_and_loads_nothing_in_chromium(tmp_path: Path, inde
     assert result.returncode == 1, result
     assert "FAILED: whitelist: 0.22.0" in result.stdout  # the table is still printed
     assert "<script" not in page_file.read_text()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        try:
-            page = browser.new_page(viewport={"width": 390, "height": 844})  # a phone
-            requests: list[str] = []
-            problems: list[str] = []
-            page.on("request", lambda r: requests.append(r.url))
-            page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
-            page.on("pageerror", lambda e: problems.append(str(e)))
-            page.on("dialog", lambda d: problems.append("dialog: " + d.message))
-            page.goto(page_file.as_uri())
-            page.wait_for_load_state("load")
-            assert requests == [page_file.as_uri()], requests  # the page itself, nothing else
-            assert problems == [], problems
-            assert page.evaluate("window.__pwned") is None
-            assert page.locator("script").count() == 0 and page.locator("img").count() == 0
-            assert "Reviewed " + HOSTILE in page.inner_text("body")  # shown as text, whole
-
-            grid = page.locator("table.grid tr[data-release]")
-            assert grid.count() == len(RELEASES)
-            statuses = {r: page.locator(f'td.cell[data-release="{r}"]').get_attribute("data-status") for r in RELEASES}
-            assert statuses == {"0.9.0": "skipped", "0.10.0": "changed", "0.10.1": "changed", "0.10.2": "changed",
-                                "0.16.0": "changed", "0.18.0": "changed", "0.22.0": "failed"}  # 0.18 lacks the markup
-            assert page.locator('td.cell[data-release="0.22.0"]').inner_text().startswith("refused")
-            assert "0.22.0" in page.inner_text(".attention")
-            # 0.10.0..0.10.2 make one edit: one diff, naming the three releases
-            headings = page.locator("h3.diff-releases")
-            assert headings.count() == 3  # 0.10.x's, 0.16.0's, 0.18.0's
-            assert "0.10.0..0.10.2 (3 releases)" in headings.first.inner_text()
-            unified, split = page.locator(".unified").first, page.locator(".split").first
-            assert unified.is_visible() and not split.is_visible()
-            assert HOSTILE in unified.inner_text()  # a diff line of markup stays a line of text
-            page.click("label[for=view-split]")
-            assert split.is_visible() and not unified.is_visible()
-            page.click('a[href^="#diff-whitelist-"]')  # a cell's diff id leads to its diff
-            assert page.evaluate("location.hash").startswith("#diff-whitelist-")
-            assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1  # no page-wide scroll on a phone
-            assert problems == [], problems
-        finally:
-            browser.close()
+    with review_page_in_chromium(page_file, "Reviewed " + HOSTILE) as (page, problems):
+        grid = page.locator("table.grid tr[data-release]")
+        assert grid.count() == len(RELEASES)
+        statuses = {r: page.locator(f'td.cell[data-release="{r}"]').get_attribute("data-status") for r in RELEASES}
+        assert statuses == {"0.9.0": "skipped", "0.10.0": "changed", "0.10.1": "changed", "0.10.2": "changed",
+                            "0.16.0": "changed", "0.18.0": "changed", "0.22.0": "failed"}  # 0.18 lacks the markup
+        assert page.locator('td.cell[data-release="0.22.0"]').inner_text().startswith("refused")
+        assert "0.22.0" in page.inner_text(".attention")
+        # 0.10.0..0.10.2 make one edit: one diff, naming the three releases
+        headings = page.locator("h3.diff-releases")
+        assert headings.count() == 3  # 0.10.x's, 0.16.0's, 0.18.0's
+        assert "0.10.0..0.10.2 (3 releases)" in headings.first.inner_text()
+        unified, split = page.locator(".unified").first, page.locator(".split").first
+        assert unified.is_visible() and not split.is_visible()
+        assert HOSTILE in unified.inner_text()  # a diff line of markup stays a line of text
+        page.click("label[for=view-split]")
+        assert split.is_visible() and not unified.is_visible()
+        page.click('a[href^="#diff-whitelist-"]')  # a cell's diff id leads to its diff
+        assert page.evaluate("location.hash").startswith("#diff-whitelist-")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1  # no page-wide scroll on a phone
+        assert problems == [], problems
 
 
 def test_the_matrix_markdown_goes_to_stdout_instead_of_the_table(tmp_path: Path, index: dict[str, str]) -> None:

@@ -9,16 +9,14 @@ Markdown is parsed by a CommonMark parser (markdown-it-py) and its structure ass
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from markdown_it import MarkdownIt
 
-from tests.helpers import Sandbox, make_sandbox, run_patchkit
+from tests.helpers import Sandbox, make_sandbox, review_page_in_chromium, run_patchkit
 
-CHROMIUM = "/usr/bin/chromium"
 HOSTILE = '<script>window.__pwned = 1</script><img src="http://127.0.0.1:9/x.png" onerror="window.__pwned = 2">'
 
 RECIPE = f"""
@@ -70,53 +68,29 @@ def _plan(fleet: tuple[Path, Path, list[Sandbox]], tmp_path: Path, *args: str) -
 
 
 def test_the_page_runs_and_loads_nothing_and_its_toggle_works(fleet: Any, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    assert shutil.which(CHROMIUM), "chromium is installed by make test (scripts/install-system-deps.sh)"
     page_file = tmp_path / "plan.html"
     result = _plan(fleet, tmp_path, "--html", str(page_file))
     assert result.returncode == 1, result  # the `missing` step fails on both hosts
     before = [h.file("toyllm/config/speculative.py").read_bytes() for h in fleet[2]]
     text = page_file.read_text()
     assert "<script" not in text and "onerror=" not in text.replace("onerror=&quot;", "")  # escaped, never markup
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        try:
-            page = browser.new_page(viewport={"width": 390, "height": 844})  # a phone
-            requests: list[str] = []
-            problems: list[str] = []
-            page.on("request", lambda r: requests.append(r.url))
-            page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
-            page.on("pageerror", lambda e: problems.append(str(e)))
-            page.on("dialog", lambda d: problems.append("dialog: " + d.message))
-            page.goto(page_file.as_uri())
-            page.wait_for_load_state("load")
-            assert requests == [page_file.as_uri()], requests  # the page itself, nothing else
-            assert problems == [], problems
-            assert page.evaluate("window.__pwned") is None
-            assert page.locator("script").count() == 0 and page.locator("img").count() == 0
-            assert HOSTILE in page.inner_text("body")  # shown as text, whole
+    with review_page_in_chromium(page_file, HOSTILE) as (page, problems):
+        diff_heading = page.locator("h3.diff-hosts").first
+        assert "gpu-1, gpu-2" in diff_heading.inner_text()  # one diff, shared by both hosts
+        assert page.locator("h3.diff-hosts").count() == 1
+        unified, split = page.locator(".unified").first, page.locator(".split").first
+        assert unified.is_visible() and not split.is_visible()
+        page.click("label[for=view-split]")
+        assert split.is_visible() and not unified.is_visible()
+        assert "kimi_k2" in split.inner_text()
+        page.click("label[for=view-unified]")
+        assert unified.is_visible() and not split.is_visible()
 
-            diff_heading = page.locator("h3.diff-hosts").first
-            assert "gpu-1, gpu-2" in diff_heading.inner_text()  # one diff, shared by both hosts
-            assert page.locator("h3.diff-hosts").count() == 1
-            unified, split = page.locator(".unified").first, page.locator(".split").first
-            assert unified.is_visible() and not split.is_visible()
-            page.click("label[for=view-split]")
-            assert split.is_visible() and not unified.is_visible()
-            assert "kimi_k2" in split.inner_text()
-            page.click("label[for=view-unified]")
-            assert unified.is_visible() and not split.is_visible()
-
-            attention = page.inner_text(".attention")
-            assert "missing" in attention and "gpu-1" in attention and "gpu-2" in attention
-            assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1  # no page-wide scroll on a phone
-            page.screenshot(path=str(tmp_path / "plan.png"), full_page=True)
-            assert (tmp_path / "plan.png").stat().st_size > 10_000
-        finally:
-            browser.close()
+        attention = page.inner_text(".attention")
+        assert "missing" in attention and "gpu-1" in attention and "gpu-2" in attention
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1  # no page-wide scroll on a phone
+        page.screenshot(path=str(tmp_path / "plan.png"), full_page=True)
+        assert (tmp_path / "plan.png").stat().st_size > 10_000
     assert [h.file("toyllm/config/speculative.py").read_bytes() for h in fleet[2]] == before  # a plan writes nothing
 
 
