@@ -132,3 +132,13 @@ class LocalCluster:
         while (left := self.processes()) and time.monotonic() < deadline:
             time.sleep(0.5)
         return left
+
+
+def hold_recipe(path: Path, release: Path) -> Path:
+    """A recipe whose one check marks ~/holding on each node and waits until `release` exists:
+    a run held mid-step on every node, for tests that kill or interrupt it there."""
+    path.write_text(json.dumps({"name": "hold", "steps": [{"name": "hold", "check": {"python": (
+        "import os, time\n"
+        "open(os.path.expanduser('~/holding'), 'w').close()\n"
+        f"while not os.path.exists({str(release)!r}):\n    time.sleep(0.05)\n")}}]}))
+    return path

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import PATCHKIT, Result, recipe, run_patchkit, start_patchkit
-from tests.raycluster import LocalCluster
+from tests.raycluster import LocalCluster, hold_recipe
 from tests.sshd import closed_port, free_port
 
 TOY = recipe("toyllm_eagle3.yaml")
@@ -105,11 +105,7 @@ def test_a_single_node_address_and_a_group_of_all_nodes_through_ray_client(clust
 
 def test_no_actor_is_left_when_the_cli_is_killed(cluster: LocalCluster, tmp_path: Path) -> None:
     release = tmp_path / "release"
-    hold = tmp_path / "hold.yaml"
-    hold.write_text(json.dumps({"name": "hold", "steps": [{"name": "hold", "check": {"python": (
-        "import os, time\n"
-        "open(os.path.expanduser('~/holding'), 'w').close()\n"
-        f"while not os.path.exists({str(release)!r}):\n    time.sleep(0.05)\n")}}]}))
+    hold = hold_recipe(tmp_path / "hold.yaml", release)
     inventory = cluster.inventory(tmp_path / "cluster.yaml")
     markers = [n.home / "holding" for n in cluster.nodes.values()]
     proc = start_patchkit("apply", str(hold), "-i", str(inventory))
@@ -133,11 +129,7 @@ def test_no_actor_is_left_when_the_cli_is_killed(cluster: LocalCluster, tmp_path
 
 def test_ctrl_c_ends_the_run_and_its_actors(cluster: LocalCluster, tmp_path: Path) -> None:
     release = tmp_path / "release"
-    hold = tmp_path / "hold.yaml"
-    hold.write_text(json.dumps({"name": "hold", "steps": [{"name": "hold", "check": {"python": (
-        "import os, time\n"
-        "open(os.path.expanduser('~/holding'), 'w').close()\n"
-        f"while not os.path.exists({str(release)!r}):\n    time.sleep(0.05)\n")}}]}))
+    hold = hold_recipe(tmp_path / "hold.yaml", release)
     inventory = cluster.inventory(tmp_path / "cluster.yaml", letters=["a"])
     marker = cluster.nodes["a"].home / "holding"
     proc = start_patchkit("apply", str(hold), "-i", str(inventory))

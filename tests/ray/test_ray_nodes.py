@@ -19,7 +19,7 @@ import pytest
 
 from fixtures.make_drafter import make_drafter
 from tests.helpers import Result, recipe, run_patchkit, sha256, start_patchkit
-from tests.raycluster import LocalCluster
+from tests.raycluster import LocalCluster, hold_recipe
 
 TOY = recipe("toyllm_eagle3.yaml")
 
@@ -121,11 +121,7 @@ def test_a_server_launched_on_a_node_outlives_the_actor(cluster: LocalCluster, t
 def test_a_node_that_dies_mid_run_fails_its_host_and_a_rerun_converges(cluster: LocalCluster,
                                                                        tmp_path: Path) -> None:
     release = tmp_path / "release"
-    hold = tmp_path / "hold.yaml"
-    hold.write_text(json.dumps({"name": "hold", "steps": [{"name": "hold", "check": {"python": (
-        "import os, time\n"
-        "open(os.path.expanduser('~/holding'), 'w').close()\n"
-        f"while not os.path.exists({str(release)!r}):\n    time.sleep(0.05)\n")}}]}))
+    hold = hold_recipe(tmp_path / "hold.yaml", release)
     inventory = cluster.inventory(tmp_path / "cluster.yaml")
     markers = [n.home / "holding" for n in cluster.nodes.values()]
     c = cluster.nodes["c"]
