@@ -127,7 +127,7 @@ def span(cells: list[Cell]) -> str:
     return f"{cells[0].version}..{cells[-1].version} ({len(cells)} releases)"
 
 
-def _runs(all_cells: list[Cell], picked: list[Cell]) -> str:
+def release_runs(all_cells: list[Cell], picked: list[Cell]) -> str:
     """`picked` as runs of releases consecutive in `all_cells`: `0.10.1..0.10.2 (4 releases), 0.12.0`."""
     position = {id(c): i for i, c in enumerate(all_cells)}
     groups: list[list[Cell]] = []
@@ -150,20 +150,20 @@ def verdicts(matrices: list[StepMatrix]) -> Verdicts:
         failed = [c for c in m.cells if c.status == "failed"]
         if failed:
             are = f" {'are' if len(failed) > 1 else 'is'}{where} and" if spec else ""
-            out.failures.append(f"{name}: {_runs(m.cells, failed)}{are} cannot be patched{unranged}: "
+            out.failures.append(f"{name}: {release_runs(m.cells, failed)}{are} cannot be patched{unranged}: "
                                 f"{failed[0].message}")
         errors = [c for c in m.cells if c.status == "error"]
         inside_errors = [c for c in errors if _inside(c.version, spec)]
         if inside_errors:
-            out.failures.append(f"{name}: {_runs(m.cells, inside_errors)}{where} could not be tested: "
+            out.failures.append(f"{name}: {release_runs(m.cells, inside_errors)}{where} could not be tested: "
                                 f"{inside_errors[0].message}")
         if len(inside_errors) < len(errors):
             outside = [c for c in errors if not _inside(c.version, spec)]
-            out.warnings.append(f"{name}: {_runs(m.cells, outside)} (outside {spec}) could not be tested: {outside[0].message}")
+            out.warnings.append(f"{name}: {release_runs(m.cells, outside)} (outside {spec}) could not be tested: {outside[0].message}")
         would = [c for c in m.cells if c.status == "skipped" and c.unranged == "changed"]
         if would:
             ids = sorted({c.unranged_diff_id for c in would if c.unranged_diff_id})
-            out.warnings.append(f"{name}: {_runs(m.cells, would)} {'are' if len(would) > 1 else 'is'} outside {spec}, but the "
+            out.warnings.append(f"{name}: {release_runs(m.cells, would)} {'are' if len(would) > 1 else 'is'} outside {spec}, but the "
                                 f"edit would still change {'them' if len(would) > 1 else 'it'} (diff "
                                 f"{', '.join(ids)}): the range may be too narrow")
         if spec and m.cells[0].host is None:

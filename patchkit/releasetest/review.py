@@ -20,7 +20,7 @@ from patchkit.releasetest.matrix import (
     Cell,
     StepMatrix,
     Verdicts,
-    _runs,
+    release_runs,
     span,
 )
 from patchkit.review import (
@@ -152,7 +152,7 @@ def _step(m: StepMatrix, diffs: dict[str, str]) -> MatrixStep:
             groups.setdefault((cell.diff_id, False), []).append(cell)
         if cell.unranged_diff_id:
             groups.setdefault((cell.unranged_diff_id, True), []).append(cell)
-    out.diffs = [ReleaseDiff(ident, diffs[ident], [_label(c) for c in cells], _runs(m.cells, cells), outside)
+    out.diffs = [ReleaseDiff(ident, diffs[ident], [_label(c) for c in cells], release_runs(m.cells, cells), outside)
                  for (ident, outside), cells in groups.items()]
     applying = [c for c in m.cells if c.status == "changed"]
     out.applies = len(applying)
