@@ -13,6 +13,7 @@ old-journal rule (a record that names no root).
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -174,6 +175,31 @@ def test_an_old_record_without_a_root_is_held_to_the_package_folder_of_the_impor
     assert sandbox.run("rollback", toy).returncode == 0
     for rel, data in originals(sandbox, SINGLE).items():
         assert sandbox.file(rel).read_bytes() == data, rel
+
+
+def test_a_cut_off_unit_is_not_settled_through_a_folder_swapped_for_a_symlink(sandbox: Sandbox,
+                                                                             tmp_path: Path) -> None:
+    """The interrupted-verify path through the CLI: the plan's read refuses the symlinked folder
+    before the checks would run (op_verify holds on its own too: the agent-level test below)."""
+    toy = recipe(TOY)
+    assert sandbox.run("apply", toy).returncode == 0
+    (path,) = (sandbox.state / "runs" / "toyllm_eagle3").glob("*.json")
+    record = json.loads(path.read_text())
+    for done in record["steps"]:
+        done["verified"] = False if done["name"] == "eagle3-whitelist" else done.get("verified")
+    path.write_text(json.dumps(record))  # as a run cut off before its checks were recorded leaves it
+    config, outside = sandbox.pkgs / "toyllm" / "config", tmp_path / "outside"
+    aside = swap_for_symlink(config, outside)
+    before = snapshot(outside)
+
+    refused = sandbox.run("apply", toy, json_out=True)
+    assert refused.returncode == 1, refused
+    message = step(refused, "eagle3-whitelist")["message"]
+    assert f"{config} is a symlink to {outside}, outside the package folder" in message, message
+    assert snapshot(outside) == before
+    put_back(config, aside)
+    settled = step(sandbox.run("apply", toy, json_out=True), "eagle3-whitelist")
+    assert settled["status"] == "ok" and "verified now" in settled["message"], settled
 
 
 # ---------------------------------------------------------------- deploy: dest is the root

@@ -418,8 +418,9 @@ def module_file(root, package, module):
     if parts[0] != package:
         return None
     base = os.path.join(root, *parts[1:])
-    # The package itself is its folder's __init__.py: root + ".py" is beside the folder, not in it.
-    candidates = (base + ".py", os.path.join(base, "__init__.py")) if parts[1:] else (os.path.join(root, "__init__.py"),)
+    candidates = [os.path.join(base, "__init__.py")]
+    if parts[1:]:  # the package itself is only its __init__.py: root + ".py" is beside its folder
+        candidates.insert(0, base + ".py")
     for candidate in candidates:
         refuse_path_escape(root, candidate)
         if os.path.isfile(candidate):
