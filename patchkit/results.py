@@ -48,6 +48,10 @@ class StepResult(BaseModel):
     verified: bool | None = None
     details: dict[str, Any] | None = None  # kind-specific: files a deploy wrote, bytes sent...
     files: list[FileChange] | None = None  # a patch step changing several files (then `file` is None)
+    # The folder the step's files were confined to when it changed them (a patch: its package's),
+    # the one rollback and a later verification hold them to. None: not a patch, or a record
+    # from before it was journaled (the agent then derives it: refuse_leaving_root).
+    root: str | None = None
     upstream: str | None = None  # the step's `upstream:` and `why:`, journaled with the change
     why: str | None = None
 

@@ -172,7 +172,7 @@ class FakeAgent:
         return {"exists": True, "sha256": sha256(data), "content_b64": base64.b64encode(data).decode(),
                 "mode": 0o644, "uid": 0, "gid": 0, "size": len(data)}
 
-    def op_hash(self, paths: list[str]) -> dict[str, str | None]:
+    def op_hash(self, paths: list[str], confined: bool = False, root: str | None = None) -> dict[str, str | None]:
         return {p: sha256(self.files[p]) if p in self.files else None for p in paths}
 
     def _checks(self, path: str, data: bytes, verify_imports: list[str]) -> tuple[list[dict[str, Any]], str | None]:
@@ -242,8 +242,9 @@ class FakeAgent:
                 return checks, failure
         return checks, None
 
-    def op_verify(self, files: list[dict[str, Any]], verify_imports: list[str],
-                  import_timeout_s: float, verify_python: dict[str, Any] | None = None) -> dict[str, Any]:
+    def op_verify(self, files: list[dict[str, Any]], verify_imports: list[str], import_timeout_s: float,
+                  root: str | None, verify_python: dict[str, Any] | None = None) -> dict[str, Any]:
+        # no symlinks in the fake: nothing can leave root (tests/agent/test_symlinked_folders.py)
         news: dict[str, bytes | None] = {}
         for spec in files:
             data = self.files.get(spec["path"])
@@ -254,7 +255,11 @@ class FakeAgent:
         return {"ok": failure is None, "failure": failure, "checks": checks}
 
     def op_restore(self, path: str, backup_path: str, expected_current: str, original_sha256: str, force: bool,
-                   mode: int | None = None) -> dict[str, Any]:
+                   root: str | None, state_dir: str, mode: int | None = None) -> dict[str, Any]:
+        backups = posixpath.join(state_dir, "backups")
+        if not posixpath.normpath(backup_path).startswith(backups + "/"):  # no symlinks in the fake: by name
+            raise AgentRefused(f"backup {backup_path} is outside {backups}: patchkit restores only from its own "
+                               "backups; nothing was read or written")
         current = sha256(self.files[path]) if path in self.files else None
         if current == original_sha256:
             return {"ok": True, "already": True}

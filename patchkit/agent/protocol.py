@@ -104,6 +104,8 @@ class LocateReply(TypedDict):
 
 class HashArgs(TypedDict):
     paths: list[str]
+    confined: NotRequired[bool]  # the files of a journaled change: each refused if it left `root` (RestoreArgs)
+    root: NotRequired[str | None]
 
 
 HashReply = dict[str, str | None]  # path as asked -> its sha256, None if it is no file
@@ -132,6 +134,7 @@ class VerifyArgs(TypedDict):
     files: list[FileToVerify]  # a unit's files, verified as op_apply_files verifies them after a write
     verify_imports: list[str]
     import_timeout_s: float
+    root: str | None  # the folder the unit's apply was confined to (StepResult.root; None: an older record)
     verify_python: NotRequired[VerifyProgram | None]
 
 
@@ -155,7 +158,9 @@ class RestoreArgs(TypedDict):
     backup_path: str
     expected_current: str | None
     original_sha256: str | None
-    force: bool
+    force: bool  # over drift only: never over root or state_dir
+    root: str | None  # the folder the change was confined to (a package folder, a deploy's dest; None: unknown)
+    state_dir: str  # the journal's: the backup must be inside its backups/, never through a symlink
     mode: NotRequired[int | None]  # the original's permission bits (a deploy's files)
 
 
@@ -349,6 +354,7 @@ class ReceiveFileReply(TypedDict):
 class RemoveFileArgs(TypedDict):
     path: str
     expected_sha256: str
+    root: str | None  # the folder the change was confined to, as for RestoreArgs
     force: NotRequired[bool]
     remove_dirs: NotRequired[list[str]]
 

@@ -169,7 +169,7 @@ async def apply_deploy(ctx: HostContext, step: Step, spec: DeployStep, planned: 
                 raise HostError(f"{spec.dest} on the host is not a valid {spec.validate_as}:\n" + "\n".join(problems))
     except HostError as exc:
         sent = _bytes_sent(todo, written)
-        undone = await undo_files(ctx.agent, written, force=False)
+        undone = await undo_files(ctx.agent, written, force=False, state_dir=ctx.journal.state_dir)
         result.status = "failed"
         result.message = f"{exc}; {undone.message}"
         result.details = {**(result.details or {}), "files": [], "bytes_sent": sent}
@@ -341,13 +341,25 @@ async def _resume_offset(ctx: HostContext, root: str, rel: str, local: Path, ent
     return 0
 
 
-async def undo_files(agent: AgentClient, written: list[DeployedFile], force: bool) -> Undone:
+def dest_root(item: DeployedFile) -> str | None:
+    """The folder the deploy wrote item in (its dest; a single file's folder), as the agent's
+    receive_file confined it: every record names the file's path and its path relative to that
+    folder, journals from before this was asked included. None if the two disagree (a record
+    not written by a deploy): the agent then refuses any symlinked folder on the way."""
+    tail = "/" + item.rel
+    return (item.path[:-len(tail)] or "/") if item.path.endswith(tail) else None
+
+
+async def undo_files(agent: AgentClient, written: list[DeployedFile], force: bool, state_dir: str) -> Undone:
     """Put back what a deploy replaced and remove what it created (newest first), with the
     folders it created. Unless forced, all or nothing: if any file changed since the deploy
-    wrote it, nothing is touched (a half-undone checkpoint is worse than either version)."""
+    wrote it, or left its folder through a symlink, nothing is touched (a half-undone
+    checkpoint is worse than either version). Forced, a file outside its folder is refused still."""
+    roots = {dest_root(item) for item in written}
     if written and not force:
         try:
-            current = await agent.call(HASH({"paths": [item.path for item in written]}), reply_wait=3600)
+            current = await agent.call(HASH({"paths": [item.path for item in written], "confined": len(roots) == 1,
+                                             "root": roots.pop() if len(roots) == 1 else None}), reply_wait=3600)
         except HostError as exc:
             return Undone(False, f"NOT put back (nothing was changed): cannot hash the deployed files: {exc}")
         drifted = []
@@ -367,14 +379,15 @@ async def undo_files(agent: AgentClient, written: list[DeployedFile], force: boo
             if item.backup:
                 await agent.call(RESTORE({"path": item.path, "backup_path": item.backup,
                                           "expected_current": item.sha256_after, "original_sha256": item.sha256_before,
-                                          "force": force, "mode": item.mode_before}), reply_wait=3600)
+                                          "force": force, "mode": item.mode_before, "root": dest_root(item),
+                                          "state_dir": state_dir}), reply_wait=3600)
             else:
                 await agent.call(REMOVE_FILE({"path": item.path, "expected_sha256": item.sha256_after, "force": force,
-                                              "remove_dirs": item.created_dirs}))
+                                              "remove_dirs": item.created_dirs, "root": dest_root(item)}))
             if item.planned:  # the run died mid-transfer: its unfinished part file goes too
                 folder, name = posixpath.split(item.path)
                 await agent.call(REMOVE_FILE({"path": posixpath.join(folder, f".{name}{PART_SUFFIX}"),
-                                              "expected_sha256": "", "force": True}))
+                                              "expected_sha256": "", "force": True, "root": dest_root(item)}))
         except HostError as exc:
             problems.append(str(exc))
     if problems:
@@ -426,7 +439,7 @@ class DeployKind(StepKind[DeployStep, DeployPlan]):
         return await status_deploy(step, planned.data, records)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
-        undone = await undo_files(ctx.agent, deployed_files(done), force=ctx.force)
+        undone = await undo_files(ctx.agent, deployed_files(done), force=ctx.force, state_dir=ctx.journal.state_dir)
         message = undone.message if not undone.ok else f"{undone.message} (deployed by run {target.run_id})"
         return StepResult(name=done.name, kind=self.name, status="changed" if undone.ok else "failed",
                           file=done.file, message=message)

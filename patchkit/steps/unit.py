@@ -129,7 +129,7 @@ async def apply_unit(ctx: HostContext, step: Step, plan: UnitPlan,
             # Part of that run's unit is on the host: put it back first, so this run's record holds
             # every file's original and one rollback undoes the whole unit.
             cut = _cut_off_mid_write(record, done, unit_files(result))
-            problem = await _put_back_all(ctx, unit_files(done), force=False)
+            problem = await _put_back_all(ctx, unit_files(done), force=False, root=done.root)
             if problem:
                 result.status, result.message = "failed", f"{cut}; putting them back failed: {problem}"
                 return result
@@ -151,6 +151,7 @@ async def _write(ctx: HostContext, step: Step, result: StepResult, contents: dic
         if change.sha256_before is not None:
             change.backup = ctx.journal.backup_path(ctx.run_id, step.name, change.file)
     set_unit(result, changes, many)
+    result.root = root  # journaled: rollback and a later verification hold the files to it too
     # In the journal before the write (same round trip, pipelined): a run cut off after the
     # host wrote a file still names it and its backup, so it can be rolled back. The agent
     # refuses the write if this record did not land.
@@ -220,7 +221,7 @@ async def settle(ctx: HostContext, step: Step, result: StepResult, record: RunRe
     try:
         outcome = await ctx.agent.call(VERIFY({
             "files": [{"path": c.file, "expected_sha256": c.sha256_after} for c in files],
-            "verify_imports": verify.import_, "import_timeout_s": verify.timeout_s,
+            "verify_imports": verify.import_, "import_timeout_s": verify.timeout_s, "root": done.root,
             "verify_python": verify_program(ctx, step),
         }), reply_wait=checks_wait(step))
     except HostError as exc:
@@ -234,7 +235,7 @@ async def settle(ctx: HostContext, step: Step, result: StepResult, record: RunRe
         return result
     result.status = "failed"
     many = _many(result)
-    problem = await _put_back_all(ctx, files, force=False)
+    problem = await _put_back_all(ctx, files, force=False, root=done.root)
     if problem:
         lost = "NOT ALL FILES RESTORED" if many else "ORIGINAL NOT RESTORED"
         result.message = f"{cut}, and its change fails: {outcome['failure']}; {lost}: {problem}"
@@ -319,7 +320,8 @@ def unit_state(planned: StepResult, records: list[RunRecord]) -> StepResult:
 # ---------------------------------------------------------------- undo
 
 async def undo_unit(ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
-    """Every file back from its backup, as a unit: if one drifted, none is touched (unless --force)."""
+    """Every file back from its backup, as a unit: if one drifted, none is touched (unless --force);
+    if one left the package folder its apply was confined to (`done.root`), none is, forced or not."""
     many = _many(done)
     files = unit_files(done)
     changed = [c for c in files if c.sha256_before != c.sha256_after]
@@ -329,7 +331,7 @@ async def undo_unit(ctx: HostContext, done: StepResult, target: RunRecord) -> St
     set_unit(result, swapped, many)
     if len(changed) > 1:  # one file: the agent's restore makes the same check, in the same step
         try:
-            now = await ctx.agent.call(HASH({"paths": [c.file for c in changed]}))
+            now = await ctx.agent.call(HASH({"paths": [c.file for c in changed], "confined": True, "root": done.root}))
         except HostError as exc:
             result.message = str(exc)
             return result
@@ -341,7 +343,7 @@ async def undo_unit(ctx: HostContext, done: StepResult, target: RunRecord) -> St
     restored, problems = 0, []
     for change in changed:
         try:
-            restored += await _put_back(ctx, change, ctx.force)
+            restored += await _put_back(ctx, change, ctx.force, done.root)
         except HostError as exc:
             problems.append(str(exc))
     if problems:
@@ -356,29 +358,32 @@ async def undo_unit(ctx: HostContext, done: StepResult, target: RunRecord) -> St
     return result
 
 
-async def _put_back_all(ctx: HostContext, files: list[FileChange], force: bool) -> str | None:
+async def _put_back_all(ctx: HostContext, files: list[FileChange], force: bool, root: str | None) -> str | None:
     """Every file of a unit as it was before it; the problems, None when all went back."""
     problems = []
     for change in files:
         if change.sha256_before == change.sha256_after:
             continue
         try:
-            await _put_back(ctx, change, force)
+            await _put_back(ctx, change, force, root)
         except HostError as exc:
             problems.append(str(exc))
     return "; ".join(problems) or None
 
 
-async def _put_back(ctx: HostContext, change: FileChange, force: bool) -> bool:
+async def _put_back(ctx: HostContext, change: FileChange, force: bool, root: str | None) -> bool:
     """One file as it was before the change: its backup back, or removed (a file the diff
-    added); True when something changed. Refused when the file drifted (unless force)."""
+    added); True when something changed. Refused when the file drifted (unless force), and
+    when it is no longer inside `root`, the package folder its apply was confined to (force
+    or not)."""
     if change.sha256_before is None:
         assert change.sha256_after is not None  # a file the diff added: what it holds now
         removed = await ctx.agent.call(REMOVE_FILE({"path": change.file, "expected_sha256": change.sha256_after,
-                                                    "force": force}))
+                                                    "root": root, "force": force}))
         return bool(removed["removed"])
     assert change.backup is not None  # a file the run changed or deleted was backed up first
     outcome = await ctx.agent.call(RESTORE({"path": change.file, "backup_path": change.backup,
                                             "expected_current": change.sha256_after,
-                                            "original_sha256": change.sha256_before, "force": force}))
+                                            "original_sha256": change.sha256_before, "force": force,
+                                            "root": root, "state_dir": ctx.journal.state_dir}))
     return not outcome["already"]

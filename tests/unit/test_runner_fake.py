@@ -187,7 +187,7 @@ def test_the_fake_answers_as_the_real_agent_does(tmp_path: Path) -> None:
     from patchkit.transport import LocalTransport
     from patchkit.testing import sha256
 
-    target, backup, missing = str(tmp_path / "m.py"), str(tmp_path / "b" / "r" / "m.py"), str(tmp_path / "none.py")
+    target, backup, missing = str(tmp_path / "m.py"), str(tmp_path / "state" / "backups" / "r" / "m.py"), str(tmp_path / "none.py")
     old, new = b"X = 1\n", b"X = 2\n"
 
     async def exchange(agent: Any) -> list[Any]:
@@ -204,13 +204,16 @@ def test_the_fake_answers_as_the_real_agent_does(tmp_path: Path) -> None:
         out.append(await agent.call(APPLY_FILES({"files": [broken], "verify_imports": [], "import_timeout_s": 30})))
         try:
             await agent.call(RESTORE({"path": target, "backup_path": backup, "expected_current": "0" * 64,
-                                      "original_sha256": sha256(old), "force": False}))
+                                      "original_sha256": sha256(old), "force": False,
+                                      "root": str(tmp_path), "state_dir": str(tmp_path / "state")}))
         except AgentRefused as exc:
             out.append(("refused", "drifted" in str(exc)))
         out.append(await agent.call(RESTORE({"path": target, "backup_path": backup, "expected_current": sha256(new),
-                                             "original_sha256": sha256(old), "force": False})))
+                                             "original_sha256": sha256(old), "force": False,
+                                             "root": str(tmp_path), "state_dir": str(tmp_path / "state")})))
         out.append(await agent.call(RESTORE({"path": target, "backup_path": backup, "expected_current": sha256(new),
-                                             "original_sha256": sha256(old), "force": False})))
+                                             "original_sha256": sha256(old), "force": False,
+                                             "root": str(tmp_path), "state_dir": str(tmp_path / "state")})))
         record = {"run_id": "r1", "recipe": "toy"}
         out.append(await agent.call(JOURNAL_WRITE({"state_dir": str(tmp_path / "state"), "recipe": "toy",
                                                    "run_id": "r1", "record": record})))

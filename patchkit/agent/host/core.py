@@ -146,6 +146,71 @@ def refuse_path_escape(root, path):
         raise Refused("%s: patchkit does not read or write %s through it" % (why, os.path.normpath(expand(path))))
 
 
+def import_root(path):
+    """The package folder holding `path` as this interpreter's import path has it: the deepest
+    sys.path entry above path, and path's first folder below it (where find_package_root finds
+    a package there). None when no entry holds path inside a folder of its own."""
+    path = os.path.normpath(expand(path))
+    best = None
+    for entry in sys.path:
+        if not entry:
+            continue  # the current folder (python -c): nothing a patch was located in
+        entry = os.path.normpath(expand(entry))
+        parts = os.path.relpath(path, entry).split(os.sep)
+        if len(parts) >= 2 and os.pardir not in parts and (best is None or len(entry) > len(best)):
+            best, first = entry, parts[0]
+    return None if best is None else os.path.join(best, first)
+
+
+def symlinked_folder(path):
+    """The first folder on path's way down from / that is a symlink, as a message; None if none is."""
+    here = os.sep
+    for part in os.path.normpath(expand(path)).split(os.sep)[1:-1]:
+        here = os.path.join(here, part)
+        if os.path.islink(here):
+            return "%s is a symlink to %s" % (here, os.path.realpath(here))
+        if not os.path.lexists(here):
+            return None
+    return None
+
+
+def refuse_leaving_root(root, path, what):
+    """Refuse to `what` (restore, verify, remove) a file a journaled change names unless it stays
+    inside `root`, the folder its apply was confined to (journaled with the change): a folder of
+    the package swapped for a symlink since (`pkg/config -> /etc`) would steer the bytes of a
+    backup out of it. root None: a record from before roots were journaled; the package folder
+    is then derived from the import path (import_root), and where none holds the path, any
+    symlinked folder on its way is refused. Checked before anything is read or written; --force
+    never overrides it (it overrides drift only)."""
+    path = os.path.normpath(expand(path))
+    where = "the change's folder"
+    if root is None:
+        root = import_root(path)
+        where = "the package folder (derived from the import path: the journal names none)"
+    why = path_escape(root, path, where) if root is not None else symlinked_folder(path)
+    if why:
+        raise Refused("%s: patchkit does not %s %s through it; nothing was read or written (--force does not "
+                      "override this: put the folder back, then run again)" % (why, what, path))
+
+
+def refuse_backup_escape(state_dir, backup_path):
+    """A backup is read only from the state folder's backups/, and never through a symlink:
+    patchkit makes none there, and one planted would feed a restore bytes from elsewhere."""
+    state_dir = os.path.normpath(expand(state_dir))
+    backups = os.path.join(state_dir, "backups")
+    backup = os.path.normpath(expand(backup_path))
+    parts = os.path.relpath(backup, backups).split(os.sep)
+    if os.pardir in parts or parts == [os.curdir]:
+        raise Refused("backup %s is outside %s: patchkit restores only from its own backups; nothing was "
+                      "read or written" % (backup, backups))
+    here = state_dir
+    for part in [""] + ["backups"] + parts:
+        here = os.path.join(here, part) if part else here
+        if os.path.islink(here):
+            raise Refused("backup %s: %s is a symlink (to %s); patchkit never reads a backup through a symlink; "
+                          "nothing was read or written" % (backup, here, os.readlink(here)))
+
+
 def fsync_dir(path):
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -353,7 +418,10 @@ def module_file(root, package, module):
     if parts[0] != package:
         return None
     base = os.path.join(root, *parts[1:])
-    for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+    candidates = [os.path.join(base, "__init__.py")]
+    if parts[1:]:  # the package itself is only its __init__.py: root + ".py" is beside its folder
+        candidates.insert(0, base + ".py")
+    for candidate in candidates:
         refuse_path_escape(root, candidate)
         if os.path.isfile(candidate):
             return candidate
@@ -398,7 +466,13 @@ def op_read(path, root=None):
 
 
 @op
-def op_hash(paths):
+def op_hash(paths, confined=False, root=None):
+    """sha256 of each path (None: no file). confined: the paths are the files of a journaled
+    change about to be put back, held to its root first (refuse_leaving_root), so a unit with
+    one file out of its folder is refused whole, before any of it is restored."""
+    if confined:
+        for path in paths:
+            refuse_leaving_root(root, path, "roll back")
     out = {}
     for path in paths:
         p = expand(path)
@@ -661,12 +735,13 @@ def check_program(code, variables, timeout_s, checks):
 
 
 @op
-def op_verify(files, verify_imports, import_timeout_s, verify_python=None):
+def op_verify(files, verify_imports, import_timeout_s, root, verify_python=None):
     """Re-run the checks of a unit whose verification was cut off (verify_unit); every file
     must still be what that run wrote (expected_sha256 None: absent). Nothing is written.
-    files: [{path, expected_sha256}]."""
+    files: [{path, expected_sha256}]; root: the folder that run was confined to (refuse_leaving_root)."""
     paths = [expand(f["path"]) for f in files]
     for path in paths:
+        refuse_leaving_root(root, path, "verify")
         refuse_symlink(path, "verify")
     with locked_folders(paths, import_timeout_s + 60):
         unit = []
@@ -774,15 +849,19 @@ def settle_bytecode(path, st_before):
 
 
 @op(mutating=True)
-def op_restore(path, backup_path, expected_current, original_sha256, force, mode=None):
+def op_restore(path, backup_path, expected_current, original_sha256, force, root, state_dir, mode=None):
     """Put a backup back, only if the file is still what we wrote (unless forced).
 
     Streamed (a deploy's backups can be checkpoint shards of many GB), hashed on the way and
     renamed into place only if it is the original; `mode`: the original's permission bits
     (deploys record them; a patch keeps the file's current mode, which it never changed).
+    `root`: the folder the change was confined to (refuse_leaving_root); `state_dir`: the
+    journal's, which holds the backup (refuse_backup_escape). Neither check yields to force.
     """
     path = expand(path)
     backup_path = expand(backup_path)
+    refuse_leaving_root(root, path, "restore")
+    refuse_backup_escape(state_dir, backup_path)
     refuse_symlink(path, "restore")
     current = sha256_file(path) if os.path.isfile(path) else None
     if current == original_sha256:  # never changed (a run that died first) or put back already

@@ -497,10 +497,13 @@ def _chmod_no_follow():
 
 
 @op(mutating=True)
-def op_remove_file(path, expected_sha256, force=False, remove_dirs=()):
+def op_remove_file(path, expected_sha256, root, force=False, remove_dirs=()):
     """Remove a file a deploy created, only if it is still what the deploy wrote; then the
-    folders the deploy created for it (`remove_dirs`, deepest first), those left empty."""
+    folders the deploy created for it (`remove_dirs`, deepest first), those left empty.
+    `root`: the folder the change was confined to (the core's refuse_leaving_root: checking the
+    path checks every folder of it below root, so the remove_dirs inside root too)."""
     path = expand(path)
+    refuse_leaving_root(root, path, "remove")
     removed = False
     if os.path.isfile(path):
         current = sha256_file(path)

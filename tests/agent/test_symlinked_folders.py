@@ -1,0 +1,309 @@
+"""Rollback and a later verification never follow a symlink out of the folder a change was
+confined to (a patch: its package folder; a deploy: its dest), --force or not.
+
+Between an apply and its rollback a folder inside the package can be swapped for a symlink to
+a copy elsewhere (`toyllm/config -> /outside`, holding exactly what patchkit wrote, so no drift
+shows): a rollback that followed it would write the backups' bytes (or remove files) out there.
+The real CLI and the real host agent on the local transport, real files: each test swaps the
+folder, asks for the rollback, checks that nothing outside changed and that the journal still
+rolls back once the folder is put back. The agent-level tests call the ops the CLI cannot reach
+with a symlinked folder (its plan refuses to read through one first: op_verify) and the
+old-journal rule (a record that names no root).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.test_old_journals import SINGLE, originals, plant
+from tests.helpers import PKGS, Sandbox, host_agent, recipe, run_patchkit, sandbox_fixture, step  # noqa: F401
+
+TOY = "toyllm_eagle3.yaml"
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def swap_for_symlink(folder: Path, outside: Path) -> Path:
+    """folder moved aside, a copy of it at `outside` (what patchkit wrote, byte for byte), and
+    folder a symlink to that copy; returns where the real folder went."""
+    shutil.copytree(folder, outside, ignore=shutil.ignore_patterns("__pycache__"))
+    aside = folder.with_name(folder.name + ".real")
+    folder.rename(aside)
+    folder.symlink_to(outside)
+    return aside
+
+
+def put_back(folder: Path, aside: Path) -> None:
+    folder.unlink()
+    aside.rename(folder)
+
+
+def live_steps(sb: Sandbox, recipe_name: str) -> list[str]:
+    """Steps of the apply runs still in place (not rolled back), by the journal."""
+    return sorted(s["name"] for r in sb.run_records(recipe_name) if r["kind"] == "apply"
+                  for s in r["steps"] if s["status"] == "changed" and s["name"] not in r["rolled_back_steps"])
+
+
+def test_the_journal_records_the_package_folder_the_apply_was_confined_to(sandbox: Sandbox) -> None:
+    assert sandbox.run("apply", recipe(TOY)).returncode == 0
+    (record,) = sandbox.run_records("toyllm_eagle3")
+    roots = {s["name"]: s.get("root") for s in record["steps"] if s["kind"] == "patch"}
+    assert roots == {"eagle3-whitelist": str(sandbox.pkgs / "toyllm"), "fp32-dtype": str(sandbox.pkgs / "toyllm")}
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
+def test_rollback_refuses_a_package_folder_swapped_for_a_symlink_out_of_it(sandbox: Sandbox, tmp_path: Path,
+                                                                           force: bool) -> None:
+    toy = recipe(TOY)
+    assert sandbox.run("apply", toy).returncode == 0
+    config, outside = sandbox.pkgs / "toyllm" / "config", tmp_path / "outside"
+    aside = swap_for_symlink(config, outside)
+    before = snapshot(outside)
+
+    refused = sandbox.run("rollback", toy, *(["--force"] if force else []), json_out=True)
+    assert refused.returncode == 1, refused
+    for name, rel in (("eagle3-whitelist", "speculative.py"), ("fp32-dtype", "model.py")):
+        got = step(refused, name)
+        assert got["status"] == "failed", got
+        assert f"{config} is a symlink to {outside}, outside" in got["message"], got
+        assert f"does not restore {config / rel} through it" in got["message"], got
+        assert "--force does not override this" in got["message"], got
+    assert snapshot(outside) == before  # not one byte written out there
+    assert live_steps(sandbox, "toyllm_eagle3") == ["eagle3-whitelist", "fp32-dtype"]
+
+    put_back(config, aside)
+    back = sandbox.run("rollback", toy, json_out=True)
+    assert back.returncode == 0, back
+    for rel, data in originals(sandbox, SINGLE).items():
+        assert sandbox.file(rel).read_bytes() == data, rel
+    assert live_steps(sandbox, "toyllm_eagle3") == []
+
+
+DIFF = '''--- a/toyllm/__init__.py
++++ b/toyllm/__init__.py
+@@ -3,3 +3,4 @@
+ from toyllm._version import __version__
+ 
+ __all__ = ["__version__"]
++PATCHED = True
+--- a/toyllm/config/model.py
++++ b/toyllm/config/model.py
+@@ -3,3 +3,3 @@
+ 
+-_FLOAT16_DTYPES = ('float16', 'bfloat16')  # single quotes on purpose
++_FLOAT16_DTYPES = ('float16', 'bfloat16', 'fp8')  # single quotes on purpose
+ 
+'''
+
+
+def test_a_unit_with_one_file_behind_a_symlink_is_not_rolled_back_at_all(sandbox: Sandbox, tmp_path: Path) -> None:
+    """toyllm/__init__.py is still in its folder, config/model.py is not: neither goes back
+    (a half-undone unit is worse than either state), --force or not."""
+    (tmp_path / "fix.patch").write_text(DIFF)
+    fix = tmp_path / "fix.yaml"
+    fix.write_text("name: toyfix\nsteps:\n  - name: two-files\n    patch:\n      package: toyllm\n"
+                   "      edit: {diff: {file: fix.patch}}\n    verify: {import: [toyllm.config]}\n")
+    applied = sandbox.run("apply", str(fix), json_out=True)
+    assert step(applied, "two-files")["status"] == "changed", applied
+    init = sandbox.file("toyllm/__init__.py")
+    patched_init = init.read_bytes()
+    config, outside = sandbox.pkgs / "toyllm" / "config", tmp_path / "outside"
+    aside = swap_for_symlink(config, outside)
+    before = snapshot(outside)
+
+    for extra in ([], ["--force"]):
+        refused = sandbox.run("rollback", str(fix), *extra, json_out=True)
+        assert refused.returncode == 1, refused
+        message = step(refused, "two-files")["message"]
+        assert f"{config} is a symlink to {outside}" in message and "roll back" in message, message
+        assert init.read_bytes() == patched_init, extra  # the file still inside was not put back either
+        assert snapshot(outside) == before
+    put_back(config, aside)
+    assert sandbox.run("rollback", str(fix)).returncode == 0
+    assert originals(sandbox, ["toyllm/__init__.py", "toyllm/config/model.py"]) == {
+        rel: sandbox.file(rel).read_bytes() for rel in ("toyllm/__init__.py", "toyllm/config/model.py")}
+
+
+def test_rollback_refuses_a_backup_reached_through_a_symlink(sandbox: Sandbox, tmp_path: Path) -> None:
+    toy = recipe(TOY)
+    assert sandbox.run("apply", toy).returncode == 0
+    (record,) = sandbox.run_records("toyllm_eagle3")
+    backups = sandbox.state / "backups" / record["run_id"]
+    aside = swap_for_symlink(backups, tmp_path / "elsewhere")
+    patched = {rel: sandbox.file(rel).read_bytes() for rel in SINGLE}
+
+    refused = sandbox.run("rollback", toy, "--force", json_out=True)
+    assert refused.returncode == 1, refused
+    message = step(refused, "eagle3-whitelist")["message"]
+    assert f"{backups} is a symlink (to {tmp_path / 'elsewhere'})" in message, message
+    assert "never reads a backup through a symlink" in message, message
+    assert {rel: sandbox.file(rel).read_bytes() for rel in SINGLE} == patched
+
+    put_back(backups, aside)
+    assert sandbox.run("rollback", toy).returncode == 0
+    for rel, data in originals(sandbox, SINGLE).items():
+        assert sandbox.file(rel).read_bytes() == data, rel
+
+
+def test_an_old_record_without_a_root_is_held_to_the_package_folder_of_the_import_path(sandbox: Sandbox,
+                                                                                      tmp_path: Path) -> None:
+    """The fixture's record (written before roots were journaled) names none: the agent takes
+    the package folder the interpreter's import path gives the file (pkgs/toyllm here)."""
+    toy = recipe(TOY)
+    assert sandbox.run("apply", toy).returncode == 0
+    record = plant(sandbox, "patch-single-apply.json", "toyllm_eagle3")
+    assert all("root" not in s for s in record["steps"])
+    config, outside = sandbox.pkgs / "toyllm" / "config", tmp_path / "outside"
+    aside = swap_for_symlink(config, outside)
+    before = snapshot(outside)
+
+    refused = sandbox.run("rollback", toy, "--force", json_out=True)
+    assert refused.returncode == 1, refused
+    message = step(refused, "eagle3-whitelist")["message"]
+    assert f"{config} is a symlink to {outside}, outside the package folder (derived from the import path" in message
+    assert snapshot(outside) == before
+
+    put_back(config, aside)
+    assert sandbox.run("rollback", toy).returncode == 0
+    for rel, data in originals(sandbox, SINGLE).items():
+        assert sandbox.file(rel).read_bytes() == data, rel
+
+
+def test_a_cut_off_unit_is_not_settled_through_a_folder_swapped_for_a_symlink(sandbox: Sandbox,
+                                                                             tmp_path: Path) -> None:
+    """The interrupted-verify path through the CLI: the plan's read refuses the symlinked folder
+    before the checks would run (op_verify holds on its own too: the agent-level test below)."""
+    toy = recipe(TOY)
+    assert sandbox.run("apply", toy).returncode == 0
+    (path,) = (sandbox.state / "runs" / "toyllm_eagle3").glob("*.json")
+    record = json.loads(path.read_text())
+    for done in record["steps"]:
+        done["verified"] = False if done["name"] == "eagle3-whitelist" else done.get("verified")
+    path.write_text(json.dumps(record))  # as a run cut off before its checks were recorded leaves it
+    config, outside = sandbox.pkgs / "toyllm" / "config", tmp_path / "outside"
+    aside = swap_for_symlink(config, outside)
+    before = snapshot(outside)
+
+    refused = sandbox.run("apply", toy, json_out=True)
+    assert refused.returncode == 1, refused
+    message = step(refused, "eagle3-whitelist")["message"]
+    assert f"{config} is a symlink to {outside}, outside the package folder" in message, message
+    assert snapshot(outside) == before
+    put_back(config, aside)
+    settled = step(sandbox.run("apply", toy, json_out=True), "eagle3-whitelist")
+    assert settled["status"] == "ok" and "verified now" in settled["message"], settled
+
+
+# ---------------------------------------------------------------- deploy: dest is the root
+
+def test_a_deploy_rollback_refuses_a_dest_subfolder_swapped_for_a_symlink(tmp_path: Path) -> None:
+    """shards/ of a deployed model swapped for a link to a copy elsewhere: rollback would put
+    the replaced shard's backup there and remove the file the deploy added out there."""
+    src, dest, state = tmp_path / "src", tmp_path / "dest", tmp_path / "state"
+    (src / "shards").mkdir(parents=True)
+    (dest / "shards").mkdir(parents=True)
+    (src / "shards" / "a.bin").write_bytes(b"new shard a\n")  # replaces dest's: restored from its backup
+    (src / "shards" / "b.bin").write_bytes(b"new shard b\n")  # added by the deploy: removed by rollback
+    (dest / "shards" / "a.bin").write_bytes(b"old shard a\n")
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(f"name: artifact\nsteps:\n  - name: sync\n    deploy: {{src: {src}, dest: {dest}}}\n")
+    common = ["--state-dir", str(state), "--json"]
+    assert run_patchkit("apply", str(deploy), *common).returncode == 0
+    outside = tmp_path / "outside"
+    aside = swap_for_symlink(dest / "shards", outside)
+    before = snapshot(outside)
+
+    for extra in ([], ["--force"]):
+        refused = run_patchkit("rollback", str(deploy), *common, *extra)
+        assert refused.returncode == 1, refused
+        message = refused.hosts()["local"]["steps"][0]["message"]
+        assert f"{dest / 'shards'} is a symlink to {outside}, outside the change's folder {dest}" in message, message
+        assert snapshot(outside) == before, extra
+
+    put_back(dest / "shards", aside)
+    back = run_patchkit("rollback", str(deploy), *common)
+    assert back.returncode == 0, back
+    assert snapshot(dest) == {"shards/a.bin": b"old shard a\n"}
+
+
+# ---------------------------------------------------------------- the agent's ops themselves
+
+@pytest.fixture(name="agent")
+def agent_fixture() -> Any:
+    return host_agent("transfer")
+
+
+def test_verify_of_a_cut_off_unit_refuses_a_folder_swapped_for_a_symlink(agent: Any, tmp_path: Path) -> None:
+    """The CLI's plan refuses to read through the symlink before it would settle the unit; the
+    op holds on its own (the folder may be swapped between the plan's read and the checks)."""
+    pkg = tmp_path / "site" / "toyllm"
+    shutil.copytree(PKGS / "toyllm" / "toyllm", pkg)
+    outside = tmp_path / "outside"
+    swap_for_symlink(pkg / "config", outside)
+    spec = outside / "speculative.py"
+    files = [{"path": str(pkg / "config" / "speculative.py"), "expected_sha256": agent.sha256_file(str(spec))}]
+    with pytest.raises(agent.Refused, match=f"{pkg / 'config'} is a symlink to {outside}, outside .*does not verify"):
+        agent.op_verify(files, [], 30, str(pkg))
+    inside = [{"path": str(pkg / "__init__.py"), "expected_sha256": agent.sha256_file(str(pkg / "__init__.py"))}]
+    assert agent.op_verify(inside, [], 30, str(pkg))["ok"] is True
+
+
+def restore_args(target: Path, backup: Path, state: Path, data: bytes, root: str | None) -> dict[str, Any]:
+    import hashlib
+
+    return {"path": str(target), "backup_path": str(backup), "expected_current": hashlib.sha256(
+        target.read_bytes()).hexdigest(), "original_sha256": hashlib.sha256(data).hexdigest(), "force": True,
+        "root": root, "state_dir": str(state)}
+
+
+def test_a_record_naming_no_root_off_the_import_path_refuses_any_symlinked_folder(agent: Any,
+                                                                                   tmp_path: Path) -> None:
+    """No sys.path entry holds the file (another interpreter, a moved environment): the
+    package folder cannot be derived, so every folder from / down is held to no symlink."""
+    assert not any(str(tmp_path).startswith(p) for p in sys.path if p and p != "/")
+    real, state = tmp_path / "real", tmp_path / "state"
+    real.mkdir()
+    (real / "m.py").write_text("X = 2\n")
+    backup = state / "backups" / "run" / "step--m.py"
+    backup.parent.mkdir(parents=True)
+    backup.write_text("X = 1\n")
+    link = tmp_path / "pkg"
+    link.symlink_to(real)
+    with pytest.raises(agent.Refused, match=f"{link} is a symlink to {real}: patchkit does not restore"):
+        agent.op_restore(**restore_args(link / "m.py", backup, state, b"X = 1\n", None))
+    assert (real / "m.py").read_text() == "X = 2\n"
+    assert agent.op_restore(**restore_args(real / "m.py", backup, state, b"X = 1\n", None))["already"] is False
+    assert (real / "m.py").read_text() == "X = 1\n"
+
+
+def test_a_backup_outside_the_state_folders_backups_is_refused(agent: Any, tmp_path: Path) -> None:
+    target, state = tmp_path / "pkg" / "m.py", tmp_path / "state"
+    target.parent.mkdir()
+    target.write_text("X = 2\n")
+    stray = tmp_path / "stray-backup"
+    stray.write_text("X = 1\n")
+    for backup in (stray, state / "backups" / ".." / ".." / "stray-backup"):
+        with pytest.raises(agent.Refused, match="is outside .*/state/backups: patchkit restores only from its own"):
+            agent.op_restore(**restore_args(target, backup, state, b"X = 1\n", str(target.parent)))
+    assert target.read_text() == "X = 2\n"
+
+
+def test_remove_file_refuses_a_folder_swapped_for_a_symlink(agent: Any, tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    (dest / "sub").mkdir(parents=True)
+    (dest / "sub" / "added.bin").write_bytes(b"deployed\n")
+    outside = tmp_path / "outside"
+    swap_for_symlink(dest / "sub", outside)
+    sha = agent.sha256_file(str(outside / "added.bin"))
+    with pytest.raises(agent.Refused, match="does not remove"):
+        agent.op_remove_file(str(dest / "sub" / "added.bin"), sha, str(dest), force=True,
+                             remove_dirs=[str(dest / "sub")])
+    assert (outside / "added.bin").read_bytes() == b"deployed\n"
