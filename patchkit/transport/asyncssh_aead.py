@@ -38,7 +38,8 @@ def leaner_aead_sends() -> bool:
 
 def _no_ignore_under_aead() -> bool:
     try:
-        from asyncssh.connection import MSG_IGNORE, SSHConnection
+        from asyncssh.connection import SSHConnection
+        from asyncssh.constants import MSG_IGNORE
         from asyncssh.encryption import ChachaEncryption, GCMEncryption
     except ImportError:  # pragma: no cover - another asyncssh layout: leave it alone
         return False
