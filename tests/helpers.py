@@ -2,7 +2,7 @@
 
 A sandbox is a directory under pytest's tmp_path holding
     pkgs/<package>/...        a copy of fixtures/pkgs/<package> (what patchkit patches)
-    venv/                     `python -m venv --without-pip`, with a .pth naming pkgs/
+    venv/                     a venv without pip (venv.EnvBuilder), with a .pth naming pkgs/
     state/                    the host's journal (state_dir of the inventory)
     inventory.yaml            one host, `local` (address: local), with that python and state_dir
 so every test works on its own files and never touches ~/.local/state/patchkit.
@@ -19,8 +19,8 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 import sysconfig
+import venv as venv_module
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -115,7 +115,8 @@ def run_many(argvs: list[list[str]], timeout: float = 60) -> list[Result]:
 def make_venv(root: Path, package_dirs: list[Path]) -> Path:
     """A pip-less venv whose site-packages reaches `package_dirs` through a .pth file."""
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    # what `python -m venv --without-pip` does, without starting an interpreter for it
+    venv_module.EnvBuilder(with_pip=False, symlinks=True).create(venv)
     python = venv / "bin" / "python"
     purelib = sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
     site = Path(purelib)

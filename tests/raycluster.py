@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported 
 # from server"). The head inherits this process's environment.
 os.environ.setdefault("RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S", "180")
 
+import pytest
 import ray
 from ray.cluster_utils import Cluster
 
@@ -76,14 +78,27 @@ class LocalCluster:
         ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
         listed = ray.nodes()
         assert {n["NodeManagerAddress"] for n in listed} == {LOOPBACK}, listed  # nothing but loopback
+        self._raylets = raylets
         self.nodes: dict[str, RayNode] = {}
-        for letter, raylet in raylets.items():
-            node_id = next(n["NodeID"] for n in listed if n["Resources"].get(f"node_{letter}"))
+        self.new_hosts(root)
+
+    def new_hosts(self, root: Path) -> None:
+        """Every node gets a fresh package copy, home and state dir under `root` (what a test
+        module starts from: nothing another module's runs left behind)."""
+        listed = ray.nodes()
+        self.nodes = {}
+        for letter, raylet in self._raylets.items():
+            node_id = next(n["NodeID"] for n in listed if n["Resources"].get(f"node_{letter}") and n["Alive"])
             sandbox = make_sandbox(root / f"node_{letter}")
             home = root / f"node_{letter}" / "home"
             home.mkdir()
             python = _wrapper(root / f"node_{letter}" / "python", sandbox.python, home)
             self.nodes[letter] = RayNode(letter, raylet, node_id, sandbox, python, home)
+
+    def whole(self) -> bool:
+        """Every node it started is alive (a test may have removed one)."""
+        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        return all(node.node_id in alive for node in self.nodes.values())
 
     def inventory(self, path: Path, letters: Iterable[str] | None = None, address: str | None = None) -> Path:
         """Groups `a`, `b`, ...: each the node with resource node_<letter>, its python and state dir."""
@@ -132,6 +147,39 @@ class LocalCluster:
         while (left := self.processes()) and time.monotonic() < deadline:
             time.sleep(0.5)
         return left
+
+
+_shared: list[LocalCluster] = []  # the one cluster of this run, while a module uses it
+
+
+def module_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The body of a module-scoped `cluster` fixture: one cluster (with Ray Client) shared by the
+    tier's modules, since starting one costs more than most tests. Each module gets fresh hosts
+    on it (new_hosts); a cluster that lost a node is replaced by a new one; after the last
+    module of this run that uses it, it is shut down and nothing of it may be left running."""
+    if _shared and not _shared[0].whole():
+        assert _shared.pop().shutdown() == []
+    if _shared:
+        _shared[0].new_hosts(tmp_path_factory.mktemp("ray-hosts"))
+    else:
+        _shared.append(LocalCluster(tmp_path_factory.mktemp("ray"), client_port=_free_port()))
+    yield _shared[0]
+    if not _used_later(request):
+        assert _shared.pop().shutdown() == []  # no raylet, GCS or worker of it left running
+
+
+def _used_later(request: pytest.FixtureRequest) -> bool:
+    """Whether a test of another module that runs after this one asks for the cluster."""
+    items = request.session.items
+    module = request.node.path
+    last = max(i for i, item in enumerate(items) if item.path == module)
+    return any("cluster" in item.fixturenames and item.path.parent == module.parent for item in items[last + 1:])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
 
 
 def hold_recipe(path: Path, release: Path) -> Path:

@@ -98,13 +98,49 @@ def closed_port() -> int:
     return free_port()
 
 
+class SilentServer:
+    """A loopback port that accepts TCP connections and never speaks SSH (a hung server).
+
+    The kernel completes each connection; nothing here ever reads or answers until
+    `hung_up()`, so a client can only end one by giving up on its own (its connect timeout).
+    """
+
+    def __init__(self, listener: socket.socket) -> None:
+        self._listener = listener
+        self.port: int = listener.getsockname()[1]
+
+    def hung_up(self) -> list[bool]:
+        """One entry per connection made so far, in order: True if its client has closed it.
+
+        Called after the client gave up, each closed connection reads to its end at once; the
+        30 s limit only keeps a client that never gave up from hanging the test.
+        """
+        self._listener.setblocking(False)
+        closed = []
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except BlockingIOError:
+                return closed
+            with conn:
+                conn.settimeout(30)
+                try:
+                    while conn.recv(4096):  # the client's SSH banner, then its end
+                        pass
+                    closed.append(True)
+                except ConnectionResetError:
+                    closed.append(True)
+                except TimeoutError:
+                    closed.append(False)
+
+
 @contextlib.contextmanager
-def silent_port() -> Iterator[int]:
-    """A loopback port that accepts TCP connections and never speaks SSH (a hung server)."""
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        yield silent.getsockname()[1]
+def silent_port() -> Iterator[SilentServer]:
+    """A SilentServer on a free loopback port, for the block."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield SilentServer(listener)
 
 
 def _descendants(pid: int) -> list[int]:

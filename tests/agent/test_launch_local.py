@@ -136,16 +136,17 @@ def test_a_new_command_restarts_unless_no_restart(web, tmp_path: Path) -> None:
 
 
 def test_a_server_that_dies_fails_fast_with_its_log(tmp_path: Path) -> None:
+    """The death ends the wait, not the health timeout: that is an hour, far beyond the
+    test's own limit on the run (patchkit() gives it 120 s), so no timing is asserted."""
     port = free_port()
     recipe = write_recipe(tmp_path / "dies.yaml",
                           [sys.executable, "-c", "import sys; print('model does not fit'); sys.exit(3)"],
-                          port, timeout_s=60)
-    started = time.monotonic()
+                          port, timeout_s=3600)
     code, report = patchkit(tmp_path / "state", "apply", str(recipe))
     step = step_of(report)
     assert code == 1 and step["status"] == "failed"
-    assert "exit status 3" in step["message"] and "model does not fit" in step["message"]
-    assert time.monotonic() - started < 30  # not the 60 s health timeout
+    assert step["message"].startswith("web exited before it was healthy (exit status 3)"), step["message"]
+    assert "model does not fit" in step["message"] and "not healthy after" not in step["message"]
 
 
 def test_a_server_that_never_gets_healthy_is_stopped(tmp_path: Path) -> None:

@@ -2,8 +2,8 @@
 through the real CLI: the same agent, journal, status and rollback as over SSH, each node
 reached by a pinned actor that is gone when the run ends, however it ends.
 
-One cluster for the module (tests/raycluster.py): each node its own package copy and home,
-picked by a group of the node's custom resource.
+One cluster for the tier, shared with test_ray_nodes.py (tests/raycluster.py): each node has a
+package copy and home of this module's own, picked by a group of the node's custom resource.
 """
 
 from __future__ import annotations
@@ -17,20 +17,16 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import PATCHKIT, Result, recipe, run_patchkit, start_patchkit
-from tests.raycluster import LocalCluster, hold_recipe
-from tests.sshd import closed_port, free_port
+from tests.raycluster import LocalCluster, hold_recipe, module_cluster
+from tests.sshd import closed_port
 
 TOY = recipe("toyllm_eagle3.yaml")
 PATCHED = ("toyllm/config/speculative.py", "toyllm/config/model.py")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("ray"), client_port=free_port())  # and Ray Client
-    try:
-        yield local
-    finally:
-        assert local.shutdown() == []  # no raylet, GCS or worker of it left running
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from module_cluster(request, tmp_path_factory)  # the tier's cluster, fresh hosts on it
 
 
 def patchkit(*args: str, timeout: float = 120) -> Result:

@@ -1,7 +1,8 @@
 """Deploys through Ray's object store, launch on a Ray node, and a node that dies mid-run,
 on a real local Ray cluster (a head and two added nodes on 127.0.0.1, tests/raycluster.py).
 
-The node-death test removes a node: it is the module's last.
+The node-death test removes a node: it is the module's last (a module after it gets a new
+cluster: tests/raycluster.py replaces one that lost a node).
 """
 
 from __future__ import annotations
@@ -19,18 +20,14 @@ import pytest
 
 from fixtures.make_drafter import make_drafter
 from tests.helpers import Result, recipe, run_patchkit, sha256, start_patchkit
-from tests.raycluster import LocalCluster, hold_recipe
+from tests.raycluster import LocalCluster, hold_recipe, module_cluster
 
 TOY = recipe("toyllm_eagle3.yaml")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("ray"))
-    try:
-        yield local
-    finally:
-        assert local.shutdown() == []
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from module_cluster(request, tmp_path_factory)  # the tier's cluster, fresh hosts on it
 
 
 def patchkit(*args: str, timeout: float = 180) -> Result:

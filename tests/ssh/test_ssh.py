@@ -510,7 +510,7 @@ def _connections(server) -> int:
     return server.ssh_connections()
 
 
-def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root) -> None:
+def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root, monkeypatch: pytest.MonkeyPatch) -> None:
     from patchkit.errors import HostError
     from patchkit.transport.ssh import SSHTransport
     from patchkit.transport.ssh_common import HostKeyRefused
@@ -548,12 +548,24 @@ def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root) -> Non
         asyncio.run(unknown_key())
     assert _connections(flaky) == before + 1
 
-    # a server that accepts TCP and never speaks SSH: the per-attempt timeout, then a clear error
-    with silent_port() as port:
+    # a server that accepts TCP and never speaks SSH: the per-attempt timeout, then a clear error.
+    # Counted, not timed: asyncssh is given the 0.3 s limit on each of exactly 2 connections, and
+    # the client hung up on each (the server never closes one: only the timeout can end it).
+    import patchkit.transport.ssh as ssh_module
+
+    real_connect = ssh_module.asyncssh.connect
+    limits: list[float] = []
+
+    async def connect(*args, options, **kwargs):
+        limits.append(options.connect_timeout)
+        return await real_connect(*args, options=options, **kwargs)
+
+    monkeypatch.setattr(ssh_module.asyncssh, "connect", connect)
+    with silent_port() as silent:
         async def hangs() -> None:
             from patchkit.transport.ssh_common import SSHTarget
 
-            spec = SSHTarget(name="mute", address="127.0.0.1", port=port, known_hosts=str(known),
+            spec = SSHTarget(name="mute", address="127.0.0.1", port=silent.port, known_hosts=str(known),
                              connect_timeout=0.3, attempts=2)
             transport = SSHTransport(spec)
             try:
@@ -561,10 +573,11 @@ def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root) -> Non
             finally:
                 await transport.close()
 
-        started = time.monotonic()
-        with pytest.raises(HostError, match=rf"mute \(127.0.0.1:{port}\): no SSH connection within 0.3s \(2 attempts\)"):
+        with pytest.raises(HostError,
+                           match=rf"mute \(127.0.0.1:{silent.port}\): no SSH connection within 0.3s \(2 attempts\)"):
             asyncio.run(hangs())
-        assert time.monotonic() - started < 3
+        assert limits == [0.3, 0.3]
+        assert silent.hung_up() == [True, True]
 
 
 def test_transport_host_key_types(fleet: Fleet, sshd_root) -> None:
