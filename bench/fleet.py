@@ -293,7 +293,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description="start N loopback sshd hosts with vLLM-shaped targets")
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--root", required=True, help="folder for keys, configs, logs and targets")
+    p.add_argument("--reset", action="store_true",
+                   help="only put the hosts of the fleet running in --root back to never-patched (for fresh runs)")
     args = p.parse_args()
+    if args.reset:
+        original = release_files()[SPECULATIVE]
+        for folder in sorted((Path(args.root) / "hosts").iterdir()):
+            Host(folder.name, folder, Path(args.root) / "authorized_keys").reset(original)
+        return
     fleet = Fleet.create(Path(args.root), args.hosts)
     fleet.known_hosts(Path(args.root) / "known_hosts")
     inventory = {"hosts": {h.name: {

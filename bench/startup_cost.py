@@ -4,6 +4,9 @@
     .venv/bin/python bench/startup_cost.py -n 9 --build main="env PYTHONPATH=/tmp/pk-main .venv/bin/python -P" \\
         --build new="env PYTHONPATH=/tmp/pk-new .venv/bin/python -P" -- plan bench/bench_eagle3.yaml -i INV --json
 
+`--before CMD` runs CMD (untimed, a shell command) before every run: e.g. a reset of the
+hosts, so that every `apply` is a fresh one.
+
 Runs `BUILD -X importtime -m patchkit ARGS` n times per build, alternating builds (so both
 see the same machine), and prints per build: the median CPU of the whole command (user+sys
 of the process and its children, from getrusage: steadier than wall on a shared machine),
@@ -44,7 +47,9 @@ def group_of(module: str) -> str:
     return "asyncio" if top == "asyncio" else "stdlib"
 
 
-def once(build: list[str], args: list[str]) -> tuple[float, float, dict[str, float]]:
+def once(build: list[str], args: list[str], before: str | None = None) -> tuple[float, float, dict[str, float]]:
+    if before:
+        subprocess.run(before, shell=True, check=True)  # noqa: S602 - the bench operator's own command line
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -66,6 +71,7 @@ def main() -> None:
     p.add_argument("-n", type=int, default=7)
     p.add_argument("--build", action="append", required=True, metavar="NAME=CMD",
                    help="a python command line that imports the patchkit to measure")
+    p.add_argument("--before", metavar="CMD", help="shell command run (untimed) before every run, e.g. a host reset")
     p.add_argument("args", nargs=argparse.REMAINDER, help="-- then the patchkit arguments")
     a = p.parse_args()
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
@@ -73,7 +79,7 @@ def main() -> None:
     runs: dict[str, list[tuple[float, float, dict[str, float]]]] = {name: [] for name in builds}
     for _ in range(a.n):
         for name, build in builds.items():
-            runs[name].append(once(build, args))
+            runs[name].append(once(build, args, a.before))
     names = list(builds)
     print(f"patchkit {' '.join(args)}  (median of {a.n}, builds alternated)")
     print(f"{'':34}" + "".join(f"{n:>12}" for n in names))

@@ -158,6 +158,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from patchkit.startgc import starting
+
+    with starting():  # no collection over the start's objects (startgc.py)
+        code = _main(argv)
+    sys.exit(code)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from patchkit.errors import UsageError
 
     parser = _parser()
@@ -176,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("patchkit: interrupted", file=sys.stderr)
         code = 130
-    sys.exit(code)
+    return code
 
 
 def _command_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -253,9 +261,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "test":
         from patchkit.releasetest.command import TestOptions, run
+        from patchkit.startgc import started
 
         assert loaded
         _check_review_outputs(args)
+        started()  # then hours of release installs: collected as usual
         return run(loaded, TestOptions(_split(args.steps), args.dist, args.versions, args.jobs, args.strict,
                                        args.json, overrides.get("python"), args.html, args.markdown),
                    lambda: _hosts(args)[0])
@@ -341,14 +351,17 @@ def _dispatch(args: argparse.Namespace) -> int:
     work = works[command]
     import asyncio
 
-    started = time.monotonic()
+    from patchkit.startgc import started
+
+    started()
+    started_at = time.monotonic()
     results = asyncio.run(runner.on_hosts(hosts, work))
 
     from patchkit.report import print_human, print_json
     from patchkit.results import RunReport
 
     report = RunReport(recipe=loaded.recipe.name if loaded else "", run_id=runner.run_id, dry_run=dry_run,
-                       command=args.command, hosts=results, seconds=round(time.monotonic() - started, 3)).count()
+                       command=args.command, hosts=results, seconds=round(time.monotonic() - started_at, 3)).count()
     if captures and all(h.status != "failed" for h in results.values()):
         _write_capture(captures[0], Path(args.output), report)
     _write_review(args, report, loaded, hosts, per_host)
@@ -544,6 +557,10 @@ def _rollout(args: argparse.Namespace, loaded: LoadedRecipe | None,
 def _bake(args: argparse.Namespace, loaded: LoadedRecipe, overrides: dict[str, str]) -> int:
     """patchkit bake: plan, then apply, in a container of IMAGE; commit it as TAG if all went well."""
     import asyncio
+
+    from patchkit.startgc import started
+
+    started()
 
     from patchkit.bake import BakeSpec, bake
     from patchkit.errors import HostError

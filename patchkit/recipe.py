@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from patchkit.built_on_use import BUILT_ON_USE, SchemaOfBuiltOnUse
 from patchkit.edits import Edit, EditError
 from patchkit.errors import UsageError
 from patchkit.rollout import SerialField
@@ -24,10 +25,11 @@ from patchkit.yamlsource import _TEMPLATE, Document, LoadedYaml, read_yaml, sour
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-class Strict(BaseModel):
-    """Unknown keys are errors, and types are not coerced: `max_tokens: true` is not 1."""
+class Strict(SchemaOfBuiltOnUse):
+    """Unknown keys are errors, and types are not coerced: `max_tokens: true` is not 1.
+    Built at first use: a recipe builds the models of the step kinds it has (BUILT_ON_USE)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, defer_build=True)
 
 
 def _check_specifier(value: str | None) -> str | None:
@@ -274,10 +276,10 @@ KIND_KEY = "a step kind's key"  # marks a Step field as one (steps/registry.py c
 class Step(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str | None = None
-    patch: Annotated[PatchStep | None, KIND_KEY] = None
-    check: Annotated[CheckStep | None, KIND_KEY] = None
-    deploy: Annotated[DeployStep | None, KIND_KEY] = None
-    launch: Annotated[LaunchStep | None, KIND_KEY] = None
+    patch: Annotated[PatchStep | None, KIND_KEY, BUILT_ON_USE] = None
+    check: Annotated[CheckStep | None, KIND_KEY, BUILT_ON_USE] = None
+    deploy: Annotated[DeployStep | None, KIND_KEY, BUILT_ON_USE] = None
+    launch: Annotated[LaunchStep | None, KIND_KEY, BUILT_ON_USE] = None
     verify: Verify | None = None
     upstream: str | None = Field(None, description="URL of the upstream fix or issue this step carries (shown by "
                                                    "plan, journaled; status says when the fix is upstream)")

@@ -151,7 +151,7 @@ class DeployedFile(BaseModel):
     `planned`: named in the intent record before the transfer, by a run that may have died
     before the file landed."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)  # deploy/launch only: built at first use
 
     rel: str
     path: str
@@ -176,7 +176,7 @@ class LaunchServer(BaseModel):
     """A server a launch step started, as its record on the host has it (`details.servers`,
     `details.replaced`): argv as shown (secrets redacted), env by name only."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)  # deploy/launch only: built at first use
 
     name: str
     pid: int
@@ -198,7 +198,7 @@ class LaunchServer(BaseModel):
 class LaunchDetails(BaseModel):
     """What a launch step that started servers keeps (its StepResult.details)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)  # deploy/launch only: built at first use
 
     servers: list[LaunchServer] = Field(default_factory=list)  # running when the step ended
     replaced: LaunchServer | None = None  # what ran under the step's name before: rollback restarts it

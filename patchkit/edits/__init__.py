@@ -11,10 +11,11 @@ by tests that go through `OPS`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict, create_model, model_validator
 
+from patchkit.built_on_use import BUILT_ON_USE, SchemaOfBuiltOnUse
 from patchkit.edits.model import EditBug, EditError, EditResult, EditSpec, Verdict
 from patchkit.edits.specs import (
     CallKwarg,
@@ -58,10 +59,10 @@ S = TypeVar("S", bound=EditSpec)
 
 # `Edit` is this class with one optional field per op of `OPS` (create_model, below); mypy
 # sees this class, and reads an op through `op`, `of(Spec)` or the two typed names below.
-class EditChoice(BaseModel):
+class EditChoice(SchemaOfBuiltOnUse):
     """Exactly one edit operation, written as `{kind: {params}}` in a recipe."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> EditChoice:
@@ -99,4 +100,4 @@ if TYPE_CHECKING:
     Edit = EditChoice
 else:
     Edit = create_model("Edit", __base__=EditChoice, __module__=__name__, __doc__=EditChoice.__doc__,
-                        **{kind: (op | None, None) for kind, op in EDIT_KINDS.items()})
+                        **{kind: (Annotated[op | None, BUILT_ON_USE], None) for kind, op in EDIT_KINDS.items()})

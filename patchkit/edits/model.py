@@ -36,7 +36,8 @@ class EditSpec(BaseModel):
     """Base of every edit's parameters; subclasses implement `apply`. `kind` is the name a
     recipe writes the op under (`{list_insert: {...}}`); the registry (edits/__init__.py) lists the ops."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)  # a recipe's `names: [1]` is not ["1"]
+    # strict: a recipe's `names: [1]` is not ["1"]; deferred: built at an op's first use (BUILT_ON_USE)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
     kind: ClassVar[str] = ""
 
     def apply(self, source: str) -> EditResult:  # pragma: no cover - abstract

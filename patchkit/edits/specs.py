@@ -80,7 +80,7 @@ def _check_plain(value: Any, where: str) -> None:
 
 
 class WantsValue(BaseModel):
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, defer_build=True)  # a mixin: built as the op that has it
 
     value: Any = Field(None, description="a literal (string, number, bool, null, list, dict)")
     expr: str | None = Field(None, description="Python expression source, for non-literals")
@@ -105,6 +105,8 @@ class WantsValue(BaseModel):
 
 class Pick(BaseModel):
     """When a target matches several places: by default that is an error naming them all."""
+
+    model_config = ConfigDict(defer_build=True)  # a mixin: built as the op that has it
 
     occurrence: int | None = Field(
         None, ge=1, description="the target matches several places: edit the Nth (1-based, in source order)")

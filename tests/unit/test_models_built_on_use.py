@@ -1,0 +1,65 @@
+"""A recipe builds the models of the step kinds and edit ops it uses, and no others (issue 27).
+
+Counted in a fresh interpreter (a model, once built, stays built): which patchkit models
+pydantic generated a schema for while importing patchkit and loading the recipe, its own or
+inline in another's (pydantic's schema generator is wrapped to record them). No timing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.helpers import REPO
+
+PROBE = r"""
+import json, sys
+from pydantic._internal._generate_schema import GenerateSchema
+
+generated = set()
+real = GenerateSchema._model_schema
+
+def recording(self, cls):
+    generated.add(f"{cls.__module__}.{cls.__qualname__}")
+    return real(self, cls)
+
+GenerateSchema._model_schema = recording
+from patchkit.recipe import load_recipe
+
+recipe = load_recipe(sys.argv[1]).recipe
+built = sorted(m for m in generated if m.startswith("patchkit"))
+print(json.dumps({"built": built, "kinds": [s.kind for s in recipe.steps]}))
+"""
+
+
+def _built_after_loading(recipe: str) -> dict[str, list[str]]:
+    out = subprocess.run([sys.executable, "-P", "-c", PROBE, recipe], cwd=REPO, capture_output=True, text=True,
+                         check=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    result: dict[str, list[str]] = json.loads(out.stdout)
+    return result
+
+
+def test_a_one_patch_recipe_builds_only_the_patch_models_and_its_edit_op() -> None:
+    result = _built_after_loading(str(REPO / "bench" / "bench_eagle3.yaml"))
+    assert result["kinds"] == ["patch"]
+    built = set(result["built"])
+    assert {"patchkit.recipe.Recipe", "patchkit.recipe.PatchStep", "patchkit.edits.Edit",
+            "patchkit.edits.specs.ListInsert"} <= built
+    not_used = {"patchkit.recipe.CheckStep", "patchkit.recipe.DeployStep", "patchkit.recipe.LaunchStep",
+                "patchkit.recipe.Health", "patchkit.recipe.SpecDecodeGate", "patchkit.recipe.Baseline",
+                "patchkit.edits.specs.ListRemove", "patchkit.edits.specs.SetValue", "patchkit.edits.specs.DictSet",
+                "patchkit.edits.specs.CallKwarg", "patchkit.edits.specs.CodemodEdit",
+                "patchkit.edits.specs.ReplaceFunction", "patchkit.edits.specs.DiffEdit",
+                "patchkit.results.DeployedFile", "patchkit.results.LaunchServer", "patchkit.results.LaunchDetails"}
+    assert built & not_used == set()
+
+
+def test_the_models_of_the_kinds_a_recipe_has_are_built_when_it_loads(tmp_path: object) -> None:
+    from pathlib import Path
+
+    recipe = Path(str(tmp_path)) / "r.yaml"
+    recipe.write_text("name: r\nsteps:\n  - name: c\n    check: {python: 'print(1)'}\n"
+                      "  - name: d\n    deploy: {src: x, dest: /tmp/x}\n")
+    built = set(_built_after_loading(str(recipe))["built"])
+    assert {"patchkit.recipe.CheckStep", "patchkit.recipe.DeployStep"} <= built
+    assert {"patchkit.recipe.PatchStep", "patchkit.recipe.LaunchStep", "patchkit.edits.Edit"} & built == set()
