@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from patchkit.agent import AgentClient
 from patchkit.agent.client import Pending
 from patchkit.agent.protocol import (
+    END,
     JOURNAL_LIST,
     JOURNAL_PRUNE,
     JOURNAL_WRITE,
@@ -78,23 +79,48 @@ class Journal:
 
     async def read_runs(self, listing: Pending[JournalListReply]) -> list[RunRecord]:
         await self.flush()
-        raw = await listing.result()
-        records = []
-        for item in raw:
-            try:
-                records.append(RunRecord.model_validate(item))
-            except ValueError:
-                continue  # a record we cannot read is not ours to act on
-        return sorted(records, key=lambda r: r.run_id)
+        return _parsed(await listing.result())
 
-    async def prune(self, recipe: str, keep: int) -> int:
-        records = await self.runs(recipe)
-        protected = {r.run_id for r in active_changes(records).values()}
-        doomed = [r.run_id for r in records[:-keep] if r.run_id not in protected] if keep < len(records) else []
+    async def finish(self, record: RunRecord, keep: int, listing: Pending[JournalListReply]) -> int:
+        """The run's final record, the prune and the agent's `end` in one write, then their answers:
+        they come back with the agent's exit, so the run's last records cost no round trip of
+        their own (issue 27). Raises if a record did not land; returns how many runs were pruned.
+
+        The runs to prune are picked from `listing` (the records as this run found them, under
+        its lock: nothing else wrote them since) plus this record as the host will read it back:
+        the journal a listing taken now would show, without asking for it. Were a write of this
+        run to fail, the agent refuses the prune (journal_prune is guarded like every change)."""
+        earlier = [r for r in _parsed(await listing.result()) if r.run_id != record.run_id]
+        landed = RunRecord.model_validate(self.redact(record.model_dump(mode="json")))
+        doomed = _doomed(sorted([*earlier, landed], key=lambda r: r.run_id), keep)
+        await self.write(record, wait=False)
+        pruned = None
         if doomed:
-            await self.agent.call(JOURNAL_PRUNE({"state_dir": self.state_dir, "recipe": recipe,
-                                                 "drop_run_ids": doomed}))
+            pruned = await self.agent.send(JOURNAL_PRUNE({"state_dir": self.state_dir, "recipe": record.recipe,
+                                                          "drop_run_ids": doomed}))
+        ended = await self.agent.send(END({}))
+        await self.flush()
+        if pruned is not None:
+            await pruned.result()
+        await ended.result()
         return len(doomed)
+
+
+def _parsed(raw: JournalListReply) -> list[RunRecord]:
+    records = []
+    for item in raw:
+        try:
+            records.append(RunRecord.model_validate(item))
+        except ValueError:
+            continue  # a record we cannot read is not ours to act on
+    return sorted(records, key=lambda r: r.run_id)
+
+
+def _doomed(records: list[RunRecord], keep: int) -> list[str]:
+    """The runs a journal of `records` (sorted by id) drops to keep `keep`: the oldest, except
+    those whose backup is the way back for a change still in place."""
+    protected = {r.run_id for r in active_changes(records).values()}
+    return [r.run_id for r in records[:-keep] if r.run_id not in protected] if keep < len(records) else []
 
 
 def backup_name(step: str, file: str) -> str:

@@ -245,6 +245,8 @@ class AgentClient:
         self._python = "python"  # what was started, for the start's error messages
         self._corked: bytearray | None = None  # what waits for the start's one write (see START)
         self._prefetched: dict[str, Pending[Any]] = {}  # request key -> its early read (see prefetch)
+        self._ended = False  # `end` was sent: the agent takes no more requests
+        self._stdout_ended = False  # stdout was read to its end (see close)
 
     @classmethod
     async def start(cls, transport: Transport, python: str, host: str) -> "AgentClient":
@@ -352,6 +354,9 @@ class AgentClient:
     async def _send(self, op: str, args: Mapping[str, Any], payload: tuple[Path, int, int] | None,
                     preamble: bytes = b"") -> Pending[Any]:
         async with self._write_lock:
+            if self._ended:
+                raise RuntimeError(f"{op} after end: the agent of {self._host} takes no more requests")
+            self._ended = op == "end"
             if op not in PREFETCHABLE_OPS:
                 self._prefetched.clear()  # this may change the host: an early read may be stale
             extension = host_ops().get(op)
@@ -474,7 +479,16 @@ class AgentClient:
     async def _report_leftovers(self) -> None:
         """Once the agent is gone: what is left on stdout (a shell's EXIT trap, ~/.bash_logout)
         and everything on stderr, reported as skipped."""
-        if self._started and not self._read_lock.locked():
+        await self._report_stdout_leftovers()
+        if self._started and not self._quoted_stderr:  # else the error that ended the start says why
+            errors = Skipped()
+            errors.add((await self._streams.stderr_text()).encode())
+            self._report(errors, "stderr", "of the agent's session", "stderr is never read as replies")
+
+    async def _report_stdout_leftovers(self) -> None:
+        """What stdout holds up to its end, reported as skipped (a no-op once it ended)."""
+        if self._started and not self._read_lock.locked() and not self._stdout_ended:
+            self._stdout_ended = True
             after = Skipped()
             while after.size <= SKIP_LIMIT:
                 try:
@@ -488,10 +502,6 @@ class AgentClient:
                     after.add(line)
             self._report(after, "stdout", "after the agent's last reply",
                          "not the agent's: a shell's EXIT trap, ~/.bash_logout or a wrapper printing?")
-        if self._started and not self._quoted_stderr:  # else the error that ended the start says why
-            errors = Skipped()
-            errors.add((await self._streams.stderr_text()).encode())
-            self._report(errors, "stderr", "of the agent's session", "stderr is never read as replies")
 
     async def _stream(self, local: Path, offset: int, length: int) -> None:
         # Streams that can move file bytes themselves (the OpenSSH transport: splice into ssh's
@@ -530,6 +540,10 @@ class AgentClient:
                 await self.flush()  # requests nobody waited for still reach the agent before its stdin closes
             except HostError:
                 pass  # the start failed; whoever awaited it reported why
+        if self._ended:
+            # After `end` the agent exits by itself: wait for its stdout to end before closing, so
+            # the close sends nothing while its exit is on the way (not even stdin's EOF).
+            await self._report_stdout_leftovers()
         await self._streams.close()
         await self._report_leftovers()
 

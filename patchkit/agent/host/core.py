@@ -953,6 +953,13 @@ def op_journal_prune(state_dir, recipe, drop_run_ids):
 
 
 @op
+def op_end():
+    """The control side's last request: serve() returns once this is answered, so the agent
+    exits without waiting for stdin to close (the answers and the exit share a round trip)."""
+    return {}
+
+
+@op
 def op_hello():
     return {
         "python": sys.executable,
@@ -1019,6 +1026,8 @@ def serve(stdin, stdout, nonce=None, first=b""):
                      "kind": "error"}
         stdout.write(json.dumps(reply).encode() + b"\n")
         stdout.flush()
+        if request.get("op") == "end":
+            return
 
 
 if __name__ in ("__main__", "patchkit_agent"):
