@@ -47,6 +47,9 @@ class Journal:
     state_dir: str
     redact: Callable[[Any], Any] = lambda data: data  # the recipe's Redactor.value: no secret is journaled
     _unconfirmed: list[Pending[JournalWriteReply]] = field(default_factory=list)
+    # (recipe, run_id) -> the record as last written in this session (this run's, and earlier
+    # runs' it amended): what a listing taken now would show of them (see finish)
+    _written: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def backup_path(self, run_id: str, step: str, file: str) -> str:
         return posixpath.join(self.state_dir, "backups", run_id, backup_name(step, file))
@@ -54,11 +57,13 @@ class Journal:
     async def write(self, record: RunRecord, wait: bool = True) -> None:
         """Write a run record; with wait=False the answer is checked by the next `flush` (or
         any read of the journal), so a write costs no round trip of its own."""
+        data = self.redact(record.model_dump(mode="json"))
+        self._written[(record.recipe, record.run_id)] = data
         self._unconfirmed.append(await self.agent.send(JOURNAL_WRITE({
             "state_dir": self.state_dir,
             "recipe": record.recipe,
             "run_id": record.run_id,
-            "record": self.redact(record.model_dump(mode="json")),
+            "record": data,
         })))
         if wait:
             await self.flush()
@@ -87,13 +92,17 @@ class Journal:
         their own (issue 27). Raises if a record did not land; returns how many runs were pruned.
 
         The runs to prune are picked from `listing` (the records as this run found them, under
-        its lock: nothing else wrote them since) plus this record as the host will read it back:
-        the journal a listing taken now would show, without asking for it. Were a write of this
-        run to fail, the agent refuses the prune (journal_prune is guarded like every change)."""
-        earlier = [r for r in _parsed(await listing.result()) if r.run_id != record.run_id]
-        landed = RunRecord.model_validate(self.redact(record.model_dump(mode="json")))
-        doomed = _doomed(sorted([*earlier, landed], key=lambda r: r.run_id), keep)
+        its lock: only this session wrote them since) with every record this session wrote in
+        place of its listed version (this run's, and earlier runs' it amended: a change settled
+        or voided): the journal a listing taken now would show, without asking for it. Were a
+        write of this run to fail, the agent refuses the prune (journal_prune is guarded like
+        every change)."""
         await self.write(record, wait=False)
+        now = {r.run_id: r for r in _parsed(await listing.result())}
+        for (recipe, run_id), data in self._written.items():
+            if recipe == record.recipe:
+                now[run_id] = RunRecord.model_validate(data)
+        doomed = _doomed(sorted(now.values(), key=lambda r: r.run_id), keep)
         pruned = None
         if doomed:
             pruned = await self.agent.send(JOURNAL_PRUNE({"state_dir": self.state_dir, "recipe": record.recipe,
