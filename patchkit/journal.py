@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from patchkit.agent import AgentClient
 from patchkit.agent.client import Pending
 from patchkit.agent.protocol import (
+    END,
     JOURNAL_LIST,
     JOURNAL_PRUNE,
     JOURNAL_WRITE,
@@ -46,6 +47,9 @@ class Journal:
     state_dir: str
     redact: Callable[[Any], Any] = lambda data: data  # the recipe's Redactor.value: no secret is journaled
     _unconfirmed: list[Pending[JournalWriteReply]] = field(default_factory=list)
+    # (recipe, run_id) -> the record as last written in this session (this run's, and earlier
+    # runs' it amended): what a listing taken now would show of them (see finish)
+    _written: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def backup_path(self, run_id: str, step: str, file: str) -> str:
         return posixpath.join(self.state_dir, "backups", run_id, backup_name(step, file))
@@ -53,11 +57,13 @@ class Journal:
     async def write(self, record: RunRecord, wait: bool = True) -> None:
         """Write a run record; with wait=False the answer is checked by the next `flush` (or
         any read of the journal), so a write costs no round trip of its own."""
+        data = self.redact(record.model_dump(mode="json"))
+        self._written[(record.recipe, record.run_id)] = data
         self._unconfirmed.append(await self.agent.send(JOURNAL_WRITE({
             "state_dir": self.state_dir,
             "recipe": record.recipe,
             "run_id": record.run_id,
-            "record": self.redact(record.model_dump(mode="json")),
+            "record": data,
         })))
         if wait:
             await self.flush()
@@ -78,23 +84,52 @@ class Journal:
 
     async def read_runs(self, listing: Pending[JournalListReply]) -> list[RunRecord]:
         await self.flush()
-        raw = await listing.result()
-        records = []
-        for item in raw:
-            try:
-                records.append(RunRecord.model_validate(item))
-            except ValueError:
-                continue  # a record we cannot read is not ours to act on
-        return sorted(records, key=lambda r: r.run_id)
+        return _parsed(await listing.result())
 
-    async def prune(self, recipe: str, keep: int) -> int:
-        records = await self.runs(recipe)
-        protected = {r.run_id for r in active_changes(records).values()}
-        doomed = [r.run_id for r in records[:-keep] if r.run_id not in protected] if keep < len(records) else []
+    async def finish(self, record: RunRecord, keep: int, listing: Pending[JournalListReply]) -> int:
+        """The run's final record, the prune and the agent's `end` in one write, then their answers:
+        they come back with the agent's exit, so the run's last records cost no round trip of
+        their own (issue 27). Raises if a record did not land; returns how many runs were pruned.
+
+        The runs to prune are picked from `listing` (the records as this run found them, under
+        its lock: only this session wrote them since) with every record this session wrote in
+        place of its listed version (this run's, and earlier runs' it amended: a change settled
+        or voided): the journal a listing taken now would show, without asking for it. Were a
+        write of this run to fail, the agent refuses the prune (journal_prune is guarded like
+        every change)."""
+        await self.write(record, wait=False)
+        now = {r.run_id: r for r in _parsed(await listing.result())}
+        for (recipe, run_id), data in self._written.items():
+            if recipe == record.recipe:
+                now[run_id] = RunRecord.model_validate(data)
+        doomed = _doomed(sorted(now.values(), key=lambda r: r.run_id), keep)
+        pruned = None
         if doomed:
-            await self.agent.call(JOURNAL_PRUNE({"state_dir": self.state_dir, "recipe": recipe,
-                                                 "drop_run_ids": doomed}))
+            pruned = await self.agent.send(JOURNAL_PRUNE({"state_dir": self.state_dir, "recipe": record.recipe,
+                                                          "drop_run_ids": doomed}))
+        ended = await self.agent.send(END({}))
+        await self.flush()
+        if pruned is not None:
+            await pruned.result()
+        await ended.result()
         return len(doomed)
+
+
+def _parsed(raw: JournalListReply) -> list[RunRecord]:
+    records = []
+    for item in raw:
+        try:
+            records.append(RunRecord.model_validate(item))
+        except ValueError:
+            continue  # a record we cannot read is not ours to act on
+    return sorted(records, key=lambda r: r.run_id)
+
+
+def _doomed(records: list[RunRecord], keep: int) -> list[str]:
+    """The runs a journal of `records` (sorted by id) drops to keep `keep`: the oldest, except
+    those whose backup is the way back for a change still in place."""
+    protected = {r.run_id for r in active_changes(records).values()}
+    return [r.run_id for r in records[:-keep] if r.run_id not in protected] if keep < len(records) else []
 
 
 def backup_name(step: str, file: str) -> str:

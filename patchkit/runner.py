@@ -242,8 +242,8 @@ class Runner:
         if not self.options.dry_run:
             record.finished, record.status = time.time(), status
             try:
-                await s.journal.write(record, wait=False)
-                await s.journal.prune(recipe.name, recipe.keep_runs)  # waits for the writes too
+                assert ctx.records_request is not None  # asked for above: the journal as this run found it
+                await s.journal.finish(record, recipe.keep_runs, ctx.records_request)  # waits for the writes too
             except HostError as exc:
                 return _journal_failed(record, exc)
         return HostResult(status=status, steps=record.steps, notices=notices)

@@ -134,6 +134,9 @@ class FakeAgent:
     def op_hello(self) -> dict[str, Any]:
         return self.info
 
+    def op_end(self) -> dict[str, Any]:
+        return {}
+
     def op_lock(self, state_dir: str, timeout_s: float, owner: str) -> dict[str, Any]:
         return {"path": posixpath.join(state_dir, "lock"), "state_dir": state_dir}
 

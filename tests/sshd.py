@@ -213,8 +213,9 @@ class SSHD:
     def known_hosts_line(self) -> str:
         return f"[127.0.0.1]:{self.port} {self.host_public_key}\n"
 
-    def start(self, port: int | None = None) -> SSHD:
-        """Start on `port` (default: the last one, else a free one); waits until it accepts."""
+    def start(self, port: int | None = None, max_sessions: int = 32) -> SSHD:
+        """Start on `port` (default: the last one, else a free one); waits until it accepts.
+        `max_sessions` 0: it authenticates, then refuses every session channel."""
         for _ in range(5):
             self.port = port or self.port or free_port()
             self._probes_at_start = self.log.count("kex_exchange_identification") if (self.root / "sshd.log").exists() else 0
@@ -236,7 +237,7 @@ class SSHD:
                 "PrintMotd no\n"
                 "PrintLastLog no\n"
                 "MaxStartups 100:30:200\n"
-                "MaxSessions 32\n"
+                f"MaxSessions {max_sessions}\n"
                 "LogLevel VERBOSE\n"
             )
             with open(self.root / "sshd.log", "ab") as log:

@@ -12,11 +12,13 @@ its request, enforced on the host) and `reply_wait`, how long this side waits fo
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import itertools
 import json
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,14 +31,18 @@ from patchkit.transport.base import AgentStreams, Transport
 
 log = get_logger("patchkit")
 
-# Reads the agent's source (length-prefixed) from stdin, then runs it: one process,
-# one exec request per host, nothing installed on the host. Its one argument is the nonce
-# of this start (see FRAMING). An older interpreter says so plainly (the agent's source
-# needs 3.8: it would fail to compile).
+# Runs the agent's source: one process, one exec request per host, nothing installed on the
+# host. Its first argument is the nonce of this start (see FRAMING). The source comes one of
+# two ways (see START): on stdin, length-prefixed (argv: nonce), or in the command line with
+# the first requests, each zlib + base64 (argv: nonce, source, requests); the requests are
+# handed to the agent as START_REQUESTS. One line, no newline: any login shell runs it. An
+# older interpreter says so plainly (the agent's source needs 3.8: it would fail to compile).
 BOOTSTRAP = (
     "import sys;sys.version_info<(3,8)and sys.exit('patchkit needs Python >= 3.8 on the host; %s is %d.%d'"
-    "%(sys.executable,sys.version_info[0],sys.version_info[1]));n=int(sys.stdin.buffer.readline());"
-    "exec(compile(sys.stdin.buffer.read(n),'patchkit-hostagent','exec'))"
+    "%(sys.executable,sys.version_info[0],sys.version_info[1]));a=sys.argv;i=sys.stdin.buffer;"
+    "u=lambda t:__import__('zlib').decompress(__import__('base64').b64decode(t));"
+    "s,START_REQUESTS=(u(a[2]),u(a[3]))if len(a)>3 else(i.read(int(i.readline())),b'');"
+    "exec(compile(s,'patchkit-hostagent','exec'))"
 )
 
 # FRAMING. The host's login shell runs before the agent and may print (a ~/.bashrc banner,
@@ -129,16 +135,38 @@ def new_nonce() -> str:
     return os.urandom(8).hex()
 
 
-def agent_argv(python: str, nonce: str) -> list[str]:
-    return [python, "-c", BOOTSTRAP, nonce]
+@functools.cache
+def packed_source() -> str:
+    """The agent's source as the command line carries it (zlib + base64: ~17 KB), once per run."""
+    return _packed(agent_source())
+
+
+def _packed(data: bytes) -> str:
+    return base64.b64encode(zlib.compress(data, 6)).decode("ascii")
+
+
+def agent_argv(python: str, nonce: str, first_requests: bytes | None = None) -> list[str]:
+    """The agent's command line: its source on stdin (first_requests None), or the source and
+    these request lines in the command line itself (see START)."""
+    if first_requests is None:
+        return [python, "-c", BOOTSTRAP, nonce]
+    return [python, "-c", BOOTSTRAP, nonce, packed_source(), _packed(first_requests)]
 
 
 STREAM_CHUNK = 1 << 20
-# START (issue 27). Nothing is written at the exec: the bootstrap's source, `hello` and the
-# requests queued behind it before any reply is awaited (the lock, a run's first reads) stay
-# in a buffer and go out in one write when the first reply is awaited (or the buffer passes
-# CORK_LIMIT): from the exec request to the first useful reply is one round trip.
+# START (issue 27). `hello` and the requests queued behind it before any reply is awaited (the
+# lock, a run's first reads) are held back; the agent is started only when the first reply is
+# awaited (or the held requests pass CORK_LIMIT, or one carries a payload), and they reach it
+# at once:
+# - in its command line, with the agent's source, when the transport says its stdin costs a
+#   round trip of its own (`start_in_command`: SSH, whose server opens a session's window only
+#   once the command has started, so stdin can follow the exec request no sooner than its
+#   answer) and the command stays under COMMAND_BUDGET: the exec request itself carries the
+#   start, as a hand-written `ssh host 'script'` does;
+# - else in the one first write on its stdin, behind the source.
+# Either way, from the exec request to the first useful reply is one round trip.
 CORK_LIMIT = 1 << 20
+COMMAND_BUDGET = 64 << 10  # of packed source + requests: far below one argument's limit (128 KiB on Linux)
 # Ops a run may ask for early (`prefetch`), before it knows it needs them: they read the
 # host and change nothing, so asking early is never wrong, only possibly stale once
 # something is changed, which is why any other op drops what was prefetched.
@@ -154,6 +182,15 @@ class AgentRefused(HostError):
 
 class AgentStartFailed(HostError):
     """The agent's process was gone before its start could be written: the message says why."""
+
+
+@dataclass(frozen=True)
+class _Spawn:
+    """How the agent is started once its first requests are known (see START)."""
+
+    transport: Transport
+    python: str
+    nonce: str
 
 
 def _shown(data: bytes) -> str:
@@ -184,8 +221,10 @@ class Skipped:
 class AgentClient:
     """One running agent on one host; requests are answered in order."""
 
-    def __init__(self, streams: AgentStreams, host: str, nonce: str) -> None:
-        self._streams = streams
+    def __init__(self, streams: AgentStreams | None, host: str, nonce: str) -> None:
+        self._stream_pair = streams  # None until the agent is started (see START and `_io`)
+        self._spawn: _Spawn | None = None
+        self._spawn_error: HostError | None = None  # the transport's own failure to start it, raised as it is
         self._host = host
         self._mark = START_MARK + nonce.encode() + b"\n"
         self._started = False  # the start mark has been read
@@ -206,22 +245,30 @@ class AgentClient:
         self._python = "python"  # what was started, for the start's error messages
         self._corked: bytearray | None = None  # what waits for the start's one write (see START)
         self._prefetched: dict[str, Pending[Any]] = {}  # request key -> its early read (see prefetch)
+        self._ended = False  # `end` was sent: the agent takes no more requests
+        self._stdout_ended = False  # stdout was read to its end (see close)
 
     @classmethod
     async def start(cls, transport: Transport, python: str, host: str) -> "AgentClient":
-        """Start the agent; its `hello` is on the way but not awaited (see `started`)."""
+        """Queue the agent's `hello`; the agent is started with what is queued behind it when
+        the first reply is awaited (see START and `started`). A transport's failure to start it
+        (connection, host key, session) is raised there, as the transport words it."""
         nonce = new_nonce()
-        streams = await transport.spawn(agent_argv(python, nonce))
-        client = cls(streams, host, nonce)
+        client = cls(None, host, nonce)
         client._python = python
-        client._corked = bytearray()  # the bootstrap, hello and what follows: one write (see START)
-        source = agent_source()
-        client._hello = await client._send_or_explain(
-            HELLO({}), python, preamble=str(len(source)).encode() + b"\n" + source)
+        client._spawn = _Spawn(transport, python, nonce)
+        client._corked = bytearray()  # hello and what follows: held back (see START)
+        request = HELLO({})
+        client._hello = cast(Pending[HelloReply], await client._send(request.op, request.args, None))
         return client
 
+    @property
+    def _streams(self) -> AgentStreams:
+        assert self._stream_pair is not None, "the agent is not started yet (see START)"
+        return self._stream_pair
+
     async def flush(self) -> None:
-        """Write what the start holds back (see START); a no-op once it went out."""
+        """Start the agent with what the start holds back (see START); a no-op once it went out."""
         async with self._write_lock:
             await self._uncork()
 
@@ -229,6 +276,8 @@ class AgentClient:
         if self._corked is None:
             return
         data, self._corked = bytes(self._corked), None
+        if self._stream_pair is None:
+            data = await self._start_process(data)
         if not data:
             return
         try:
@@ -239,6 +288,23 @@ class AgentClient:
             self._broken = AgentStartFailed(
                 f"cannot start {self._python} on {self._host}: {detail or 'it exited at once'}")
             raise self._broken from None
+
+    async def _start_process(self, requests: bytes) -> bytes:
+        """Start the agent with `requests` first (see START); what is left to write on its stdin."""
+        spawn = self._spawn
+        assert spawn is not None, "an AgentClient made from streams is started already"
+        argv = agent_argv(spawn.python, spawn.nonce, requests)
+        if not getattr(spawn.transport, "start_in_command", False) or sum(map(len, argv[-2:])) > COMMAND_BUDGET:
+            source = agent_source()
+            argv, requests = agent_argv(spawn.python, spawn.nonce), str(len(source)).encode() + b"\n" + source + requests
+        else:
+            requests = b""
+        try:
+            self._stream_pair = await spawn.transport.spawn(argv)
+        except HostError as exc:
+            self._broken = self._spawn_error = exc
+            raise
+        return requests
 
     async def prefetch(self, request: Request[Reply]) -> Pending[Reply]:
         """Ask for a read now, before the run knows it needs it: pipelined with the start (one
@@ -261,16 +327,10 @@ class AgentClient:
         except (HostUnreachable, AgentStartFailed):
             raise  # found while waiting for the first answer (the OpenSSH transport), or says so already
         except HostError as exc:
+            if exc is self._spawn_error:
+                raise  # the transport's own words (cannot open a session, ...)
             raise HostError(f"cannot start {python} on {self._host}: {exc}") from None
         return self.info
-
-    async def _send_or_explain(self, request: Request[Reply], python: str, preamble: bytes = b"") -> Pending[Reply]:
-        try:
-            return cast(Pending[Reply], await self._send(request.op, request.args, None, preamble))
-        except HostError:  # the process is gone already (sudo refused, not python...)
-            detail = await self._error_tail()
-            await self._streams.close()
-            raise HostError(f"cannot start {python} on {self._host}: {detail or 'it exited at once'}") from None
 
     async def call(self, request: Request[Reply], reply_wait: float | None = DEFAULT_REPLY_WAIT) -> Reply:
         """Send a request (`READ({"path": p})`) and wait up to `reply_wait` seconds (None: for
@@ -294,6 +354,9 @@ class AgentClient:
     async def _send(self, op: str, args: Mapping[str, Any], payload: tuple[Path, int, int] | None,
                     preamble: bytes = b"") -> Pending[Any]:
         async with self._write_lock:
+            if self._ended:
+                raise RuntimeError(f"{op} after end: the agent of {self._host} takes no more requests")
+            self._ended = op == "end"
             if op not in PREFETCHABLE_OPS:
                 self._prefetched.clear()  # this may change the host: an early read may be stale
             extension = host_ops().get(op)
@@ -416,7 +479,16 @@ class AgentClient:
     async def _report_leftovers(self) -> None:
         """Once the agent is gone: what is left on stdout (a shell's EXIT trap, ~/.bash_logout)
         and everything on stderr, reported as skipped."""
-        if self._started and not self._read_lock.locked():
+        await self._report_stdout_leftovers()
+        if self._started and not self._quoted_stderr:  # else the error that ended the start says why
+            errors = Skipped()
+            errors.add((await self._streams.stderr_text()).encode())
+            self._report(errors, "stderr", "of the agent's session", "stderr is never read as replies")
+
+    async def _report_stdout_leftovers(self) -> None:
+        """What stdout holds up to its end, reported as skipped (a no-op once it ended)."""
+        if self._started and not self._read_lock.locked() and not self._stdout_ended:
+            self._stdout_ended = True
             after = Skipped()
             while after.size <= SKIP_LIMIT:
                 try:
@@ -430,10 +502,6 @@ class AgentClient:
                     after.add(line)
             self._report(after, "stdout", "after the agent's last reply",
                          "not the agent's: a shell's EXIT trap, ~/.bash_logout or a wrapper printing?")
-        if self._started and not self._quoted_stderr:  # else the error that ended the start says why
-            errors = Skipped()
-            errors.add((await self._streams.stderr_text()).encode())
-            self._report(errors, "stderr", "of the agent's session", "stderr is never read as replies")
 
     async def _stream(self, local: Path, offset: int, length: int) -> None:
         # Streams that can move file bytes themselves (the OpenSSH transport: splice into ssh's
@@ -464,11 +532,18 @@ class AgentClient:
                     self.on_bytes(self.bytes_sent)
 
     async def close(self) -> None:
+        if self._stream_pair is None:
+            self._corked = None  # never started: no reply was awaited, so nothing was asked of the host
+            return
         if self._corked is not None:
             try:
                 await self.flush()  # requests nobody waited for still reach the agent before its stdin closes
             except HostError:
                 pass  # the start failed; whoever awaited it reported why
+        if self._ended:
+            # After `end` the agent exits by itself: wait for its stdout to end before closing, so
+            # the close sends nothing while its exit is on the way (not even stdin's EOF).
+            await self._report_stdout_leftovers()
         await self._streams.close()
         await self._report_leftovers()
 

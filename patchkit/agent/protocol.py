@@ -444,6 +444,10 @@ class HttpArgs(TypedDict):
     timeout: NotRequired[float]  # the request's own, on the host (default 30 s); not the reply's wait
 
 
+class EndReply(TypedDict):
+    pass
+
+
 class HttpRequest(TypedDict):
     method: str
     url: str
@@ -473,6 +477,7 @@ class LogTailReply(TypedDict):
 # ---------------------------------------------------------------- the ops
 
 HELLO: Op[NoArgs, HelloReply] = Op("hello")
+END: Op[NoArgs, EndReply] = Op("end")  # the agent's last request: it exits once it has answered
 LOAD: Op[LoadArgs, LoadReply] = Op("load")
 LOCATE: Op[LocateArgs, LocateReply] = Op("locate")
 READ: Op[ReadArgs, ReadReply] = Op("read")
@@ -499,6 +504,6 @@ HTTP_BATCH: Op[HttpBatchArgs, HttpBatchReply] = Op("http_batch")
 LOG_TAIL: Op[LogTailArgs, LogTailReply] = Op("log_tail")
 
 OPS: dict[str, Op[Any, Any]] = {op.name: op for op in (
-    HELLO, LOAD, LOCATE, READ, HASH, VERIFY, RESTORE, APPLY_FILES, DIST_FILES, CHECK, LOCK, JOURNAL_WRITE, JOURNAL_LIST,
+    HELLO, END, LOAD, LOCATE, READ, HASH, VERIFY, RESTORE, APPLY_FILES, DIST_FILES, CHECK, LOCK, JOURNAL_WRITE, JOURNAL_LIST,
     JOURNAL_PRUNE, MANIFEST, PART_INFO, RECEIVE_FILE, REMOVE_FILE, READ_CHECKPOINT, LAUNCH_START, LAUNCH_INSPECT,
     LAUNCH_STOP, HTTP, HTTP_BATCH, LOG_TAIL)}

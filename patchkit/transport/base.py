@@ -59,8 +59,12 @@ class NoFileSplice:
 
 
 class Transport(Protocol):
-    """Optional ability, read with getattr: `changes_note: str | None`, what `apply` tells the
-    user once per host it changed when changes there do not outlive the host (containers)."""
+    """Optional abilities, read with getattr:
+    - `changes_note: str | None`, what `apply` tells the user once per host it changed when
+      changes there do not outlive the host (containers);
+    - `start_in_command: bool`, True when writing to a new process's stdin costs a round trip
+      of its own after the start (SSH: the server opens the session's window only once the
+      command runs): the agent's start then rides in its command line (agent/client.py START)."""
 
     name: str
     exec_requests: int  # processes started on the host so far (each SSH exec costs a login shell)

@@ -117,3 +117,100 @@ atexit.register(lambda: print(json.dumps(WRITES), file=sys.stderr))
 from patchkit.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+
+
+def rounds_of(tmp_path: Path, argv: list[str], transport: str = "local", in_command: bool = True,
+              env: dict[str, str] | None = None) -> tuple[list[list[str]], subprocess.CompletedProcess[str]]:
+    """The agent's requests of one CLI run, in rounds: a round is what the control side sent
+    before it read a reply (round 1: what the agent's command line and first write carry).
+    `transport`: "local" (made to take its start in the command line when `in_command`) or "ssh"."""
+    script = tmp_path / "count_rounds.py"
+    script.write_text(COUNT_ROUNDS.replace("TRANSPORT", transport).replace("IN_COMMAND", str(in_command)))
+    proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True,
+                          env=env or {**os.environ, "PATCHKIT_CACHE_DIR": str(tmp_path / "cache")}, timeout=120,
+                          check=False)
+    assert proc.stderr.strip(), proc
+    return json.loads(proc.stderr.strip().splitlines()[-1]), proc
+
+
+def test_a_start_in_the_command_line_and_the_apply_in_three_rounds(tmp_path: Path, sandbox: Sandbox) -> None:
+    """A transport whose stdin costs a round trip (start_in_command, as SSH): the agent's start
+    and the first reads ride in its command line, nothing is written before the first reply; a
+    fresh apply then costs 2 more rounds (the change; its records, the prune and `end`, after
+    which nothing is sent), a no-op 1."""
+    argv = sandbox.argv("apply", recipe("toyllm_eagle3.yaml"), "--json", "--steps", "eagle3-whitelist")
+    fresh, proc = rounds_of(tmp_path, argv)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["hosts"]["local"]["steps"][0]["status"] == "changed"
+    assert fresh[0][:5] == ["command line", "hello", "lock", "journal_list", "locate"], fresh
+    assert "stdin" not in fresh[0], fresh  # nothing on stdin before the first reply
+    assert len(fresh) == 3, fresh
+    assert "apply_files" in fresh[1] and fresh[2][-1] == "end" and fresh[2].count("journal_write") == 2, fresh
+
+    noop, proc = rounds_of(tmp_path, argv)
+    assert proc.returncode == 0, proc.stderr
+    assert len(noop) == 2 and noop[1] == ["stdin", "journal_write", "end"], noop
+
+    # without the ability, as the local transport is: the start goes on stdin, in one write
+    plain, proc = rounds_of(tmp_path, argv, in_command=False)
+    assert proc.returncode == 0, proc.stderr
+    assert plain[0][:5] == ["stdin", "hello", "lock", "journal_list", "locate"] and len(plain) == 2, plain
+
+
+# Wraps the transport's spawn and streams: records the ops of the agent's command line and of
+# each stdin write, and starts a new round at the first write after a reply was read; prints
+# the rounds on stderr at exit. The CLI runs unchanged.
+COUNT_ROUNDS = """
+import atexit, base64, json, sys, zlib
+from patchkit.transport import local, ssh
+
+ROUNDS, STATE = [], {"replied": True}
+
+def ops_of(data):
+    out = []
+    for line in bytes(data).split(b"\\n"):
+        if line.startswith(b'{"id"'):
+            try:
+                out.append(json.loads(line)["op"])
+            except ValueError:
+                pass
+    return out
+
+def note(where, ops):
+    if STATE["replied"]:
+        ROUNDS.append([])
+        STATE["replied"] = False
+    if where not in ROUNDS[-1]:
+        ROUNDS[-1].append(where)
+    ROUNDS[-1].extend(ops)
+
+cls = {"local": local.LocalTransport, "ssh": ssh.SSHTransport}["TRANSPORT"]
+if "TRANSPORT" == "local":
+    cls.start_in_command = IN_COMMAND
+real_spawn = cls.spawn
+
+async def spawn(self, argv):
+    if len(argv) > 4:  # the start in the command line: nonce, source, requests (client.agent_argv)
+        note("command line", ops_of(zlib.decompress(base64.b64decode(argv[-1]))))
+    streams = await real_spawn(self, argv)
+    stdin, stdout = streams.stdin, streams.stdout
+    real_write, real_readline = stdin.write, stdout.readline
+
+    def write(data):
+        note("stdin", ops_of(data))
+        return real_write(data)
+
+    async def readline():
+        line = await real_readline()
+        if line.startswith(b'{"id"'):
+            STATE["replied"] = True
+        return line
+
+    stdin.write, stdout.readline = write, readline
+    return streams
+
+cls.spawn = spawn
+atexit.register(lambda: print(json.dumps(ROUNDS), file=sys.stderr))
+from patchkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""

@@ -1,6 +1,7 @@
 """The host agent's core: stdlib only, Python >= 3.8, run by the *target* interpreter.
 
-Sent at every start (client.BOOTSTRAP); the extensions beside it follow through op_load
+Sent at every start (client.BOOTSTRAP: on stdin, or in the command line with the run's first
+requests, which it answers first: START_REQUESTS); the extensions beside it follow through op_load
 with a run's first op they declare, and run in this namespace: they use its helpers and
 raise its one refusal, Refused. An op is a function op_<name> declared with @op; the control
 side reads the same declarations line by line (client.host_ops). START_MARK and PART_SUFFIX
@@ -18,6 +19,7 @@ import base64
 import errno
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -1030,6 +1032,13 @@ def op_journal_prune(state_dir, recipe, drop_run_ids):
 
 
 @op
+def op_end():
+    """The control side's last request: serve() returns once this is answered, so the agent
+    exits without waiting for stdin to close (the answers and the exit share a round trip)."""
+    return {}
+
+
+@op
 def op_hello():
     return {
         "python": sys.executable,
@@ -1060,7 +1069,8 @@ def skip_payload(stdin, op, args):
         left -= len(chunk)
 
 
-def serve(stdin, stdout, nonce=None):
+def serve(stdin, stdout, nonce=None, first=b""):
+    """Answer the request lines of `first` (what the command line brought), then stdin's."""
     # Ctrl-C on the control side must not cut a request in half: finish it, then
     # leave when stdin closes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -1073,7 +1083,7 @@ def serve(stdin, stdout, nonce=None):
             except Exception:
                 pass
         stdout.write(START_MARK + nonce.encode() + b"\n")  # buffered: goes out with the first reply
-    for line in iter(stdin.readline, b""):
+    for line in itertools.chain(first.splitlines(True), iter(stdin.readline, b"")):
         request = json.loads(line)
         try:
             op = request["op"]
@@ -1095,7 +1105,10 @@ def serve(stdin, stdout, nonce=None):
                      "kind": "error"}
         stdout.write(json.dumps(reply).encode() + b"\n")
         stdout.flush()
+        if request.get("op") == "end":
+            return
 
 
 if __name__ in ("__main__", "patchkit_agent"):
-    serve(sys.stdin.buffer, sys.stdout.buffer, sys.argv[1] if len(sys.argv) > 1 else None)
+    serve(sys.stdin.buffer, sys.stdout.buffer, sys.argv[1] if len(sys.argv) > 1 else None,
+          globals().get("START_REQUESTS", b""))
