@@ -63,7 +63,7 @@ _NOTED = re.compile(r"^ansible_(ssh_common_args|ssh_extra_args|ssh_args|password
                     r"become_pass|sudo_pass|ssh_executable|ssh_transfer_method|docker_extra_args|"
                     r"podman_extra_args|kubectl_extra_args)$")
 # HostSpec fields an Ansible inventory sets as patchkit_FIELD (they are not recipe variables).
-PATCHKIT_FIELDS = ("state_dir", "ssh_client", "known_hosts", "engine", "engine_args", "kubeconfig", "context")
+PATCHKIT_FIELDS = ("state_dir", "ssh_client", "agent_start", "known_hosts", "engine", "engine_args", "kubeconfig", "context")
 _TRUE = {"true", "yes", "on", "1", "y", "t"}
 _FALSE = {"false", "no", "off", "0", "n", "f", ""}
 

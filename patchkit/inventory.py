@@ -51,6 +51,9 @@ def split_address(address: str | None) -> tuple[str | None, str]:
 # Which SSH client reaches a host: the embedded asyncssh (default) or the system OpenSSH `ssh`
 # (its own config and auth features, and a faster data path for bulk deploys).
 SSHClient = Literal["asyncssh", "openssh"]
+# How the host agent starts over SSH: its source on stdin (one round trip after the exec), or
+# in the exec's command line (~20 KB of base64 in argv, visible in `ps`; README, Inventory).
+AgentStart = Literal["stdin", "command"]
 
 
 class HostSpec(BaseModel):
@@ -66,6 +69,7 @@ class HostSpec(BaseModel):
     state_dir: str | None = None
     become: bool = False
     ssh_client: SSHClient = "asyncssh"
+    agent_start: AgentStart = "stdin"
     # Containers and pods (podman://, docker://, k8s://): the engine binary (default podman,
     # docker or kubectl, found on PATH), arguments it takes before its command (`--runtime
     # runc`, `--cgroup-manager=cgroupfs`, `--kubeconfig` is below), kubectl's config and context.
@@ -105,6 +109,7 @@ class Defaults(BaseModel):
     state_dir: str | None = None
     become: bool | None = None
     ssh_client: SSHClient | None = None
+    agent_start: AgentStart | None = None
     engine: str | None = None
     engine_args: list[str] | None = None
     kubeconfig: str | None = None

@@ -90,9 +90,8 @@ class OpenSSHTransport:
         self.ssh = ssh
         self.exec_requests = 0
         # sshd opens a session's window only once its command runs, so stdin costs a round trip after
-        # the exec: the agent's start rides in the command line instead (base.py). Not through sudo,
-        # which logs every command line in full (~20 KB a run here): then it goes on stdin.
-        self.start_in_command = not target.become
+        # the exec: with `agent_start: command` the agent's start rides in the command line (base.py).
+        self.start_in_command = target.start_in_command
         self._resolved: Endpoint | None = None
         self._live: set[_OpenSSHStreams] = set()
 

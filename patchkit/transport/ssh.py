@@ -250,9 +250,8 @@ class SSHTransport:
         self.attempts = max(1, target.attempts)
         self.exec_requests = 0
         # sshd opens a session's window only once its command runs, so stdin costs a round trip after
-        # the exec: the agent's start rides in the command line instead (base.py). Not through sudo,
-        # which logs every command line in full (~20 KB a run here): then it goes on stdin.
-        self.start_in_command = not target.become
+        # the exec: with `agent_start: command` the agent's start rides in the command line (base.py).
+        self.start_in_command = target.start_in_command
         self.known_hosts = target.known_hosts_path  # where keys are recorded (accept-new), and messages say
         self._known_files = [self.known_hosts]  # every file whose keys are trusted
         self._conn: asyncssh.SSHClientConnection | None = None

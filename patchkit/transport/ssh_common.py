@@ -53,6 +53,7 @@ class SSHTarget:
     identity_file: str | None = None
     known_hosts: str | None = None  # as the inventory says; None: the client's default
     become: bool = False  # run through `sudo -n` unless we log in as root
+    agent_start: str = "stdin"  # the inventory's: "command" puts the agent's start in the exec's argv
     accept_new_host_keys: bool = False  # StrictHostKeyChecking accept-new: never a changed key
     connect_timeout: float = CONNECT_TIMEOUT_S
     attempts: int = CONNECT_ATTEMPTS
@@ -61,7 +62,15 @@ class SSHTarget:
     def from_host(cls, host: HostSpec, accept_new_host_keys: bool = False) -> SSHTarget:
         return cls(name=host.name, address=host.address or host.name, port=host.port, user=host.user,
                    identity_file=host.identity_file, known_hosts=host.known_hosts, become=host.become,
+                   agent_start=host.agent_start,
                    accept_new_host_keys=accept_new_host_keys)
+
+    @property
+    def start_in_command(self) -> bool:
+        """The agent's start rides in the exec's command line (transport/base.py): only when the
+        inventory asks (`agent_start: command`) and never through sudo, which logs every command
+        line in full."""
+        return self.agent_start == "command" and not self.become
 
     @property
     def known_hosts_path(self) -> str:

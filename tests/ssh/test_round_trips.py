@@ -20,10 +20,12 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_an_apply_over_ssh_starts_in_the_exec_and_takes_three_rounds(testbed: Testbed, tmp_path: Path) -> None:
+    """`agent_start: command`: the start and the first reads ride in the exec's command line."""
     server = testbed.fleet.servers[0]
     testbed.add(server.name, server)
     testbed.fleet.write_known_hosts(testbed.known_hosts, [server])
-    argv = ["apply", str(testbed.recipe()), "-i", str(testbed.inventory()), "--json"]
+    inventory = testbed.inventory(**{server.name.replace("-", "_"): {"agent_start": "command"}})
+    argv = ["apply", str(testbed.recipe()), "-i", str(inventory), "--json"]
     env = testbed.env(PATCHKIT_CACHE_DIR=str(tmp_path / "cache"))
 
     fresh, proc = rounds_of(tmp_path, argv, transport="ssh", env=env)
@@ -37,6 +39,24 @@ def test_an_apply_over_ssh_starts_in_the_exec_and_takes_three_rounds(testbed: Te
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["hosts"][server.name]["status"] == "ok"
     assert len(noop) == 2 and noop[1][-1] == "end", noop
+
+
+def test_by_default_the_agent_starts_on_stdin_and_its_command_line_carries_no_source(
+        testbed: Testbed, tmp_path: Path) -> None:
+    """The default (`agent_start: stdin`): nothing but the short bootstrap and the nonce in argv
+    (what `ps` and a host's audit log show), the source and first requests in one stdin write."""
+    server = testbed.fleet.servers[0]
+    testbed.add(server.name, server)
+    testbed.fleet.write_known_hosts(testbed.known_hosts, [server])
+    argv = ["apply", str(testbed.recipe()), "-i", str(testbed.inventory()), "--json"]
+    env = testbed.env(PATCHKIT_CACHE_DIR=str(tmp_path / "cache"))
+
+    fresh, proc = rounds_of(tmp_path, argv, transport="ssh", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["hosts"][server.name]["status"] == "changed"
+    assert "command line" not in fresh[0], fresh
+    assert fresh[0][:5] == ["stdin", "hello", "lock", "journal_list", "locate"], fresh
+    assert len(fresh) == 3 and fresh[2][-1] == "end", fresh
 
 
 def test_a_server_that_opens_no_session_is_reported_as_such(testbed: Testbed) -> None:
