@@ -73,15 +73,8 @@ def test_the_start_and_the_first_reads_go_out_in_one_write(tmp_path: Path, sandb
     assert report["hosts"]["local"]["steps"][0]["status"] == "changed"
 
 
-# Wraps the local transport's stdin: records, per write, the ops it carries and whether any
-# reply had been read by then; prints the list on stderr at exit. The CLI runs unchanged.
-COUNT_WRITES = """
-import atexit, json, sys
-from patchkit.agent import client
-from patchkit.transport import local
-
-WRITES, READ = [], []
-
+# The ops of the request lines in bytes written to the agent (both counting programs below).
+OPS_OF = """
 def ops_of(data):
     out = []
     for line in bytes(data).split(b"\\n"):
@@ -91,7 +84,18 @@ def ops_of(data):
             except ValueError:
                 pass
     return out
+"""
 
+# Wraps the local transport's stdin: records, per write, the ops it carries and whether any
+# reply had been read by then; prints the list on stderr at exit. The CLI runs unchanged.
+COUNT_WRITES = """
+import atexit, json, sys
+from patchkit.agent import client
+from patchkit.transport import local
+
+WRITES, READ = [], []
+
+""" + OPS_OF + """
 real_spawn = local.LocalTransport.spawn
 
 async def spawn(self, argv):
@@ -166,16 +170,7 @@ from patchkit.transport import local, ssh
 
 ROUNDS, STATE = [], {"replied": True}
 
-def ops_of(data):
-    out = []
-    for line in bytes(data).split(b"\\n"):
-        if line.startswith(b'{"id"'):
-            try:
-                out.append(json.loads(line)["op"])
-            except ValueError:
-                pass
-    return out
-
+""" + OPS_OF + """
 def note(where, ops):
     if STATE["replied"]:
         ROUNDS.append([])
