@@ -626,8 +626,10 @@ async def _baseline(ctx: HostContext, step: Step, spec: LaunchStep, details: Lau
 
 
 async def undo_launch(agent: AgentClient, state_dir: str, step: StepResult, force: bool,
-                      redactor: Redactor, env: dict[str, str], run_id: str) -> Undone:
-    """Stop the servers a run started (if they are still the ones it started); restart what it replaced.
+                      redactor: Redactor, env: dict[str, str], run_id: str, health: Health | None = None) -> Undone:
+    """Stop the servers a run started (if they are still the ones it started); restart what it
+    replaced, and wait until it is healthy by the recipe's `health` (None: the recipe has no such
+    launch step any more; the restart is then reported unchecked).
 
     redactor and env are those of the recipe being rolled back: the journal holds no secret or
     env value, so the replaced server gets its values from there, and only if they hash to the
@@ -651,14 +653,14 @@ async def undo_launch(agent: AgentClient, state_dir: str, step: StepResult, forc
         notes.append(f"stopped {server.name} (pid {server.pid}, {stopped['how']})")
     previous = details.replaced
     if previous and ok:
-        restarted = await _restart(agent, state_dir, previous, redactor, env, run_id)
+        restarted = await _restart(agent, state_dir, previous, redactor, env, run_id, health)
         ok = restarted.ok
         notes.append(restarted.message)
     return Undone(ok, "; ".join(notes) or "nothing to stop")
 
 
 async def _restart(agent: AgentClient, state_dir: str, previous: LaunchServer, redactor: Redactor,
-                   env: dict[str, str], run_id: str) -> Undone:
+                   env: dict[str, str], run_id: str, health: Health | None) -> Undone:
     shown = list(previous.argv)
     revealed = [redactor.reveal(word) for word in shown]
     unknown = sorted({name for _, names in revealed for name in names})
@@ -678,7 +680,14 @@ async def _restart(agent: AgentClient, state_dir: str, previous: LaunchServer, r
                                         "ones it ran with (patchkit keeps none of them); roll back again with the "
                                         "recipe or -e values it ran with"))
     again = await _start(agent, state_dir, previous.name, cmd, previous.command_hash, previous.log, run_id)
-    return Undone(True, f"restarted the server it replaced (pid {again.pid})")
+    if health is None:
+        return Undone(True, f"restarted the server it replaced (pid {again.pid}; not health-checked: "
+                            "this recipe has no such launch step)")
+    try:
+        seconds = await wait_healthy(agent, state_dir, previous.name, health)
+    except HostError as exc:
+        return Undone(False, f"restarted the server it replaced (pid {again.pid}), but it is not healthy: {exc}")
+    return Undone(True, f"restarted the server it replaced (pid {again.pid}), healthy after {seconds:.1f}s")
 
 
 def last_gate(records: list[RunRecord], step_name: str) -> tuple[str, dict[str, Any]] | None:
@@ -752,8 +761,9 @@ class LaunchKind(StepKind[LaunchStep, LaunchPlan]):
         # The journal keeps env names only: the values come from the recipe being rolled back.
         found = next((s for s in ctx.loaded.recipe.steps if s.name == done.name and s.launch), None)
         env = dict(found.launch.env) if found and found.launch else {}
+        health = found.launch.health if found and found.launch else None
         undone = await undo_launch(ctx.agent, ctx.journal.state_dir, done, ctx.force, ctx.loaded.redactor, env,
-                                   ctx.run_id)
+                                   ctx.run_id, health)
         return StepResult(name=done.name, kind=self.name, status="changed" if undone.ok else "failed",
                           message=undone.message)
 

@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
 from pathlib import Path
 
 import pytest
@@ -261,20 +260,6 @@ def get(port: int) -> str:
         return response.read().decode()
 
 
-def get_once_listening(port: int, attempts: int = 300) -> str:
-    """get() of a server that was just started and not waited for (rollback's restart reports
-    the new pid without a health check): its port may not be bound yet, so connection refused is
-    retried (every 0.1 s, `attempts` times); any other error, or a wrong answer, is not."""
-    for _ in range(attempts - 1):
-        try:
-            return get(port)
-        except urllib.error.URLError as exc:
-            if not isinstance(exc.reason, ConnectionRefusedError):
-                raise
-        time.sleep(0.1)
-    return get(port)
-
-
 @pytest.fixture
 def webapp(tmp_path: Path):
     """A package `webapp` (its version module and a server that serves VERSION) in a venv of its
@@ -352,7 +337,8 @@ def test_a_patch_under_a_running_server_restarts_it(webapp) -> None:
     assert code == 0, report
     assert version_file.read_text() == 'VERSION = "1.0"\n'
     assert not alive(second)
-    assert get_once_listening(port) == "1.0"
+    assert "healthy after" in steps_by_name(report)["web"]["message"], report
+    assert get(port) == "1.0"  # rollback waited for the restarted server's health
     code, report = run("status", str(recipe(None)))
     assert code == 0 and step_of(report)["status"] == "applied", report
 
