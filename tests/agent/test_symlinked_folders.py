@@ -46,6 +46,15 @@ def put_back(folder: Path, aside: Path) -> None:
     aside.rename(folder)
 
 
+def rolls_back_once_put_back(sb: Sandbox, toy: str, folder: Path, aside: Path) -> None:
+    """With the swapped folder put back, the refused rollback goes through: originals restored."""
+    put_back(folder, aside)
+    back = sb.run("rollback", toy, json_out=True)
+    assert back.returncode == 0, back
+    for rel, data in originals(sb, SINGLE).items():
+        assert sb.file(rel).read_bytes() == data, rel
+
+
 def live_steps(sb: Sandbox, recipe_name: str) -> list[str]:
     """Steps of the apply runs still in place (not rolled back), by the journal."""
     return sorted(s["name"] for r in sb.run_records(recipe_name) if r["kind"] == "apply"
@@ -79,11 +88,7 @@ def test_rollback_refuses_a_package_folder_swapped_for_a_symlink_out_of_it(sandb
     assert snapshot(outside) == before  # not one byte written out there
     assert live_steps(sandbox, "toyllm_eagle3") == ["eagle3-whitelist", "fp32-dtype"]
 
-    put_back(config, aside)
-    back = sandbox.run("rollback", toy, json_out=True)
-    assert back.returncode == 0, back
-    for rel, data in originals(sandbox, SINGLE).items():
-        assert sandbox.file(rel).read_bytes() == data, rel
+    rolls_back_once_put_back(sandbox, toy, config, aside)
     assert live_steps(sandbox, "toyllm_eagle3") == []
 
 
@@ -147,10 +152,7 @@ def test_rollback_refuses_a_backup_reached_through_a_symlink(sandbox: Sandbox, t
     assert "never reads a backup through a symlink" in message, message
     assert {rel: sandbox.file(rel).read_bytes() for rel in SINGLE} == patched
 
-    put_back(backups, aside)
-    assert sandbox.run("rollback", toy).returncode == 0
-    for rel, data in originals(sandbox, SINGLE).items():
-        assert sandbox.file(rel).read_bytes() == data, rel
+    rolls_back_once_put_back(sandbox, toy, backups, aside)
 
 
 def test_an_old_record_without_a_root_is_held_to_the_package_folder_of_the_import_path(sandbox: Sandbox,
@@ -171,10 +173,7 @@ def test_an_old_record_without_a_root_is_held_to_the_package_folder_of_the_impor
     assert f"{config} is a symlink to {outside}, outside the package folder (derived from the import path" in message
     assert snapshot(outside) == before
 
-    put_back(config, aside)
-    assert sandbox.run("rollback", toy).returncode == 0
-    for rel, data in originals(sandbox, SINGLE).items():
-        assert sandbox.file(rel).read_bytes() == data, rel
+    rolls_back_once_put_back(sandbox, toy, config, aside)
 
 
 def test_a_cut_off_unit_is_not_settled_through_a_folder_swapped_for_a_symlink(sandbox: Sandbox,
