@@ -13,6 +13,7 @@ old-journal rule (a record that names no root).
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import sys
@@ -235,6 +236,26 @@ def test_a_deploy_rollback_refuses_a_dest_subfolder_swapped_for_a_symlink(tmp_pa
     assert snapshot(dest) == {"shards/a.bin": b"old shard a\n"}
 
 
+def test_a_deploy_never_writes_its_backup_through_a_symlinked_backups_folder(tmp_path: Path) -> None:
+    """backups/ in the state folder swapped for a symlink would steer the backup of the file a
+    deploy replaces out there (and a rollback's bytes back from there): refused, host as it was."""
+    src, dest, state, outside = tmp_path / "src", tmp_path / "dest", tmp_path / "state", tmp_path / "outside"
+    for folder in (src, dest, state, outside):
+        folder.mkdir()
+    (src / "a.bin").write_bytes(b"new a\n")
+    (dest / "a.bin").write_bytes(b"old a\n")
+    (state / "backups").symlink_to(outside)
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(f"name: artifact\nsteps:\n  - name: sync\n    deploy: {{src: {src}, dest: {dest}}}\n")
+    applied = run_patchkit("apply", str(deploy), "--state-dir", str(state), "--json")
+    assert applied.returncode == 1, applied
+    message = applied.hosts()["local"]["steps"][0]["message"]
+    assert f"{state / 'backups'} is a symlink; refusing to follow it" in message, message
+    assert list(outside.rglob("*")) == []
+    assert sorted(p.name for p in dest.iterdir()) == ["a.bin"]
+    assert (dest / "a.bin").read_bytes() == b"old a\n"
+
+
 # ---------------------------------------------------------------- the agent's ops themselves
 
 @pytest.fixture(name="agent")
@@ -308,3 +329,26 @@ def test_remove_file_refuses_a_folder_swapped_for_a_symlink(agent: Any, tmp_path
         agent.op_remove_file(str(dest / "sub" / "added.bin"), sha, str(dest), force=True,
                              remove_dirs=[str(dest / "sub")])
     assert (outside / "added.bin").read_bytes() == b"deployed\n"
+
+
+@pytest.mark.parametrize("planted", ["run-1", "run-1/sync", "run-1/sync/sub"])
+def test_receive_file_refuses_a_symlink_on_the_way_to_its_backup(agent: Any, tmp_path: Path, planted: str) -> None:
+    """Any folder between the state folder's backups/ and the backup (the run's, the step's, the
+    file's own folders) planted as a symlink: the file is not replaced, nothing lands outside."""
+    import hashlib
+
+    dest, state, outside = tmp_path / "dest", tmp_path / "state", tmp_path / "outside"
+    (dest / "sub").mkdir(parents=True)
+    (dest / "sub" / "w.bin").write_bytes(b"old\n")
+    outside.mkdir()
+    link = state / "backups" / planted
+    link.parent.mkdir(parents=True, mode=0o700)
+    link.symlink_to(outside)
+    data = b"new\n"
+    backup = state / "backups" / "run-1" / "sync" / "sub" / "w.bin"
+    with pytest.raises(agent.Refused, match=f"{link} is a symlink; refusing to follow it"):
+        agent.op_receive_file(io.BytesIO(data), str(dest), "sub/w.bin", 0, len(data),
+                              hashlib.sha256(data).hexdigest(), 0o644, str(backup), str(state / "cache.json"))
+    assert list(outside.rglob("*")) == []
+    assert (dest / "sub" / "w.bin").read_bytes() == b"old\n"
+    assert sorted(p.name for p in (dest / "sub").iterdir()) == ["w.bin"]

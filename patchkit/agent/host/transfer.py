@@ -397,7 +397,7 @@ def _receive_file(payload, dest, rel, offset, expected_sha256, mode, backup_path
         if got != expected_sha256:
             _unlink_quietly(part_name, folder_fd)
             raise Refused("%s arrived with sha256 %s, expected %s; discarded" % (rel, got[:12], expected_sha256[:12]))
-        before, mode_before, backup_path = _put_in_place(folder_fd, part_name, name, final, mode, backup_path)
+        before, mode_before, backup_path = _put_in_place(folder_fd, part_name, name, final, mode, backup_path, rel)
         os.fsync(folder_fd)
         st = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
     finally:
@@ -452,7 +452,25 @@ def _unlink_quietly(name, folder_fd):
         pass
 
 
-def _put_in_place(folder_fd, part_name, name, final, mode, backup_path):
+def _make_backup_folders(backup_path, rel):
+    """The folders of a deploy's backup, STATE/backups/RUN/STEP/ and rel's own, made one by one
+    as private folders of ours: a symlink planted on the way is refused, never followed (it would
+    steer the backup, and a later restore's bytes, elsewhere)."""
+    parts = os.path.normpath(rel).split(os.sep)
+    base = os.path.normpath(backup_path)
+    for _ in parts:
+        base, _tail = os.path.split(base)
+    if os.path.join(base, *parts) != os.path.normpath(backup_path) or os.pardir in parts:
+        raise Refused("backup %s does not end with the file's path %s; nothing written" % (backup_path, rel))
+    backups = os.path.dirname(os.path.dirname(base))  # STATE/backups, above RUN/STEP
+    here = backups
+    ensure_private_dir(here)
+    for part in [os.path.basename(os.path.dirname(base)), os.path.basename(base)] + parts[:-1]:
+        here = os.path.join(here, part)
+        ensure_private_dir(here)
+
+
+def _put_in_place(folder_fd, part_name, name, final, mode, backup_path, rel):
     """Back up what final holds (fsynced), then rename the verified part file over it.
     If that fails, the part file (and a backup made for it) goes: the host is as it was."""
     before = mode_before = None
@@ -462,7 +480,7 @@ def _put_in_place(folder_fd, part_name, name, final, mode, backup_path):
             src_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=folder_fd)
             with os.fdopen(src_fd, "rb") as src:
                 mode_before = stat.S_IMODE(os.fstat(src.fileno()).st_mode)
-                os.makedirs(os.path.dirname(backup_path), mode=0o700, exist_ok=True)
+                _make_backup_folders(backup_path, rel)
                 made_backup = True
                 digest = hashlib.sha256()
                 out_fd = os.open(backup_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -479,7 +497,7 @@ def _put_in_place(folder_fd, part_name, name, final, mode, backup_path):
         os.chmod(part_name, mode, dir_fd=folder_fd, follow_symlinks=False) if _chmod_no_follow() else \
             os.chmod(part_name, mode, dir_fd=folder_fd)
         os.replace(part_name, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-    except OSError:
+    except (OSError, Refused):  # a refused backup folder too: the host is left as it was
         _unlink_quietly(part_name, folder_fd)
         if made_backup and backup_path:
             try:
