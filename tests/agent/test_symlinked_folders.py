@@ -352,3 +352,22 @@ def test_receive_file_refuses_a_symlink_on_the_way_to_its_backup(agent: Any, tmp
     assert list(outside.rglob("*")) == []
     assert (dest / "sub" / "w.bin").read_bytes() == b"old\n"
     assert sorted(p.name for p in (dest / "sub").iterdir()) == ["w.bin"]
+
+
+def test_receive_file_refuses_a_backup_path_that_does_not_end_with_the_files_path(agent: Any,
+                                                                                  tmp_path: Path) -> None:
+    """The backup's folders are made from STATE/backups down, found by taking the file's path
+    off the backup's: a backup path of another shape would have folders made elsewhere."""
+    import hashlib
+
+    dest, state = tmp_path / "dest", tmp_path / "state"
+    dest.mkdir()
+    (dest / "w.bin").write_bytes(b"old\n")
+    data = b"new\n"
+    backup = state / "backups" / "run-1" / "sync" / "other.bin"
+    with pytest.raises(agent.Refused, match="does not end with the file's path w.bin; nothing written"):
+        agent.op_receive_file(io.BytesIO(data), str(dest), "w.bin", 0, len(data),
+                              hashlib.sha256(data).hexdigest(), 0o644, str(backup), str(state / "cache.json"))
+    assert sorted(p.name for p in dest.iterdir()) == ["w.bin"]
+    assert (dest / "w.bin").read_bytes() == b"old\n"
+    assert not state.exists()

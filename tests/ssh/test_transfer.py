@@ -27,8 +27,9 @@ transfer = host_agent("transfer")  # the deploy extension in the agent's namespa
 
 
 def receive(tmp_path: Path, data: bytes, expected: str) -> dict:
+    backup = tmp_path / "state" / "backups" / "run" / "step" / "w.bin"  # the product's shape: STATE/backups/RUN/STEP/rel
     return transfer.op_receive_file(io.BytesIO(data), str(tmp_path / "dest"), "w.bin", 0, len(data), expected,
-                                    0o644, str(tmp_path / "state" / "backups" / "run" / "step" / "w.bin"), str(tmp_path / "cache.json"))
+                                    0o644, str(backup), str(tmp_path / "cache.json"))
 
 
 def test_bytes_that_arrive_damaged_are_discarded(tmp_path: Path) -> None:
@@ -427,7 +428,8 @@ def test_a_file_refused_before_its_bytes_are_read_does_not_derail_the_files_behi
                 sent.append(await agent.send_file(RECEIVE_FILE({
                     "dest": str(dest), "rel": path.name, "offset": 0, "length": len(data),
                     "expected_sha256": hashlib.sha256(data).hexdigest(), "mode": 0o644,
-                    "backup_path": str(tmp_path / "state" / "backups" / "run" / "step" / path.name), "cache_file": str(tmp_path / "c.json"),
+                    "backup_path": str(tmp_path / "state" / "backups" / "run" / "step" / path.name),
+                    "cache_file": str(tmp_path / "c.json"),
                 }), path, 0, len(data)))
             with pytest.raises(HostError) as refused:
                 await sent[0].result()
