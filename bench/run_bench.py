@@ -10,7 +10,8 @@ vllm/config/speculative.py), a backup, a read-back, a syntax check and an import
 (`import vllm._version` with the host's interpreter, see README.md for why). A no-op
 re-apply finds the patch in place and changes nothing (no checks, as patchkit does).
 
-  patchkit  `patchkit apply bench/recipe --json -i INVENTORY --concurrency N`
+  patchkit  `patchkit apply bench/recipe --json -i INVENTORY --concurrency C` (C: patchkit's
+            default 32, at most N; `--patchkit-concurrency 0` runs all N hosts at once)
   ansible   `ansible-playbook -f N` (replace with backup + validate, stat read-back,
             assert, command import; pipelining and ControlPersist on)
   floor     N plain `ssh` processes at once, each one exec running grep, cp, sed,
@@ -171,6 +172,10 @@ class Setup:
     noisy_retries: int = 1
     turns_file: Path | None = None  # the proxy's per-connection turn counts
     patchkit_base: list[str] | None = None
+    patchkit_concurrency: int = 32  # hosts patchkit works on at once (0: all of them)
+
+    def concurrency(self, n: int) -> str:
+        return str(min(n, self.patchkit_concurrency) if self.patchkit_concurrency > 0 else n)
 
     def port(self, host: Host, net: str) -> int:
         return self.proxy_ports[host.name] if net == "proxy" else host.port
@@ -201,7 +206,8 @@ def patchkit_files(s: Setup, hosts: list[Host], net: str) -> tuple[Path, Path]:
 def run_patchkit(s: Setup, hosts: list[Host], net: str, mode: str,
                  build: list[str] | None = None) -> tuple[bool, str, list[int] | None]:
     recipe, inventory = patchkit_files(s, hosts, net)
-    argv = [*(build or s.patchkit), "apply", str(recipe), "-i", str(inventory), "--json", "--concurrency", str(len(hosts))]
+    argv = [*(build or s.patchkit), "apply", str(recipe), "-i", str(inventory), "--json",
+            "--concurrency", s.concurrency(len(hosts))]
     proc = subprocess.run(argv, capture_output=True, text=True, env=s.env(), timeout=600)
     want = "changed" if mode == "fresh" else "ok"
     try:
@@ -382,7 +388,7 @@ def profile_cell(s: Setup, hosts: list[Host], net: str, out: Path, python: str) 
     recipe, inventory = patchkit_files(s, hosts, net)
     prof = out / f"patchkit-{net}-{len(hosts)}.prof"
     argv = [python, str(HERE / "cprofile_run.py"), str(prof), "apply", str(recipe), "-i", str(inventory), "--json",
-            "--concurrency", str(len(hosts))]
+            "--concurrency", s.concurrency(len(hosts))]
     proc = subprocess.run(argv, capture_output=True, text=True, env=s.env(), timeout=600)
     log(f"cprofile {net} n={len(hosts)}: exit {proc.returncode} {proc.stderr.strip().splitlines()[-1:]} -> {prof}")
 
@@ -595,6 +601,10 @@ def main() -> int:
     p.add_argument("--no-startup", action="store_true", help="skip the start-up figures")
     p.add_argument("--patchkit", help="patchkit command (default: the console script beside this python / .venv)")
     p.add_argument("--patchkit-base", help="another patchkit command, run as contender 'base' beside 'patchkit'")
+    p.add_argument("--patchkit-concurrency", type=int, default=32,
+                   help="patchkit's --concurrency: its own default 32, at most the fleet's size; 0 = every host at "
+                        "once (what runs before 2026-12-02 s10 did: on 2 cores, 128 hosts' login shells and "
+                        "Pythons then queue past the agent's 60 s hello wait)")
     p.add_argument("--ansible-playbook", help="ansible-playbook to use (default: bench venv in the cache dir)")
     p.add_argument("--quiet-wait", type=float, default=20.0,
                    help="before each run, wait up to this many seconds for the machine to be idle (default 20)")
@@ -644,7 +654,7 @@ def main() -> int:
     try:
         setup = Setup(fleet, work, home, work / "known_hosts", patchkit_argv(args.patchkit), playbook_bin,
                       quiet_wait=args.quiet_wait, max_other_cpu=args.max_other_cpu,
-                      noisy_retries=args.noisy_retries,
+                      noisy_retries=args.noisy_retries, patchkit_concurrency=args.patchkit_concurrency,
                       patchkit_base=patchkit_argv(args.patchkit_base) if args.patchkit_base else None)
         if proxy_ns:
             pairs = [f"0:{h.port}" for h in fleet.hosts[:max(proxy_ns)]]
@@ -661,7 +671,7 @@ def main() -> int:
         fleet.known_hosts(setup.known_hosts, setup.proxy_ports)
 
         meta = {"machine": f"{os.cpu_count()} cores, {os.uname().release}", "repeats": args.repeats,
-                "proxy_repeats": proxy_repeats, "delay_ms": args.delay_ms, "argv": sys.argv,
+                "patchkit_concurrency": args.patchkit_concurrency, "proxy_repeats": proxy_repeats, "delay_ms": args.delay_ms, "argv": sys.argv,
                 "patchkit": " ".join(setup.patchkit),
                 "patchkit_base": " ".join(setup.patchkit_base or []), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "slow_repeats": args.slow_repeats, "slow_s": args.slow_s}
