@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from patchkit.transport.asyncssh_import import asyncssh
-from patchkit.transport.asyncssh_quiet import quiet_packet_logging
+from patchkit.transport.asyncssh_quiet import quiet_log_calls, quiet_packet_logging
 
 
 class Logged(asyncssh.packet.SSHPacketLogger):
@@ -39,3 +39,28 @@ def test_packets_are_formatted_only_at_debug_level_3(caplog: pytest.LogCaptureFi
         assert any("Sent" in r.getMessage() and "100 bytes" in r.getMessage() for r in caplog.records)
     finally:
         asyncssh.logging.SSHLogger._debug_level = level
+
+
+class Texts:
+    """An argument that counts how often it is turned into text."""
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    def __str__(self) -> str:
+        self.made += 1
+        return "channel 7"
+
+
+def test_other_lines_become_text_only_when_their_level_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    assert quiet_log_calls() and quiet_log_calls()
+    arg = Texts()
+    logger = asyncssh.logging.logger.get_child("conn", "conn=1")
+    with caplog.at_level(logging.WARNING, logger="asyncssh"):
+        logger.info("Opening %s", [arg])
+        logger.debug1("Closing %s", [arg])
+    assert arg.made == 0
+    with caplog.at_level(logging.INFO, logger="asyncssh"):
+        logger.info("Opening %s", [arg])
+    assert arg.made == 1
+    assert any(r.getMessage() == "[conn=1] Opening channel 7" for r in caplog.records)
