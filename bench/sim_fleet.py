@@ -88,6 +88,7 @@ class SimClient:
         self.warnings: list[str] = []
         self.info: dict[str, Any] = {}
         self._hello: SimPending | None = None
+        self._prefetched: dict[str, SimPending] = {}  # as AgentClient.prefetch: a later same send gets it
 
     @classmethod
     async def start(cls, transport: Any, python: str, name: str) -> SimClient:
@@ -101,7 +102,19 @@ class SimClient:
         return SimPending(self.host.serve(wire, asyncio.get_running_loop().time()))
 
     async def send(self, request: Any) -> SimPending:
+        early = self._prefetched.pop(request.op + json.dumps(dict(request.args), sort_keys=True), None)
+        if early is not None:
+            return early
+        from patchkit.agent.client import PREFETCHABLE_OPS
+
+        if request.op not in PREFETCHABLE_OPS:
+            self._prefetched.clear()  # as the real client: a request that may change the host makes them stale
         return self._send(request.op, dict(request.args))
+
+    async def prefetch(self, request: Any) -> SimPending:
+        pending = self._send(request.op, dict(request.args))
+        self._prefetched[request.op + json.dumps(dict(request.args), sort_keys=True)] = pending
+        return pending
 
     async def call(self, request: Any, reply_wait: float | None = 600) -> Any:
         return await (await self.send(request)).result(reply_wait)
