@@ -36,14 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.transport.asyncssh_import import asyncssh  # isort: skip - first: see its docstring
-from asyncssh.config import SSHClientConfig, SSHConfig
 from asyncssh.public_key import get_default_public_key_algs
 from tenacity import retry_if_exception
 
 from patchkit.errors import HostError
 from patchkit.logs import get_logger
 from patchkit.transport.asyncssh_aead import leaner_aead_sends
-from patchkit.transport.asyncssh_quiet import quiet_log_calls, quiet_packet_logging
+from patchkit.transport.asyncssh_quiet import quiet_packet_logging
 from patchkit.transport.base import NoFileSplice
 from patchkit.transport.coalesce import coalesce_writes
 from patchkit.transport.ssh_common import (
@@ -61,18 +60,12 @@ from patchkit.transport.ssh_common import (
 
 log = get_logger("patchkit")
 quiet_packet_logging()
-quiet_log_calls()
 leaner_aead_sends()
 
 # Connection set-up failures worth another attempt. Everything else (host key, auth,
 # name resolution, a bad identity file) fails at once.
 _TRANSIENT = (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError, TimeoutError,
               asyncssh.ConnectionLost)
-
-
-# What connect() raises for settings it cannot use (a bad key, a bad value in ~/.ssh/config).
-_SETTINGS_ERRORS = (asyncssh.KeyImportError, ValueError)
-DEFAULT_SSH_PORT = 22
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -135,13 +128,27 @@ def _parsed_known_hosts(path: str) -> asyncssh.SSHKnownHosts:
     return cached[1]
 
 
-def _ssh_config(target: SSHTarget, local_user: str) -> SSHConfig:
-    """~/.ssh/config for this host, read as asyncssh's connect() reads it (config=(): the file if
-    it is readable) with what the inventory sets (user, port) passed the same way."""
-    path = Path("~", ".ssh", "config").expanduser()
-    paths = [path] if os.access(path, os.R_OK) else []
-    return SSHClientConfig.load(None, paths, False, False, False, local_user, target.user or (),
-                                target.address, target.port or ())
+_CONFIG_MENTIONS: dict[str, tuple[tuple[int, int], bool]] = {}
+
+
+def _config_may_set_ciphers() -> bool:
+    """Can ~/.ssh/config (what asyncssh reads with config=()) set Ciphers for some host? Only
+    if it says `Ciphers`, or `Include`s another file; read once per version of the file."""
+    path = os.path.expanduser("~/.ssh/config")
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False  # no config: asyncssh reads none either
+    version = (st.st_size, st.st_mtime_ns)
+    cached = _CONFIG_MENTIONS.get(path)
+    if cached is None or cached[0] != version:
+        try:
+            text = Path(path).read_bytes().decode("utf-8", "replace").lower()
+        except OSError:
+            return True  # unreadable here: let asyncssh decide, as before
+        cached = (version, "ciphers" in text or "include" in text)
+        _CONFIG_MENTIONS[path] = cached
+    return cached[1]
 
 
 _IDENTITIES: dict[str, tuple[tuple[tuple[int, int] | None, ...], Sequence[asyncssh.SSHKeyPair]]] = {}
@@ -253,6 +260,7 @@ class SSHTransport:
         self._where = Endpoint.of(target)
         self._known_entries = 0
         self._presented: asyncssh.SSHKey | None = None
+        self._host_key_algs: list[str] | None = None
 
     @property
     def label(self) -> str:
@@ -268,32 +276,23 @@ class SSHTransport:
 
     async def _connect_with_retries(self) -> asyncssh.SSHClientConnection:
         try:
-            settings = self._settings()
+            options = await self._options()
             async for attempt in connect_retrying(retry_if_exception(_is_transient), self.attempts):
                 with attempt:
-                    # config=(): ~/.ssh/config, read by connect() as _settings read it
-                    conn = await asyncssh.connect(self.target.address, self.target.port or (), config=(), **settings)
+                    # the inventory's address and port again: connect() re-reads them over `options`
+                    conn = await asyncssh.connect(self.target.address, self.target.port or (), options=options,
+                                                  server_host_key_algs=self._host_key_algs or ())
                     coalesce_writes(conn)
                     return conn
         except HostError:
             raise
-        except _SETTINGS_ERRORS as exc:
-            raise HostError(f"{self.target.name}: bad SSH settings: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - every failure becomes a readable HostError
             raise asyncssh_failure(exc, self._where, known_entries=self._known_entries, presented=self._presented,
                                    timeout=self.target.connect_timeout, attempts=self.attempts) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _settings(self) -> dict[str, Any]:
-        """connect()'s arguments for this host, and where it connects to (for messages), known
-        from ~/.ssh/config as connect() reads it. Not a set of options built here and rebuilt by
-        connect(): asyncssh builds them (~0.6 ms of CPU, in a thread) once per host, not twice."""
+    async def _options(self) -> asyncssh.SSHClientConnectionOptions:
         target = self.target
-        try:
-            local_user = getpass.getuser()
-            config = _ssh_config(target, local_user)
-        except (OSError, KeyError, ValueError) as exc:
-            raise HostError(f"{target.name}: bad SSH settings: {exc}") from None
         kwargs: dict[str, Any] = {
             "known_hosts": self._match_known_hosts,
             "client_factory": lambda: _Client(self),
@@ -302,33 +301,36 @@ class SSHTransport:
             "request_pty": False,
         }
         # Set in the inventory: wins over ~/.ssh/config. Unset: asyncssh takes the config's.
+        if target.port:
+            kwargs["port"] = target.port
         if target.user:
             kwargs["username"] = target.user
+        identity = os.path.expanduser(target.identity_file) if target.identity_file else None
         # asyncssh's default puts chacha20-poly1305 first, which costs it about twice the CPU
         # of AES-GCM (AES-NI): a 2 GB deploy took 14.5 s instead of 10.1 s. A `Ciphers` of
-        # ~/.ssh/config still wins.
-        if not config.get("Ciphers"):
+        # ~/.ssh/config still wins: when the config may set one, the options are built twice
+        # (once to read it); when it cannot, once, with AES-GCM first (a fleet pays it per host).
+        may_set_ciphers = _config_may_set_ciphers()
+        if not may_set_ciphers:
             kwargs["encryption_algs"] = _gcm_first()
-        identity = os.path.expanduser(target.identity_file) if target.identity_file else None
-        if identity:
-            try:
+        try:
+            if identity:
                 kwargs["client_keys"] = _identity_keys(identity)
-            except (OSError, asyncssh.KeyImportError, ValueError) as exc:
-                raise HostError(f"{target.name}: bad SSH settings: {exc}") from None
-        hostname = str(config.get("Hostname", target.address))
-        port = int(target.port or config.get("Port", DEFAULT_SSH_PORT))  # type: ignore[call-overload]
-        user = str(target.user or config.get("User") or local_user)
+            options: asyncssh.SSHClientConnectionOptions = await asyncssh.SSHClientConnectionOptions.construct(
+                None, config=(), host=target.address, **kwargs)  # config=(): ~/.ssh/config, as connect() does
+            if may_set_ciphers and not options.config.get("Ciphers"):
+                # Through construct(): connect() rebuilds the options from their kwargs.
+                options = await asyncssh.SSHClientConnectionOptions.construct(options, encryption_algs=_gcm_first())
+        except (OSError, asyncssh.KeyImportError, ValueError) as exc:
+            raise HostError(f"{target.name}: bad SSH settings: {exc}") from None
         if not target.known_hosts:  # the inventory names none: ~/.ssh/config's, as OpenSSH reads it
-            files: list[str] = list(config.get("UserKnownHostsFile") or [])  # type: ignore[call-overload]
-            configured = [_known_hosts_path(f, user) for f in files]
+            files: list[str] = list(options.config.get("UserKnownHostsFile") or [])  # type: ignore[call-overload]
+            configured = [_known_hosts_path(f, options.username) for f in files]
             if configured:
                 self.known_hosts, self._known_files = configured[0], configured
-        self._where = Endpoint(target.name, hostname, port, user, self.known_hosts)
-        if not config.get("HostKeyAlgorithms"):
-            algs = self._preferred_host_key_algs(hostname, port)
-            if algs:
-                kwargs["server_host_key_algs"] = algs
-        return kwargs
+        self._where = Endpoint(target.name, options.host, options.port, options.username, self.known_hosts)
+        self._host_key_algs = self._preferred_host_key_algs(options)
+        return options
 
     def _known(self, host: str, addr: str, port: int | None) -> tuple[list[Any], list[Any], list[Any]]:
         keys: list[Any] = []
@@ -352,14 +354,17 @@ class SSHTransport:
         self._known_entries = len(keys) + len(ca_keys)
         return keys, ca_keys, revoked
 
-    def _preferred_host_key_algs(self, hostname: str, port: int) -> list[str] | None:
+    def _preferred_host_key_algs(self, options: asyncssh.SSHClientConnectionOptions) -> list[str] | None:
         """As OpenSSH does: the key types known_hosts holds for the host first, then every other.
 
         asyncssh alone offers only the known types, so a host that now has a key of another
         type fails the handshake ("connection lost", retried); this way it presents that key
         and is refused as a changed key, with the message that says what to do.
         """
-        keys, ca_keys, _ = self._known(hostname, "", port if port != DEFAULT_SSH_PORT else None)  # by name (or IP)
+        if options.config.get("HostKeyAlgorithms"):
+            return None
+        port = options.port if options.port != 22 else None
+        keys, ca_keys, _ = self._known(options.host, "", port)  # no address yet: by name (or IP literal)
         if not keys or ca_keys:
             return None
         first: list[bytes] = []

@@ -556,9 +556,9 @@ def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root, monkey
     real_connect = ssh_module.asyncssh.connect
     limits: list[float] = []
 
-    async def connect(*args, connect_timeout, **kwargs):
-        limits.append(connect_timeout)
-        return await real_connect(*args, connect_timeout=connect_timeout, **kwargs)
+    async def connect(*args, options, **kwargs):
+        limits.append(options.connect_timeout)
+        return await real_connect(*args, options=options, **kwargs)
 
     monkeypatch.setattr(ssh_module.asyncssh, "connect", connect)
     with silent_port() as silent:
@@ -607,47 +607,3 @@ def test_transport_host_key_types(fleet: Fleet, sshd_root) -> None:
     with pytest.raises(HostKeyRefused, match="HOST KEY CHANGED: the host presented ssh-ed25519"):
         asyncio.run(spawn(_spec(fleet, rekeyed, stale)))
     assert _connections(rekeyed) == before + 1  # refused at once, not retried as a lost connection
-
-
-def test_connection_options_are_built_once_a_host(fleet: Fleet, sshd_root, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """asyncssh builds a connection's options (~0.6 ms of CPU) once per host, with or without a
-    ~/.ssh/config; the config still applies (HostName, Port: the connection reaches the host)."""
-    import asyncssh
-
-    from patchkit.transport.ssh import SSHTransport
-    from patchkit.transport.ssh_common import SSHTarget
-
-    server = fleet.servers[0]
-    known = fleet.write_known_hosts(sshd_root / "once_known_hosts", [server])
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    built: list[str] = []
-    real_prepare = asyncssh.SSHClientConnectionOptions.prepare
-
-    def prepare(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        built.append(kwargs.get("host", ""))
-        return real_prepare(self, *args, **kwargs)
-
-    monkeypatch.setattr(asyncssh.SSHClientConnectionOptions, "prepare", prepare)
-
-    async def spawn(spec: SSHTarget) -> int:
-        transport = SSHTransport(spec)
-        try:
-            streams = await transport.spawn(["true"])
-            await streams.close()
-            return transport.exec_requests
-        finally:
-            await transport.close()
-
-    assert asyncio.run(spawn(_spec(fleet, server, known))) == 1
-    assert built == ["127.0.0.1"]
-    (home / ".ssh" / "config").write_text(f"Host once\n  HostName 127.0.0.1\n  Port {server.port}\n"
-                                          "  Ciphers aes256-ctr\n")
-    built.clear()
-    aliased = SSHTarget(name="once", address="once", user="root", identity_file=str(fleet.client_key),
-                        known_hosts=str(known))
-    assert asyncio.run(spawn(aliased)) == 1
-    assert built == ["once"]
