@@ -501,3 +501,24 @@ def test_a_file_refused_before_its_bytes_are_read_does_not_derail_the_files_behi
     assert "not-a-folder" in error, error
     assert landed["path"] == str(tmp_path / "dest" / "second.bin")
     assert (tmp_path / "dest" / "second.bin").read_bytes() == second.read_bytes()
+
+
+def test_a_manifest_whose_hashes_are_all_cached_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A no-op redeploy's manifest is read-only on the host: the hash cache is written when it
+    learnt something (the first manifest, a changed file), not on every plan."""
+    dest, cache = tmp_path / "dest", tmp_path / "state" / "hashcache.json"
+    dest.mkdir()
+    (dest / "a.bin").write_bytes(b"a" * 5000)
+    saved: list[int] = []
+    real = transfer._save_cache
+
+    def counted(cache_file: str, entries: dict) -> None:
+        saved.append(len(entries))
+        real(cache_file, entries)
+
+    monkeypatch.setattr(transfer, "_save_cache", counted)
+    first = transfer.op_manifest(str(dest), str(cache))
+    again = transfer.op_manifest(str(dest), str(cache))
+    assert first == again and saved == [1], saved
+    (dest / "a.bin").write_bytes(b"b" * 6000)  # changed: re-hashed, and the cache learns it
+    assert transfer.op_manifest(str(dest), str(cache))["files"]["a.bin"]["size"] == 6000 and saved == [1, 1]

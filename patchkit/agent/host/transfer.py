@@ -74,6 +74,7 @@ def op_manifest(dest, cache_file, verify_all=False):
     if not os.path.exists(dest):
         return {"exists": False, "is_dir": False, "files": {}, "parts": parts, "dest": dest}
     cache = _load_cache(cache_file)
+    known = dict(cache)
     files = {}
     if os.path.isfile(dest):
         st = os.stat(dest)
@@ -95,7 +96,8 @@ def op_manifest(dest, cache_file, verify_all=False):
                 rel = os.path.relpath(path, dest).replace(os.sep, "/")
                 files[rel] = {"size": st.st_size, "sha256": _cached_sha(cache, path, st, verify_all),
                               "mode": stat.S_IMODE(st.st_mode)}
-    _save_cache(cache_file, cache)
+    if cache != known:  # a no-op redeploy (every hash known) writes nothing on the host
+        _save_cache(cache_file, cache)
     return {"exists": True, "is_dir": os.path.isdir(dest), "files": files, "parts": parts, "dest": dest}
 
 
