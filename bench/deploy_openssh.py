@@ -35,14 +35,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from deploy_bench import (  # noqa: E402 - after the path set-up, as deploy_bench does
     DEFAULT_CIPHER,
-    TIMELINE,
     Bench,
     Run,
     artifact,
@@ -133,48 +131,6 @@ class OpenSSHBench(Bench):
         return super().run(tool, mode, argv, env)
 
 
-def noop_breakdown(bench: OpenSSHBench, tools: list[str], runs: int) -> dict[str, list[dict[str, Any]]]:
-    """Where a no-op redeploy's time goes, beside what any SSH exec costs on this machine.
-
-    Each row is `runs` runs, timed from spawn to exit with its client CPU (rusage) and the host
-    side's CPU by process: a bare `ssh HOST true` (login, root's shell; the floor of any tool
-    that execs over SSH), `ssh HOST python3 -c pass` (plus the agent's interpreter), `patchkit
-    --version` (the control side's interpreter and CLI), and the no-op itself in-process, timed
-    per agent request (the moment the first request is sent is after start-up, connect and the
-    agent's bootstrap)."""
-    python = Path(bench.patchkit[0]).parent / "python"
-    python = python if python.exists() else Path(sys.executable)
-    ssh = ["ssh", "-F", str(bench.ssh_config), "bench"]
-    rows: dict[str, tuple[str, list[str]]] = {
-        "ssh HOST true": ("scp", [*ssh, "true"]),
-        "ssh HOST /usr/bin/python3 -c pass": ("scp", [*ssh, "/usr/bin/python3", "-c", "pass"]),
-        "patchkit --version": ("patchkit", [*bench.patchkit, "--version"]),
-    }
-    for tool in tools:
-        if tool in ("patchkit", OSSH):
-            rows[f"{tool} no-op (timeline)"] = (tool, [str(python), "-c", TIMELINE,
-                                                       *bench.argv(tool)[len(bench.patchkit):]])
-    out: dict[str, list[dict[str, Any]]] = {}
-    for name, (tool, argv) in rows.items():
-        for _ in range(runs):
-            run, _stdout = bench.run(tool, "noop-breakdown", argv=argv)
-            bench.runs.remove(run)
-            row = {"wall_s": run.seconds, "client_cpu_s": run.client_cpu, "host": run.host_split}
-            err = (bench.work / "last.err").read_text()
-            if "TIMELINE " in err:
-                data = json.loads(err[err.rindex("TIMELINE ") + len("TIMELINE "):].splitlines()[0])
-                row["in_process_end_s"] = round(data["end"], 3)
-                row["ops_sent_answered_s"] = [(e[1], None if e[3] is None else round(e[3], 3), round(e[4], 3))
-                                              for e in data["events"] if e[0] == "op"]
-            out.setdefault(name, []).append(row)
-        walls = [r["wall_s"] for r in out[name]]
-        print(f"no-op breakdown, {name}: median {median(walls):.3f} s wall, client CPU "
-              f"{median([r['client_cpu_s'] for r in out[name]]):.2f} s, host {out[name][len(walls) // 2]['host']}"
-              + (f", requests {out[name][len(walls) // 2]['ops_sent_answered_s']}"
-                 if "ops_sent_answered_s" in out[name][0] else ""))
-    return out
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
@@ -190,8 +146,6 @@ def main() -> None:
                                     "in the same rounds: before/after ratios from one run")
     p.add_argument("--shard-mib", type=int, default=682, help="MiB per shard, 3 shards (default 682: ~2 GiB in all)")
     p.add_argument("--noop-runs", type=int, default=0, help="no-op redeploys per patchkit contender, after the fresh runs")
-    p.add_argument("--noop-breakdown", type=int, default=0, metavar="RUNS",
-                   help="after everything else: a no-op's pieces beside a bare ssh exec, RUNS runs each")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tools = [t for t in args.tools.split(",") if t] + ([BEFORE] if args.before else [])
@@ -244,11 +198,9 @@ def main() -> None:
             noop = [r.seconds for r in bench.runs if r.tool == tool and r.mode == "noop"]
             if noop:
                 print(f"no-op redeploy, {tool}: median {median(noop):.2f} s ({' / '.join(f'{s:.2f}' for s in noop)})")
-        pieces = noop_breakdown(bench, tools, args.noop_breakdown) if args.noop_breakdown else None
         if args.json_out:
-            Path(args.json_out).write_text(json.dumps({"ciphers": ciphers, "runs": [r.__dict__ for r in bench.runs],
-                                                       "discarded": [r.__dict__ for r in bench.discarded],
-                                                       "noop_breakdown": pieces}, indent=1))
+            Path(args.json_out).write_text(json.dumps({"ciphers": ciphers, "runs": [r.__dict__ for r in bench.runs]},
+                                                      indent=1))
     finally:
         stop_and_clean(host, bench, tools)
 
