@@ -287,6 +287,7 @@ class Bench:
     quiet_max_s: float = 60.0  # before each run: wait up to this long for < 0.3 busy cores
     noisy_limit: float = 0.6  # other CPU per second of run above this: the run is redone (once)
     retries: int = 1
+    settle_s: float = 3.0  # after the wipe: a scratch file of the artifact's size written, deleted, then this wait
     patchkit_cipher_configured: bool = True  # False: no Ciphers in patchkit's ~/.ssh/config (its own default)
 
     # paths ---------------------------------------------------------------
@@ -409,6 +410,28 @@ class Bench:
         if tool == "patchkit":
             shutil.rmtree(self.state, ignore_errors=True)
         os.sync()
+        self.settle_memory()
+
+    def settle_memory(self) -> None:
+        """Every contender's fresh run starts with the host's memory in one state.
+
+        This machine is a VM with free page reporting: memory freed in the guest goes back to the
+        hypervisor about 2 s later, and the first write to such a page faults it back in, which
+        the writer pays inside its copy into the page cache (bench/DEPLOY.md). How many of a
+        run's pages are new then depends on what the run before it freed, and when. So: allocate
+        and free an artifact-sized file's pages here, and wait until they have been reported
+        back, whatever ran before. Off with settle_s = 0."""
+        if self.settle_s <= 0:
+            return
+        scratch = self.host.root / "settle-scratch.bin"
+        block = b"\0" * (8 << 20)
+        with open(scratch, "wb") as f:
+            for _ in range(0, self.total, len(block)):
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+        scratch.unlink()
+        time.sleep(self.settle_s)
 
     def run(self, tool: str, mode: str, argv: list[str] | None = None, env: dict[str, str] | None = None) -> tuple[Run, str]:
         argv = argv or self.argv(tool)
@@ -802,6 +825,9 @@ def main() -> None:
     p.add_argument("--no-wait", action="store_true")
     p.add_argument("--quiet-wait", type=float, default=60,
                    help="before each run, wait up to this long for the machine to be idle (default 60 s)")
+    p.add_argument("--settle-s", type=float, default=3.0,
+                   help="before each fresh run: write and delete an artifact-sized scratch file, then wait this "
+                        "long (free page reporting; 0: off, as before 2026-12-02)")
     p.add_argument("--noisy-limit", type=float, default=0.6,
                    help="redo a run (once) when other work used more than this many cores on average (default 0.6)")
     p.add_argument("--no-cold", action="store_true", help="skip the cold-cache patchkit run")
@@ -826,7 +852,7 @@ def main() -> None:
     work = Path(args.workdir)
     host = fresh_host(work, "patchkit-deploy-bench")
     bench = Bench(work, src, hashes, total, host, args.cipher, patchkit_argv(args.patchkit),
-                  quiet_max_s=args.quiet_wait, noisy_limit=args.noisy_limit,
+                  quiet_max_s=args.quiet_wait, noisy_limit=args.noisy_limit, settle_s=args.settle_s,
                   patchkit_cipher_configured=not args.patchkit_default_cipher)
     waited, quiet = (0.0, True) if args.no_wait else wait_idle(args.max_wait)
     host.start()

@@ -139,6 +139,9 @@ def main() -> None:
     p.add_argument("--workdir", default="/tmp/patchkit-deploy-openssh")
     p.add_argument("--quiet-wait", type=float, default=30)
     p.add_argument("--json-out")
+    p.add_argument("--settle-s", type=float, default=3.0,
+                   help="before each fresh run: write and delete an artifact-sized scratch file, then wait this "
+                        "long (deploy_bench.Bench.settle_memory; 0: off, as before 2026-12-02)")
     p.add_argument("--before", help=f"another patchkit command line, run as the contender {BEFORE} (asyncssh) "
                                     "in the same rounds: before/after ratios from one run")
     p.add_argument("--shard-mib", type=int, default=682, help="MiB per shard, 3 shards (default 682: ~2 GiB in all)")
@@ -150,7 +153,8 @@ def main() -> None:
     src, hashes, total = artifact(3, args.shard_mib)
     work = Path(args.workdir)
     host = fresh_host(work, "patchkit-deploy-openssh")
-    bench = OpenSSHBench(work, src, hashes, total, host, args.cipher, patchkit_argv(), quiet_max_s=args.quiet_wait)
+    bench = OpenSSHBench(work, src, hashes, total, host, args.cipher, patchkit_argv(), quiet_max_s=args.quiet_wait,
+                         settle_s=args.settle_s)
     host.start()
     try:
         enable_sftp(host)

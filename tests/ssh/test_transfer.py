@@ -385,6 +385,66 @@ def test_where_files_cannot_be_mapped_the_spliced_bytes_are_read_back_for_the_ha
 # ---------------------------------------------------------------- a failed receive still takes its bytes
 
 
+def test_pages_are_dropped_behind_the_stream_only_once_on_disk_and_hashed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spliced: list[int]) -> None:
+    """The page cache is handed back as the file arrives (a deploy does not keep gigabytes of it),
+    never ahead of the fdatasync or of the hash (a slow hasher here): every range advised away
+    was written back and hashed before, and the file is intact."""
+    monkeypatch.setattr(transfer, "FLUSH_EVERY", 1 << 20)
+    monkeypatch.setattr(transfer, "SPLICE_HASH_STEP", 1 << 20)
+    data = os.urandom((8 << 20) + 777)
+    expected = hashlib.sha256(data).hexdigest()
+    progress = {"hashed": 0, "synced": 0}
+    real_sha256, real_fdatasync, real_fadvise = hashlib.sha256, os.fdatasync, os.posix_fadvise
+
+    class SlowSha256:
+        def __init__(self) -> None:
+            self._h = real_sha256()
+
+        def update(self, chunk: bytes) -> None:
+            time.sleep(0.01)
+            self._h.update(chunk)
+            progress["hashed"] += len(chunk)
+
+        def hexdigest(self) -> str:
+            return self._h.hexdigest()
+
+    def fdatasync(fd: int) -> None:
+        size = os.fstat(fd).st_size
+        real_fdatasync(fd)
+        progress["synced"] = max(progress["synced"], size)
+
+    dropped: list[tuple[int, int, int, int]] = []
+
+    def fadvise(fd: int, offset: int, length: int, advice: int) -> None:
+        if advice == os.POSIX_FADV_DONTNEED:
+            dropped.append((offset, offset + length, progress["synced"], progress["hashed"]))
+        real_fadvise(fd, offset, length, advice)
+
+    monkeypatch.setattr(transfer.hashlib, "sha256", SlowSha256)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    done = transfer.op_receive_file(piped_stdin(data), str(tmp_path / "dest"), "w.bin", 0, len(data), expected,
+                                    0o644, str(tmp_path / "b"), str(tmp_path / "c.json"))
+    assert done["sha256"] == expected
+    assert (tmp_path / "dest" / "w.bin").read_bytes() == data
+    assert spliced and len(dropped) >= 2, dropped  # while the stream ran, not once at the end
+    assert dropped[0][0] == 0 and all(a[1] == b[0] for a, b in zip(dropped, dropped[1:])), dropped  # in order, no gap
+    assert all(end <= synced and end <= hashed for _, end, synced, hashed in dropped), dropped
+    assert dropped[-1][1] >= len(data) - 3 * (1 << 20), dropped  # all but the last write-back's worth
+
+
+def test_without_posix_fadvise_a_deploy_lands_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      spliced: list[int]) -> None:
+    monkeypatch.setattr(transfer, "FLUSH_EVERY", 1 << 20)
+    monkeypatch.setattr(transfer, "_DONTNEED", None)  # as on hosts whose Python has no os.posix_fadvise
+    data = os.urandom(3 << 20)
+    done = transfer.op_receive_file(piped_stdin(data), str(tmp_path / "dest"), "w.bin", 0, len(data),
+                                    hashlib.sha256(data).hexdigest(), 0o644, str(tmp_path / "b"),
+                                    str(tmp_path / "c.json"))
+    assert done["sha256"] == hashlib.sha256(data).hexdigest() and (tmp_path / "dest" / "w.bin").read_bytes() == data
+
+
 def test_a_receive_that_fails_mid_stream_still_takes_all_its_bytes(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The disk fills up half way: the error is reported and the next request line is intact."""
@@ -441,3 +501,24 @@ def test_a_file_refused_before_its_bytes_are_read_does_not_derail_the_files_behi
     assert "not-a-folder" in error, error
     assert landed["path"] == str(tmp_path / "dest" / "second.bin")
     assert (tmp_path / "dest" / "second.bin").read_bytes() == second.read_bytes()
+
+
+def test_a_manifest_whose_hashes_are_all_cached_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A no-op redeploy's manifest is read-only on the host: the hash cache is written when it
+    learnt something (the first manifest, a changed file), not on every plan."""
+    dest, cache = tmp_path / "dest", tmp_path / "state" / "hashcache.json"
+    dest.mkdir()
+    (dest / "a.bin").write_bytes(b"a" * 5000)
+    saved: list[int] = []
+    real = transfer._save_cache
+
+    def counted(cache_file: str, entries: dict) -> None:
+        saved.append(len(entries))
+        real(cache_file, entries)
+
+    monkeypatch.setattr(transfer, "_save_cache", counted)
+    first = transfer.op_manifest(str(dest), str(cache))
+    again = transfer.op_manifest(str(dest), str(cache))
+    assert first == again and saved == [1], saved
+    (dest / "a.bin").write_bytes(b"b" * 6000)  # changed: re-hashed, and the cache learns it
+    assert transfer.op_manifest(str(dest), str(cache))["files"]["a.bin"]["size"] == 6000 and saved == [1, 1]

@@ -20,6 +20,7 @@ FLUSH_EVERY = 64 << 20
 HASH_QUEUE = 4  # chunks waiting for the hasher thread
 PIPE_SIZE = 1 << 20
 SPLICE_HASH_STEP = 8 << 20  # spliced bytes hashed per hasher request
+_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", None) if hasattr(os, "posix_fadvise") else None
 
 
 def _inside(root, rel):
@@ -73,6 +74,7 @@ def op_manifest(dest, cache_file, verify_all=False):
     if not os.path.exists(dest):
         return {"exists": False, "is_dir": False, "files": {}, "parts": parts, "dest": dest}
     cache = _load_cache(cache_file)
+    known = dict(cache)
     files = {}
     if os.path.isfile(dest):
         st = os.stat(dest)
@@ -94,7 +96,8 @@ def op_manifest(dest, cache_file, verify_all=False):
                 rel = os.path.relpath(path, dest).replace(os.sep, "/")
                 files[rel] = {"size": st.st_size, "sha256": _cached_sha(cache, path, st, verify_all),
                               "mode": stat.S_IMODE(st.st_mode)}
-    _save_cache(cache_file, cache)
+    if cache != known:  # a no-op redeploy (every hash known) writes nothing on the host
+        _save_cache(cache_file, cache)
     return {"exists": True, "is_dir": os.path.isdir(dest), "files": files, "parts": parts, "dest": dest}
 
 
@@ -117,8 +120,10 @@ class _Hasher:
     wait (bytes objects, never reused); `hexdigest` waits for all of them.
     """
 
-    def __init__(self, digest):
+    def __init__(self, digest, start=0, dropper=None):
         self._digest = digest
+        self._end = start  # the file offset up to which the digest has the bytes
+        self._dropper = dropper
         self._queue = queue.Queue(HASH_QUEUE)
         self._error = None
         self._thread = threading.Thread(target=self._run, name="patchkit-hasher", daemon=True)
@@ -140,8 +145,12 @@ class _Hasher:
                 try:
                     if isinstance(chunk, tuple):
                         _hash_region(self._digest, *chunk)
+                        self._end = chunk[1] + chunk[2]
                     else:
                         self._digest.update(chunk)
+                        self._end += len(chunk)
+                    if self._dropper is not None:
+                        self._dropper.hashed(self._end)
                 except Exception as exc:  # reported by hexdigest
                     self._error = exc
 
@@ -280,33 +289,84 @@ def _splice(payload, out, offset, done, flusher, hasher):
     return done
 
 
+class _PageDropper:
+    """Hands a file's page-cache pages back to the kernel once they are both on disk and hashed.
+
+    Why: a deploy is a stream of gigabytes written once. Kept in the page cache, every byte
+    takes a newly allocated page, which evicts as much of what the host had cached (on a model
+    server, the weights its next restart reads) and, on VMs that return free memory to the
+    hypervisor (free page reporting, ballooning), faults each page back in on its first write:
+    measured here as most of the agent's CPU (bench/DEPLOY.md). Dropped behind the stream, a
+    deploy cycles through about 2 x FLUSH_EVERY of pages however large the file is. The cost:
+    the deployed file is read from disk by whoever loads it next (vLLM after its restart: one
+    sequential read, small beside the restart) and that read is of what is on disk.
+    Integrity does not depend on it: only pages already hashed are dropped (the hash is of the
+    bytes that landed, read back from the file, and checked before the rename as before), and
+    POSIX_FADV_DONTNEED never discards a dirty page. Advice only: where the call is missing
+    (not Linux, Python builds without it) or fails, nothing is dropped and nothing else changes.
+    """
+
+    def __init__(self, fd, start):
+        self._fd = fd
+        self._dropped = self._synced = self._hashed = start
+        self._lock = threading.Lock()  # called from the flusher and the hasher thread
+
+    def synced(self, end):
+        with self._lock:
+            self._synced = max(self._synced, end)
+            self._drop()
+
+    def hashed(self, end):
+        with self._lock:
+            self._hashed = max(self._hashed, end)
+            self._drop()
+
+    def _drop(self):
+        end = min(self._synced, self._hashed)
+        if _DONTNEED is None or end <= self._dropped:
+            return
+        try:
+            os.posix_fadvise(self._fd, self._dropped, end - self._dropped, _DONTNEED)
+        except OSError:
+            return
+        self._dropped = end
+
+
 class _Flusher:
     """Writes a file's data back to disk while the rest of it still arrives.
 
     Each time another FLUSH_EVERY bytes were written, an fdatasync starts in a thread (unless
     the last one still runs). It releases the GIL, so writeback overlaps the stream and the
-    fsync before the rename only has the tail left to flush.
+    fsync before the rename only has the tail left to flush. What it made durable is told to
+    the dropper (the file offset written up to when the fdatasync started).
     """
 
-    def __init__(self, fd):
+    def __init__(self, fd, start=0, dropper=None):
         self._fd = fd
         self._every = FLUSH_EVERY
         self._unflushed = 0
+        self._written = start  # file offset the data written so far reaches
+        self._dropper = dropper
         self._thread = None
         self._error = None
 
     def wrote(self, n):
         self._unflushed += n
+        self._written += n
         if self._unflushed >= self._every and (self._thread is None or not self._thread.is_alive()):
             self._unflushed = 0
-            self._thread = threading.Thread(target=self._flush, name="patchkit-flusher", daemon=True)
+            self._thread = threading.Thread(target=self._flush, args=(self._written,), name="patchkit-flusher",
+                                            daemon=True)
             self._thread.start()
 
-    def _flush(self):
+    def _flush(self, end):
         try:
             getattr(os, "fdatasync", os.fsync)(self._fd)
         except OSError as exc:
             self._error = exc
+            return
+        if self._dropper is not None:
+            self._dropper.synced(end)
 
     def wait(self):
         """Before the fd is closed (a late fdatasync would hit whatever file reuses it)."""
@@ -429,8 +489,9 @@ def _fill_part(payload, folder_fd, part_name, resuming, offset, length, rel):
                     break
                 digest.update(block)
                 remaining_prefix -= len(block)
-        flusher = _Flusher(f.fileno())
-        hasher = _Hasher(digest)
+        dropper = _PageDropper(f.fileno(), offset)
+        flusher = _Flusher(f.fileno(), offset, dropper)
+        hasher = _Hasher(digest, offset, dropper)
         try:
             f.truncate(offset)
             f.seek(offset)
