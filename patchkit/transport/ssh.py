@@ -42,7 +42,7 @@ from tenacity import retry_if_exception
 from patchkit.errors import HostError
 from patchkit.logs import get_logger
 from patchkit.transport.asyncssh_aead import leaner_aead_sends
-from patchkit.transport.asyncssh_quiet import quiet_packet_logging
+from patchkit.transport.asyncssh_quiet import quiet_log_calls, quiet_packet_logging
 from patchkit.transport.base import NoFileSplice
 from patchkit.transport.coalesce import coalesce_writes
 from patchkit.transport.ssh_common import (
@@ -60,6 +60,7 @@ from patchkit.transport.ssh_common import (
 
 log = get_logger("patchkit")
 quiet_packet_logging()
+quiet_log_calls()
 leaner_aead_sends()
 
 # Connection set-up failures worth another attempt. Everything else (host key, auth,

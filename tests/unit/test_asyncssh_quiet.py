@@ -4,6 +4,8 @@ No connection: the packet logger is called as asyncssh calls it for every packet
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -64,3 +66,14 @@ def test_other_lines_become_text_only_when_their_level_is_logged(caplog: pytest.
         logger.info("Opening %s", [arg])
     assert arg.made == 1
     assert any(r.getMessage() == "[conn=1] Opening channel 7" for r in caplog.records)
+
+
+def test_the_ssh_transport_installs_both_quiet_loggers() -> None:
+    """What the tests above check is what a run gets: importing the SSH transport, in a process
+    of its own (the tests above install them themselves), puts both in place."""
+    probe = ("import patchkit.transport.ssh, asyncssh.logging, asyncssh.packet\n"
+             "print(getattr(asyncssh.logging.SSHLogger.__dict__['log'], 'patchkit_quiet', False),"
+             " getattr(asyncssh.packet.SSHPacketLogger.__dict__['_log_packet'], 'patchkit_quiet', False))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"], out.stdout
