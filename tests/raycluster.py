@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from ray.cluster_utils import Cluster
 from tests.helpers import Sandbox, make_sandbox
 
 LOOPBACK = "127.0.0.1"
+FAULTS = Path(__file__).resolve().parent / "ray_faults"  # sitecustomize.py: a Ray Client server that dies
 
 
 @dataclass
@@ -60,15 +62,20 @@ class LocalCluster:
 
     def __init__(self, root: Path, letters: Iterable[str] = ("a", "b", "c"), num_cpus: int = 1,
                  client_port: int | None = None) -> None:
-        """client_port: the head also serves Ray Client there (`ray://127.0.0.1:PORT`)."""
+        """client_port: the head also serves Ray Client there (`ray://127.0.0.1:PORT`); while the
+        file `client_server_fault` exists, the head's next Ray Client server dies at its start
+        (every one, if the file says `always`: tests/ray_faults/sitecustomize.py)."""
         letters = list(letters)
         self.root = root
+        self.client_server_fault = root / "client-server-fault"
         head: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": False,
                                 "resources": {f"node_{letters[0]}": 1}}
         if client_port is not None:
             head["ray_client_server_port"] = client_port
         self.client_address = f"ray://{LOOPBACK}:{client_port}" if client_port else None
-        self.cluster = Cluster(initialize_head=True, head_node_args=head)
+        with _head_environment({"PYTHONPATH": str(FAULTS),
+                                "PATCHKIT_TEST_CLIENT_SERVER_FAULT": str(self.client_server_fault)}):
+            self.cluster = Cluster(initialize_head=True, head_node_args=head)
         self.session_dir = self.cluster.head_node.get_session_dir_path()
         raylets = {letters[0]: self.cluster.head_node}
         for letter in letters[1:]:
@@ -147,6 +154,21 @@ class LocalCluster:
         while (left := self.processes()) and time.monotonic() < deadline:
             time.sleep(0.5)
         return left
+
+
+@contextmanager
+def _head_environment(extra: dict[str, str]) -> Iterator[None]:
+    """`extra` in the environment the head's processes start with, and only theirs."""
+    saved = {key: os.environ.get(key) for key in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 _shared: list[LocalCluster] = []  # the one cluster of this run, while a module uses it

@@ -11,7 +11,9 @@ is named with its reason, as pod selectors do. Reading `ray.nodes()` is pure (`n
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -19,11 +21,16 @@ from typing import Any
 
 from patchkit.errors import HostError
 from patchkit.inventory import Defaults, HostSpec
+from patchkit.logs import get_logger
 from patchkit.raygroup import NodeFilter, RayGroup, RayNodes, node_address
 
 RAY_MISSING = "Ray is not installed on this machine: pip install 'patchkit[ray]' (the Ray transport needs it)"
 REACH_TIMEOUT_S = 10.0
+CLIENT_INIT_TIMEOUT_S = 45.0
+CLIENT_INIT_TRIES = 2
 SHORT_ID = 8  # digits of a node id in a host's name
+
+log = get_logger("patchkit")
 
 
 def import_ray(where: str) -> ModuleType:
@@ -62,12 +69,86 @@ def connect(cluster: str, where: str) -> ModuleType:
     if not ray.is_initialized():
         _reachable(cluster, where)
         try:
-            ray.init(address=cluster, logging_level=logging.ERROR, log_to_driver=False)
+            if cluster.startswith("ray://"):
+                _client_init(ray, cluster)
+            else:
+                ray.init(address=cluster, logging_level=logging.ERROR, log_to_driver=False)
         except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
             text = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
             raise HostError(f"{where}: cannot connect to the Ray cluster at {cluster}: {text}") from None
     _Connection.cluster = cluster
     return ray
+
+
+class _ClientServerFailed(ConnectionError):
+    """The head's Ray Client server for this process did not start (unanswered, or said so)."""
+
+
+def client_init_timeout() -> float:
+    """Seconds Ray Client's first answer may take (PATCHKIT_RAY_CLIENT_TIMEOUT_S; it comes in
+    2-3 s on an idle head: the head starts a server process for each client)."""
+    try:
+        return max(1.0, float(os.environ.get("PATCHKIT_RAY_CLIENT_TIMEOUT_S", CLIENT_INIT_TIMEOUT_S)))
+    except ValueError:
+        return CLIENT_INIT_TIMEOUT_S
+
+
+def _client_init(ray: ModuleType, cluster: str) -> None:
+    """`ray.init` through Ray Client, bounded, with one more try on a new client.
+
+    The head starts a server process for every client. When that process dies at its start
+    (seen about once in twenty connects on a loaded head: "SpecificServer startup failed"),
+    Ray's client waits for the answer to its Init forever (Ray 2.60) or says "Initialization
+    failure from server". A new client gets a new server process, so one more try is worth it."""
+    timeout = client_init_timeout()
+    for attempt in range(1, CLIENT_INIT_TRIES + 1):
+        try:
+            _one_client_init(ray, cluster, timeout)
+            return
+        except _ClientServerFailed as exc:
+            if attempt == CLIENT_INIT_TRIES or not _fresh_client_context():
+                raise _ClientServerFailed(f"{exc} (tried {attempt} times; the head's logs: "
+                                          "ray_client_server*.err)") from None
+            log.warning("ray.client_retry", cluster=cluster, reason=str(exc))
+
+
+def _fresh_client_context() -> bool:
+    """Give this process a new Ray Client context for another try; False if this Ray's client
+    is not laid out as expected (then there is no other try). The stuck one is left to its
+    daemon thread: closing it waits for the head's streams, a minute or more."""
+    try:
+        import ray.util.client
+    except ImportError:
+        return False
+    client_module: Any = ray.util.client
+    if not all(hasattr(client_module, name) for name in ("_default_context", "_ClientContext", "ray")):
+        return False
+    fresh = client_module._ClientContext()
+    client_module._default_context = fresh  # threads that have none yet (the next try's) take it
+    client_module.ray.set_context(fresh)  # and this one, which makes the run's Ray calls
+    return True
+
+
+def _one_client_init(ray: ModuleType, cluster: str, timeout: float) -> None:
+    outcome: list[BaseException | None] = []
+
+    def init() -> None:
+        try:
+            ray.init(address=cluster, logging_level=logging.ERROR, log_to_driver=False)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=init, name="patchkit-ray-client-init", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise _ClientServerFailed(f"the Ray Client server did not answer within {timeout:g} s")
+    error = outcome[0] if outcome else None
+    if isinstance(error, ConnectionAbortedError) and "Initialization failure" in str(error):
+        raise _ClientServerFailed("the Ray Client server failed to start")
+    if error is not None:
+        raise error
 
 
 @dataclass(frozen=True)
