@@ -187,6 +187,21 @@ def _main(argv: Sequence[str] | None) -> int:
     return code
 
 
+def _without_pydantic_plugins() -> None:
+    """patchkit's models run without pydantic plugins, as if none were installed beside it.
+
+    pydantic hands a plugin every value a model validates (a recipe's and an inventory's
+    secrets among them: telemetry plugins record them), and finds plugins by reading the
+    entry points of every installed distribution when the first model is built: ~20 ms of
+    every command's start with ~90 distributions installed (bench/README.md, issue 27).
+    pydantic's own switch is an environment variable, which the targets a local run starts
+    would inherit; this one stays in this process. Before any model is built."""
+    from pydantic.plugin import _loader
+
+    if getattr(_loader, "_plugins", {}) is None:  # not looked for yet (pydantic 2.5 to 2.14 alike)
+        _loader._plugins = {}
+
+
 def _command_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """Options may come before the command (`patchkit -v plan R`): they are moved after it,
     where the command's own parser reads them. A value an option takes is never the command."""
@@ -212,6 +227,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         sys.stdout.write(script(_parser(), args.shell))
         return EXIT_OK
+    _without_pydantic_plugins()
     if args.command == "schema":
         if args.report:
             from patchkit.results import RunReport
