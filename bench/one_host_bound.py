@@ -10,7 +10,11 @@ One loopback sshd host (bench/fleet.py). Each round, in rotating order, after a 
 - `apply`: a fresh `patchkit apply`, run in a wrapper that notes when the first TCP connect to
   the host starts (`contact`) and when the process ends (`end`);
 - `floor`: the hand-written one-exec `ssh` of run_bench.py (FLOOR);
-- `ssh`: `ssh HOST 'echo ok'`, what any one-exec tool pays before its work.
+- `ssh`: `ssh HOST 'echo ok'`, what any one-exec tool pays before its work;
+- `warm`: the same apply with asyncssh (as `transport/asyncssh_import.py` imports it)
+  imported before the clock starts: what a second process started with the command, doing
+  the SSH side while the first validates, would take off the path (its relay not counted).
+  Its figure is the wrapper's own end mark plus the interpreter's start as `apply` measures it.
 The bound is what a fresh apply would take if nothing but the validation came before the
 first byte: validate + (end - contact). Medians; nothing here is a timed test.
 """
@@ -37,7 +41,9 @@ from run_bench import FLOOR, IMPORT_CHECK, RECIPE  # noqa: E402
 
 # The CLI in this process, with the first TCP connect and the exit noted on stderr.
 CONTACT_WRAPPER = """
-import asyncio.base_events, atexit, sys, time
+import asyncio.base_events, atexit, os, sys, time
+if os.environ.get("BOUND_WARM"):
+    import patchkit.transport.asyncssh_import  # asyncssh, as the SSH side imports it (not our models)
 t0 = time.perf_counter()
 real = asyncio.base_events.BaseEventLoop.create_connection
 async def noted(self, *a, **k):
@@ -81,22 +87,28 @@ def main() -> None:
                "-i", str(fleet.client_key), "-p", str(host.port), "-l", "root", "127.0.0.1"]
         floor = FLOOR.format(file=shlex.quote(str(host.target)), python=shlex.quote(str(host.python)),
                              module=IMPORT_CHECK)
-        runs: dict[str, list[float]] = {k: [] for k in ("validate", "contact", "apply", "after_contact", "floor", "ssh")}
-        kinds = ["validate", "apply", "floor", "ssh"]
+        runs: dict[str, list[float]] = {k: [] for k in ("validate", "contact", "apply", "after_contact", "floor", "ssh",
+                                                        "start", "warm")}
+        kinds = ["validate", "apply", "floor", "ssh", "warm"]
         for round_ in range(args.rounds + 1):  # round 0 warms the page cache and bytecode, untimed
             for kind in kinds[round_ % len(kinds):] + kinds[:round_ % len(kinds)]:
                 fleet.reset(fleet.hosts)
                 wait_for_quiet(args.quiet_wait)
                 if kind == "validate":
                     took, _, err, code = timed([args.python, "-m", "patchkit", "validate", str(RECIPE)], env)
-                elif kind == "apply":
+                elif kind in ("apply", "warm"):
                     took, out, err, code = timed([args.python, "-c", CONTACT_WRAPPER, "apply", str(RECIPE),
-                                                  "-i", str(inventory), "--json"], env)
+                                                  "-i", str(inventory), "--json"],
+                                                 {**env, "BOUND_WARM": "1"} if kind == "warm" else env)
                     marks = dict(line.split() for line in err.splitlines() if line.startswith(("contact ", "end ")))
                     assert code == 0 and json.loads(out)["hosts"][host.name]["status"] == "changed", err
-                    if round_:
+                    if round_ and kind == "apply":
                         runs["contact"].append(float(marks["contact"]))
                         runs["after_contact"].append(float(marks["end"]) - float(marks["contact"]))
+                        runs["start"].append(took - float(marks["end"]))  # the interpreter's start (and exit)
+                    elif round_:
+                        runs["warm"].append(float(marks["end"]))
+                        continue
                 elif kind == "floor":
                     took, out, err, code = timed(ssh + [floor], env)
                     assert out.strip() == "changed", (out, err)
@@ -106,10 +118,12 @@ def main() -> None:
                 if round_:
                     runs[kind].append(took)
         med = {k: statistics.median(v) for k, v in runs.items()}
+        med["warm"] += med["start"]
         bound = med["validate"] + med["after_contact"]
         print(f"one loopback host, medians of {args.rounds} rounds (seconds):")
-        for k in ("validate", "contact", "after_contact", "apply", "floor", "ssh"):
-            print(f"  {k:14s} {med[k]:.3f}" + (f"   ({med[k] / med['floor']:.2f}x the floor)" if k in ("apply", "validate") else ""))
+        for k in ("validate", "contact", "after_contact", "apply", "warm", "floor", "ssh"):
+            shown = k in ("apply", "validate", "warm")
+            print(f"  {k:14s} {med[k]:.3f}" + (f"   ({med[k] / med['floor']:.2f}x the floor)" if shown else ""))
         print(f"  apply / floor                {med['apply'] / med['floor']:.2f}")
         print(f"  bound: validate + after_contact = {bound:.3f} s = {bound / med['floor']:.2f}x the floor "
               f"(nothing but the validation before the first byte)")
