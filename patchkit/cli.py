@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -195,11 +196,16 @@ def _without_pydantic_plugins() -> None:
     entry points of every installed distribution when the first model is built: ~20 ms of
     every command's start with ~90 distributions installed (bench/README.md, issue 27).
     pydantic's own switch is an environment variable, which the targets a local run starts
-    would inherit; this one stays in this process. Before any model is built."""
-    from pydantic.plugin import _loader
-
-    if getattr(_loader, "_plugins", {}) is None:  # not looked for yet (pydantic 2.5 to 2.14 alike)
-        _loader._plugins = {}
+    would inherit; this one stays in this process. pydantic asks for plugins through one
+    function of one private module (`pydantic.plugin._loader.get_plugins`, 2.5 to 2.14 alike),
+    imported at the first model build: that module is given here, answering none, before any
+    model is built. Not importing the real one spares importlib.metadata and the email
+    package it loads (~8 ms; nothing else on a command's path imports them)."""
+    if "pydantic.plugin._loader" in sys.modules:  # a model was built already: leave it as it is
+        return
+    loader = types.ModuleType("pydantic.plugin._loader", "patchkit: no pydantic plugins (cli.py)")
+    loader.get_plugins = lambda: ()  # type: ignore[attr-defined]
+    sys.modules["pydantic.plugin._loader"] = loader
 
 
 def _command_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
