@@ -20,7 +20,7 @@ import os
 import re
 import zlib
 from dataclasses import dataclass, field
-from importlib import resources
+import importlib.util
 from pathlib import Path
 from typing import Any, Callable, Generic, Mapping, TypeVar, cast
 
@@ -81,10 +81,26 @@ AGENT_EXTENSIONS: dict[str, tuple[tuple[str, str], ...]] = {
 
 @functools.cache
 def agent_file(pkg: str, name: str) -> bytes:
-    data = resources.files(pkg).joinpath(name).read_bytes()
+    data = _package_file(pkg, name)
     if (pkg, name) != AGENT_CORE:  # only the core runs as the program: drop the others' __main__ tails
         data = re.split(rb"(?m)^if __name__ ==", data)[0]
     return data
+
+
+def _package_file(pkg: str, name: str) -> bytes:
+    """A file of one of patchkit's packages. Read from the package's folder (found without
+    running the package) when it is installed as files, as it always is by pip; else through
+    importlib.resources (a zip), whose readers import zipfile: ~2 ms of every run's start."""
+    spec = importlib.util.find_spec(pkg)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        try:
+            return Path(folder, name).read_bytes()
+        except OSError:
+            continue
+    from importlib import resources
+
+    return resources.files(pkg).joinpath(name).read_bytes()
 
 
 @functools.cache
