@@ -193,14 +193,14 @@ def _without_pydantic_plugins() -> None:
 
     pydantic hands a plugin every value a model validates (a recipe's and an inventory's
     secrets among them: telemetry plugins record them), and finds plugins by reading the
-    entry points of every installed distribution when the first model is built: ~20 ms of
-    every command's start with ~90 distributions installed (bench/README.md, issue 27).
+    entry points of every installed distribution when the first model is built.
     pydantic's own switch is an environment variable, which the targets a local run starts
     would inherit; this one stays in this process. pydantic asks for plugins through one
     function of one private module (`pydantic.plugin._loader.get_plugins`, 2.5 to 2.14 alike),
     imported at the first model build: that module is given here, answering none, before any
-    model is built. Not importing the real one spares importlib.metadata and the email
-    package it loads (~8 ms; nothing else on a command's path imports them)."""
+    model is built. Not importing the real one spares the scan, importlib.metadata and the
+    email package (nothing else on a command's path imports them): `validate` 130 -> 121 ms
+    (bench/README.md, issue 27 in session 11)."""
     if "pydantic.plugin._loader" in sys.modules:  # a model was built already: leave it as it is
         return
     loader = types.ModuleType("pydantic.plugin._loader", "patchkit: no pydantic plugins (cli.py)")

@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import importlib.util
 import itertools
 import json
 import os
 import re
 import zlib
 from dataclasses import dataclass, field
-import importlib.util
 from pathlib import Path
 from typing import Any, Callable, Generic, Mapping, TypeVar, cast
 

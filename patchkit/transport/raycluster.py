@@ -67,10 +67,15 @@ def connect(cluster: str, where: str) -> ModuleType:
                             f"not {cluster}")
         return ray
     if not ray.is_initialized():
+        client = cluster.startswith("ray://")
+        try:
+            timeout = client_init_timeout() if client else 0.0
+        except ValueError as exc:
+            raise HostError(f"{where}: {exc}") from None  # before the cluster is contacted
         _reachable(cluster, where)
         try:
-            if cluster.startswith("ray://"):
-                _client_init(ray, cluster)
+            if client:
+                _client_init(ray, cluster, timeout)
             else:
                 ray.init(address=cluster, logging_level=logging.ERROR, log_to_driver=False)
         except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
@@ -86,21 +91,27 @@ class _ClientServerFailed(ConnectionError):
 
 def client_init_timeout() -> float:
     """Seconds Ray Client's first answer may take (PATCHKIT_RAY_CLIENT_TIMEOUT_S; it comes in
-    2-3 s on an idle head: the head starts a server process for each client)."""
-    try:
-        return max(1.0, float(os.environ.get("PATCHKIT_RAY_CLIENT_TIMEOUT_S", CLIENT_INIT_TIMEOUT_S)))
-    except ValueError:
+    2-3 s on an idle head: the head starts a server process for each client). ValueError,
+    naming the variable, for anything but a positive number."""
+    given = os.environ.get("PATCHKIT_RAY_CLIENT_TIMEOUT_S")
+    if given is None:
         return CLIENT_INIT_TIMEOUT_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"PATCHKIT_RAY_CLIENT_TIMEOUT_S={given!r} is not a positive number of seconds")
+    return seconds
 
 
-def _client_init(ray: ModuleType, cluster: str) -> None:
+def _client_init(ray: ModuleType, cluster: str, timeout: float) -> None:
     """`ray.init` through Ray Client, bounded, with one more try on a new client.
 
     The head starts a server process for every client. When that process dies at its start
-    (seen about once in twenty connects on a loaded head: "SpecificServer startup failed"),
+    (about once in 17 connects measured here: "SpecificServer startup failed"),
     Ray's client waits for the answer to its Init forever (Ray 2.60) or says "Initialization
     failure from server". A new client gets a new server process, so one more try is worth it."""
-    timeout = client_init_timeout()
     for attempt in range(1, CLIENT_INIT_TRIES + 1):
         try:
             _one_client_init(ray, cluster, timeout)

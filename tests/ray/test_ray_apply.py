@@ -181,6 +181,15 @@ def test_the_cluster_s_errors_are_one_line_each(cluster: LocalCluster, tmp_path:
     assert result.returncode != 0 and "Traceback" not in result.stderr, result
     assert f"group c: cannot reach the Ray cluster at 127.0.0.1:{port}: Connection refused" in result.stderr
 
+    # A bad PATCHKIT_RAY_CLIENT_TIMEOUT_S is named before any cluster is contacted (not "refused").
+    client = tmp_path / "client.yaml"
+    client.write_text(json.dumps({"hosts": {}, "groups": {"c": {"ray": {"address": f"ray://127.0.0.1:{port}"}}}}))
+    for given in ("soon", "0", "-3", "nan", "inf", ""):
+        result = run_patchkit("status", TOY, "-i", str(client), env={**os.environ, "PATCHKIT_RAY_CLIENT_TIMEOUT_S": given})
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"patchkit: group c: PATCHKIT_RAY_CLIENT_TIMEOUT_S={given!r} is not a positive number of seconds"), result
+
     none = tmp_path / "none.yaml"
     none.write_text(json.dumps({"hosts": {}, "groups": {"gpus": {"ray": {
         "address": cluster.address, "nodes": {"resources": {"GPU": 1}}}}}}))

@@ -83,3 +83,16 @@ def test_a_ray_group_survives_merging_inventories_and_is_defined_once() -> None:
     again = Inventory.model_validate({"hosts": {"x": {"address": "local"}}, "groups": {"gpus": ["x"]}})
     with pytest.raises(UsageError, match="group 'gpus' is in -i ray.yaml and -i more.yaml.*defined once"):
         merge([("ray.yaml", ray, []), ("more.yaml", again, [])])
+
+
+@pytest.mark.parametrize("given, seconds", [(None, 45.0), ("8", 8.0), ("0.5", 0.5)])
+def test_the_ray_client_wait_is_45_s_unless_the_variable_says(monkeypatch: pytest.MonkeyPatch, given: str | None,
+                                                              seconds: float) -> None:
+    from patchkit.transport.raycluster import client_init_timeout
+
+    if given is None:
+        monkeypatch.delenv("PATCHKIT_RAY_CLIENT_TIMEOUT_S", raising=False)
+    else:
+        monkeypatch.setenv("PATCHKIT_RAY_CLIENT_TIMEOUT_S", given)
+    assert client_init_timeout() == seconds
+
