@@ -42,6 +42,7 @@ from tenacity import retry_if_exception
 from patchkit.errors import HostError
 from patchkit.logs import get_logger
 from patchkit.transport.asyncssh_aead import leaner_aead_sends
+from patchkit.transport.asyncssh_auth import local_keys_sign_first, prefer_public_key
 from patchkit.transport.asyncssh_quiet import quiet_log_calls, quiet_packet_logging
 from patchkit.transport.base import NoFileSplice
 from patchkit.transport.coalesce import coalesce_writes
@@ -62,6 +63,7 @@ log = get_logger("patchkit")
 quiet_packet_logging()
 quiet_log_calls()
 leaner_aead_sends()
+local_keys_sign_first()
 
 # Connection set-up failures worth another attempt. Everything else (host key, auth,
 # name resolution, a bad identity file) fails at once.
@@ -419,6 +421,9 @@ class SSHTransport:
 class _Client(asyncssh.SSHClient):
     def __init__(self, transport: SSHTransport) -> None:
         self._transport = transport
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        prefer_public_key(conn)  # the login's first request is the key's, signed (asyncssh_auth.py)
 
     def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         return self._transport._validate_unknown_key(host, port, key)
