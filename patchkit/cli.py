@@ -11,7 +11,7 @@ import json
 import sys
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -21,8 +21,10 @@ if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fa
     from patchkit.inventory import HostSpec
     from patchkit.recipe import LoadedRecipe, RecipeSource
     from patchkit.variables import Given
-    from patchkit.results import RunReport
+    from patchkit.results import HostResult, RunReport
     from patchkit.rollout import Size
+    from patchkit.runner import Runner, Session
+    from patchkit.transport.early import EarlyReach
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
 
@@ -327,57 +329,35 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         logs.configure(args.log_format, args.verbose,
                        redact=Redactor.joined([r.redactor for r in [loaded, *per_host.values()] if r]).value)
-
-    from patchkit.journal import new_run_id
-    from patchkit.runner import Options, Runner
-
-    dry_run = args.command == "plan" or getattr(args, "dry_run", False)
-    options = Options(
-        steps=_split(getattr(args, "steps", None)),
-        dry_run=dry_run,
-        force=getattr(args, "force", False),
-        run=getattr(args, "run", None),
-        python=overrides.get("python"),
-        concurrency=args.concurrency,
-        lock_timeout=args.lock_timeout,
-        state_dir=args.state_dir,
-        serial=serial,
-        max_fail=max_fail,
-        progress=not args.json or sys.stderr.isatty(),
-        verify_all=getattr(args, "verify_all", False),
-        no_restart=getattr(args, "no_restart", False),
-        accept_new_host_keys=args.accept_new_host_keys,
-    )
-    command = "apply" if args.command == "plan" else args.command
-    runner = Runner(loaded, options, new_run_id(), args.command, per_host=per_host)
-    works = {"apply": runner.apply, "status": runner.status, "rollback": runner.rollback, "history": runner.history}
-    if command == "audit":
-        from functools import partial
-
-        from patchkit.audit import audit_host
-
-        works["audit"] = partial(audit_host, dist=args.dist, budget_s=args.time_budget)
-    captures: list[Capture] = []
-    if command == "capture":
-        from functools import partial
-
-        from patchkit.capture import capture_host
-        from patchkit.errors import UsageError
-
+    if args.command == "capture":
         if len(hosts) != 1:
             raise UsageError(f"capture reads one host; -l names {len(hosts)}: pick one")
         if not Path(args.output).parent.is_dir():
             raise UsageError(f"-o {args.output}: no folder {Path(args.output).parent} to write the recipe in")
-        works["capture"] = partial(capture_host, dist=args.dist, wheel=Path(args.wheel) if args.wheel else None,
-                                   out=captures)
-    work = works[command]
+
+    # Everything is valid: the first hosts are reached while the rest of the run's code loads.
     import asyncio
 
     from patchkit.startgc import started
+    from patchkit.transport.base import Reach
+    from patchkit.transport.early import EarlyReach, first_wave
 
-    started()
     started_at = time.monotonic()
-    results = asyncio.run(runner.on_hosts(hosts, work))
+    dry_run = args.command == "plan" or getattr(args, "dry_run", False)
+    captures: list[Capture] = []
+
+    async def reach_then_run() -> tuple[Runner, dict[str, HostResult]]:
+        early = EarlyReach(first_wave(hosts, args.concurrency, serial), Reach(args.accept_new_host_keys))
+        try:
+            await asyncio.sleep(0)  # each connect runs up to its first wait on the network, then the imports
+            await asyncio.to_thread(_import_run_code, args.command)
+            started()
+            runner = _runner(args, loaded, per_host, overrides, serial, max_fail, dry_run, early)
+            return runner, await runner.on_hosts(hosts, _work(args, runner, captures))
+        finally:
+            await early.close()
+
+    runner, results = asyncio.run(reach_then_run())
 
     from patchkit.report import print_human, print_json
     from patchkit.results import RunReport
@@ -393,6 +373,66 @@ def _dispatch(args: argparse.Namespace) -> int:
         else:
             print_human(report, verbose=args.verbose)
     return 130 if runner.interrupt.requested else _exit_code(args.command, report)
+
+
+def _import_run_code(command: str) -> None:
+    """What a run imports beyond the validation (~50 ms), loaded while the first hosts connect.
+    The event loop's thread takes the interpreter back within 0.5 ms (not 5) when a host answers."""
+    import importlib
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, 0.0005))
+    try:
+        for module in ("patchkit.runner", *_COMMAND_MODULES.get(command, ()), "patchkit.report"):
+            importlib.import_module(module)
+    finally:
+        sys.setswitchinterval(interval)
+
+
+_COMMAND_MODULES = {"audit": ("patchkit.audit",), "capture": ("patchkit.capture",)}
+
+
+def _runner(args: argparse.Namespace, loaded: LoadedRecipe | None, per_host: dict[str, LoadedRecipe],
+            overrides: dict[str, str], serial: list[Size] | None, max_fail: Size | None, dry_run: bool,
+            early: EarlyReach) -> Runner:
+    from patchkit.journal import new_run_id
+    from patchkit.runner import Options, Runner
+
+    options = Options(
+        steps=_split(getattr(args, "steps", None)),
+        dry_run=dry_run,
+        force=getattr(args, "force", False),
+        run=getattr(args, "run", None),
+        python=overrides.get("python"),
+        concurrency=args.concurrency,
+        lock_timeout=args.lock_timeout,
+        state_dir=args.state_dir,
+        serial=serial,
+        max_fail=max_fail,
+        progress=not args.json or sys.stderr.isatty(),
+        verify_all=getattr(args, "verify_all", False),
+        no_restart=getattr(args, "no_restart", False),
+        accept_new_host_keys=args.accept_new_host_keys,
+        early=early,
+    )
+    return Runner(loaded, options, new_run_id(), args.command, per_host=per_host)
+
+
+def _work(args: argparse.Namespace, runner: Runner, captures: list[Capture]) -> Callable[[Session], Awaitable[HostResult]]:
+    """What the command does on each host (`plan` is a dry-run apply)."""
+    from functools import partial
+
+    command = "apply" if args.command == "plan" else args.command
+    if command == "audit":
+        from patchkit.audit import audit_host
+
+        return partial(audit_host, dist=args.dist, budget_s=args.time_budget)
+    if command == "capture":
+        from patchkit.capture import capture_host
+
+        return partial(capture_host, dist=args.dist, wheel=Path(args.wheel) if args.wheel else None, out=captures)
+    works = {"apply": runner.apply, "status": runner.status, "rollback": runner.rollback, "history": runner.history}
+    return works[command]
 
 
 def _check_review_outputs(args: argparse.Namespace) -> None:

@@ -33,6 +33,7 @@ from patchkit.steps.context import EditCache, HostContext
 from patchkit.steps.registry import kind_named
 from patchkit.transport import Transport, schemes
 from patchkit.transport.base import Reach
+from patchkit.transport.early import EarlyReach
 
 log = get_logger("patchkit")
 
@@ -58,6 +59,7 @@ class Options:
     verify_all: bool = False  # deploy: re-hash every file instead of trusting size+mtime caches
     accept_new_host_keys: bool = False  # SSH: record unknown host keys (a changed key is still refused)
     changes_note: bool = True  # apply: say once per host when its changes last only as long as it (containers)
+    early: EarlyReach | None = None  # the first hosts' transports, already connecting (transport/early.py)
 
 
 @dataclass
@@ -85,7 +87,7 @@ async def session(host: HostSpec, python: str, options: Options, owner: str,
                   early: EarlyReads | None = None) -> AsyncIterator[Session]:
     """The host's agent, locked; `warnings` gets what it reported (skipped output) once it is closed.
     `early`: the work's first reads, sent behind hello and the lock in the start's one write."""
-    transport = transport_for(host, options)
+    transport = (options.early and options.early.take(host.name)) or transport_for(host, options)
     agent: AgentClient | None = None
     try:
         agent = await AgentClient.start(transport, python, host.name)

@@ -64,7 +64,9 @@ class Transport(Protocol):
       changes there do not outlive the host (containers);
     - `start_in_command: bool`, True when writing to a new process's stdin costs a round trip
       of its own after the start (SSH: the server opens the session's window only once the
-      command runs): the agent's start then rides in its command line (agent/client.py START)."""
+      command runs): the agent's start then rides in its command line (agent/client.py START);
+    - `open()`, start reaching the host now, before the first spawn asks: called once the run
+      is valid, while the rest of the run's code loads (transport/early.py)."""
 
     name: str
     exec_requests: int  # processes started on the host so far (each SSH exec costs a login shell)

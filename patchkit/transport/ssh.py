@@ -258,7 +258,7 @@ class SSHTransport:
         self.known_hosts = target.known_hosts_path  # where keys are recorded (accept-new), and messages say
         self._known_files = [self.known_hosts]  # every file whose keys are trusted
         self._conn: asyncssh.SSHClientConnection | None = None
-        self._connecting = asyncio.Lock()
+        self._connecting: asyncio.Task[asyncssh.SSHClientConnection] | None = None
         # Filled while connecting (~/.ssh/config applied), for messages and `become`.
         self._where = Endpoint.of(target)
         self._known_entries = 0
@@ -271,11 +271,22 @@ class SSHTransport:
 
     # ------------------------------------------------------------------ connection
 
+    def open(self) -> None:
+        """Start reaching the host now, before the first spawn asks (transport/early.py). The
+        spawn awaits this same connection, so its failure is the session's, as without it."""
+        self._connect_task()
+
+    def _connect_task(self) -> asyncio.Task[asyncssh.SSHClientConnection]:
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._connect_with_retries())
+            # a host whose session never starts (interrupted, skipped): its failure is not news
+            self._connecting.add_done_callback(lambda task: task.cancelled() or task.exception())
+        return self._connecting
+
     async def _connection(self) -> asyncssh.SSHClientConnection:
-        async with self._connecting:
-            if self._conn is None:
-                self._conn = await self._connect_with_retries()
-            return self._conn
+        if self._conn is None:
+            self._conn = await self._connect_task()
+        return self._conn
 
     async def _connect_with_retries(self) -> asyncssh.SSHClientConnection:
         try:
@@ -410,6 +421,13 @@ class SSHTransport:
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
+        task, self._connecting = self._connecting, None
+        if conn is None and task is not None:  # opened early, no spawn took it
+            if not task.done():
+                task.cancel()
+                await asyncio.wait([task])
+            if not task.cancelled() and task.exception() is None:
+                conn = task.result()
         if conn is not None:
             conn.close()
             try:
