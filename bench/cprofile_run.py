@@ -7,7 +7,9 @@ PY is the interpreter whose patchkit is to be profiled (another checkout's venv 
 that build). CPU time, because the fleet benchmarks run on a busy 2-core machine: a wall-clock
 profile would charge the control side for time it spent waiting for the hosts. The CPU
 seconds of the whole process are printed on stderr as `cpu_s=...`; the top functions by
-cumulative and by own time go to OUT.txt beside OUT.prof.
+cumulative and by own time go to OUT.txt beside OUT.prof. SSH's own work runs in the SSH
+helper process (transport/sshhelper.py), which this profile does not see: set
+PATCHKIT_SSH_HELPER=0 to profile it in this process.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ One loopback sshd host (bench/fleet.py). Each round, in rotating order, after a 
   imported before the clock starts: what a second process started with the command, doing
   the SSH side while the first validates, would take off the path (its relay not counted).
   Its figure is the wrapper's own end mark plus the interpreter's start as `apply` measures it.
+  `apply`, `contact` and `warm` run with SSH in the CLI's process (PATCHKIT_SSH_HELPER=0),
+  whose connect the wrapper can see;
+- `helper`: the default since session 12, that second process (transport/sshhelper.py): a
+  plain fresh apply, timed from outside.
 The bound is what a fresh apply would take if nothing but the validation came before the
 first byte: validate + (end - contact). Medians; nothing here is a timed test.
 """
@@ -88,18 +92,23 @@ def main() -> None:
         floor = FLOOR.format(file=shlex.quote(str(host.target)), python=shlex.quote(str(host.python)),
                              module=IMPORT_CHECK)
         runs: dict[str, list[float]] = {k: [] for k in ("validate", "contact", "apply", "after_contact", "floor", "ssh",
-                                                        "start", "warm")}
-        kinds = ["validate", "apply", "floor", "ssh", "warm"]
+                                                        "start", "warm", "helper")}
+        kinds = ["validate", "apply", "floor", "ssh", "warm", "helper"]
+        in_process = {**env, "PATCHKIT_SSH_HELPER": "0"}
         for round_ in range(args.rounds + 1):  # round 0 warms the page cache and bytecode, untimed
             for kind in kinds[round_ % len(kinds):] + kinds[:round_ % len(kinds)]:
                 fleet.reset(fleet.hosts)
                 wait_for_quiet(args.quiet_wait)
                 if kind == "validate":
                     took, _, err, code = timed([args.python, "-m", "patchkit", "validate", str(RECIPE)], env)
+                elif kind == "helper":
+                    took, out, err, code = timed([args.python, "-m", "patchkit", "apply", str(RECIPE),
+                                                  "-i", str(inventory), "--json"], env)
+                    assert code == 0 and json.loads(out)["hosts"][host.name]["status"] == "changed", err
                 elif kind in ("apply", "warm"):
                     took, out, err, code = timed([args.python, "-c", CONTACT_WRAPPER, "apply", str(RECIPE),
                                                   "-i", str(inventory), "--json"],
-                                                 {**env, "BOUND_WARM": "1"} if kind == "warm" else env)
+                                                 {**in_process, "BOUND_WARM": "1"} if kind == "warm" else in_process)
                     marks = dict(line.split() for line in err.splitlines() if line.startswith(("contact ", "end ")))
                     assert code == 0 and json.loads(out)["hosts"][host.name]["status"] == "changed", err
                     if round_ and kind == "apply":
@@ -121,8 +130,8 @@ def main() -> None:
         med["warm"] += med["start"]
         bound = med["validate"] + med["after_contact"]
         print(f"one loopback host, medians of {args.rounds} rounds (seconds):")
-        for k in ("validate", "contact", "after_contact", "apply", "warm", "floor", "ssh"):
-            shown = k in ("apply", "validate", "warm")
+        for k in ("validate", "contact", "after_contact", "apply", "warm", "helper", "floor", "ssh"):
+            shown = k in ("apply", "validate", "warm", "helper")
             print(f"  {k:14s} {med[k]:.3f}" + (f"   ({med[k] / med['floor']:.2f}x the floor)" if shown else ""))
         print(f"  apply / floor                {med['apply'] / med['floor']:.2f}")
         print(f"  bound: validate + after_contact = {bound:.3f} s = {bound / med['floor']:.2f}x the floor "

@@ -175,7 +175,11 @@ def _main(argv: Sequence[str] | None) -> int:
     tokens = list(sys.argv[1:] if argv is None else argv)
     json_out = "--json" in tokens[:tokens.index("--")] if "--" in tokens else "--json" in tokens
     try:
-        code = _dispatch(parser.parse_args(_command_first(parser, tokens)))
+        args = parser.parse_args(_command_first(parser, tokens))
+        from patchkit.transport.sshhelper import ssh_side
+
+        with ssh_side(args.command, bool(getattr(args, "inventory", None))):  # SSH warms up while this validates
+            code = _dispatch(args)
     except UsageError as exc:
         print(f"patchkit: {exc}", file=sys.stderr)
         if json_out:  # stdout still gets its one document

@@ -10,7 +10,8 @@ import logging
 import sys
 from typing import Any, Callable, MutableMapping
 
-_settings: dict[str, Any] = {"level": logging.WARNING, "format": "console", "ready": False, "redact": None}
+_settings: dict[str, Any] = {"level": logging.WARNING, "format": "console", "ready": False, "redact": None,
+                             "forward": None}
 
 
 def configure(fmt: str = "console", verbose: bool = False, redact: Callable[[Any], Any] | None = None) -> None:
@@ -41,12 +42,21 @@ def _structlog() -> Any:
     return structlog
 
 
+def forward_to(sink: Callable[[str, int, str, str, dict[str, Any]], None]) -> None:
+    """Every event goes to `sink(name, level, method, event, fields)` instead, whatever its level:
+    the SSH helper's (transport/sshhelper.py), which its parent logs as its own."""
+    _settings["forward"] = sink
+
+
 class _Logger:
     def __init__(self, name: str) -> None:
         self.name = name
 
     def _emit(self, level: int, method: str, event: str, **fields: Any) -> None:
-        if level >= _settings["level"]:
+        forward = _settings["forward"]
+        if forward is not None:
+            forward(self.name, level, method, event, fields)
+        elif level >= _settings["level"]:
             getattr(_structlog().get_logger(self.name), method)(event, **fields)
 
     def info(self, event: str, **fields: Any) -> None:

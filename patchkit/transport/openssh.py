@@ -26,7 +26,6 @@ failure is never retried.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import shlex
 import shutil
@@ -35,7 +34,7 @@ from typing import ClassVar
 
 from tenacity import retry_if_exception_type
 
-from patchkit.transport.pipes import PipedProcess, start_piped
+from patchkit.transport.pipes import PipedProcess, splice_into, start_piped
 from patchkit.errors import HostError
 from patchkit.logs import get_logger
 from patchkit.transport.openssh_errors import PERMANENTLY_ADDED, classify, openssh_failure, resolve
@@ -52,7 +51,6 @@ from patchkit.transport.ssh_common import (
 )
 
 REPLAY_LIMIT = 8 << 20  # what is kept for a retry until the agent first answers (its source + a few requests)
-PIPE_SIZE = 1 << 20  # ssh's stdin pipe while a file is spliced into it
 _splice = getattr(os, "splice", None)  # Linux, Python >= 3.10
 
 log = get_logger("patchkit")
@@ -170,7 +168,6 @@ class _OpenSSHStreams:
         self._replay: bytearray | None = bytearray()
         self._answered = False  # a byte of stdout arrived: the remote command runs
         self._broken = False  # the pipe to this ssh broke before the first answer
-        self._pipe_sized: set[int] = set()
         self.stdin = self  # write/drain
         self.stdout = self  # readline
 
@@ -222,53 +219,8 @@ class _OpenSSHStreams:
         assert self.proc is not None and self.proc.stdin is not None
         if _splice is None or not self._answered or self._broken:
             return None
-        writer = self.proc.stdin
-        transport = writer.transport
-        if transport.is_closing():
-            raise ConnectionResetError("ssh exited")
-        pipe = transport.get_extra_info("pipe")
-        if pipe is None:
-            return None
-        if transport.get_write_buffer_size():  # earlier write()s go first: wait until asyncio sent them all
-            low, high = transport.get_write_buffer_limits()
-            transport.set_write_buffer_limits(high=0, low=0)
-            try:
-                await writer.drain()
-            finally:
-                transport.set_write_buffer_limits(high=high, low=low)
-        pipe_fd = pipe.fileno()
-        if pipe_fd not in self._pipe_sized:  # fewer wake-ups per MiB; best effort (pipe-max-size)
-            self._pipe_sized.add(pipe_fd)
-            try:
-                fcntl.fcntl(pipe_fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
-            except (AttributeError, OSError):
-                pass
-        moved = 0
-        while moved < count:
-            try:  # the pipe is non-blocking (asyncio's): a full pipe is EAGAIN, never a stalled loop
-                n = _splice(fd, pipe_fd, count - moved, offset_src=offset + moved)
-            except BlockingIOError:
-                if moved:
-                    break
-                await self._writable(pipe_fd)
-                if transport.is_closing():  # ssh is gone and asyncio closes pipe_fd: never splice into a reused fd
-                    raise ConnectionResetError("ssh exited")
-                continue
-            if n == 0:
-                break
-            moved += n
-        return moved
+        return await splice_into(self.proc.stdin, fd, offset, count, "ssh exited")
 
-    @staticmethod
-    async def _writable(fd: int) -> None:
-        """Until the pipe has room (or its reader is gone: the next splice says EPIPE)."""
-        loop = asyncio.get_running_loop()
-        ready = loop.create_future()
-        loop.add_writer(fd, lambda: None if ready.done() else ready.set_result(None))
-        try:
-            await ready
-        finally:
-            loop.remove_writer(fd)
 
     # ------------------------------------------------------------------ stdout
 

@@ -16,14 +16,16 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential
 from tenacity.retry import retry_base
 
 from patchkit.errors import HostUnreachable
-from patchkit.inventory import HostSpec
-from patchkit.transport.base import Reach, Transport
+
+if TYPE_CHECKING:  # not imported: the SSH helper process (sshhelper.py) builds no inventory models
+    from patchkit.inventory import HostSpec
+    from patchkit.transport.base import Reach, Transport
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 CONNECT_TIMEOUT_S = 10.0  # TCP + handshake (+ authentication for asyncssh), per attempt
@@ -93,6 +95,11 @@ class SSHScheme:
             from patchkit.transport.openssh import OpenSSHTransport  # the system `ssh`, opted in per host
 
             return OpenSSHTransport(target)
+        from patchkit.transport import sshhelper
+
+        helper = sshhelper.current()
+        if helper is not None:  # asyncssh runs in the helper, imported while this process validated
+            return sshhelper.HelperTransport(target, helper)
         from patchkit.transport.ssh import SSHTransport  # asyncssh only when a host needs it
 
         return SSHTransport(target)

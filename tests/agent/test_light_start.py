@@ -166,7 +166,7 @@ def test_a_start_in_the_command_line_and_the_apply_in_three_rounds(tmp_path: Pat
 # the rounds on stderr at exit. The CLI runs unchanged.
 COUNT_ROUNDS = """
 import atexit, base64, json, sys, zlib
-from patchkit.transport import local, ssh
+from patchkit.transport import local, ssh, sshhelper
 
 ROUNDS, STATE = [], {"replied": True}
 
@@ -179,32 +179,34 @@ def note(where, ops):
         ROUNDS[-1].append(where)
     ROUNDS[-1].extend(ops)
 
-cls = {"local": local.LocalTransport, "ssh": ssh.SSHTransport}["TRANSPORT"]
-if "TRANSPORT" == "local":
-    cls.start_in_command = IN_COMMAND
-real_spawn = cls.spawn
+def counted(real_spawn):
+  async def spawn(self, argv):
+      if len(argv) > 4:  # the start in the command line: nonce, source, requests (client.agent_argv)
+          note("command line", ops_of(zlib.decompress(base64.b64decode(argv[-1]))))
+      streams = await real_spawn(self, argv)
+      stdin, stdout = streams.stdin, streams.stdout
+      real_write, real_readline = stdin.write, stdout.readline
 
-async def spawn(self, argv):
-    if len(argv) > 4:  # the start in the command line: nonce, source, requests (client.agent_argv)
-        note("command line", ops_of(zlib.decompress(base64.b64decode(argv[-1]))))
-    streams = await real_spawn(self, argv)
-    stdin, stdout = streams.stdin, streams.stdout
-    real_write, real_readline = stdin.write, stdout.readline
+      def write(data):
+          note("stdin", ops_of(data))
+          return real_write(data)
 
-    def write(data):
-        note("stdin", ops_of(data))
-        return real_write(data)
+      async def readline():
+          line = await real_readline()
+          if line.startswith(b'{"id"'):
+              STATE["replied"] = True
+          return line
 
-    async def readline():
-        line = await real_readline()
-        if line.startswith(b'{"id"'):
-            STATE["replied"] = True
-        return line
+      stdin.write, stdout.readline = write, readline
+      return streams
+  return spawn
 
-    stdin.write, stdout.readline = write, readline
-    return streams
-
-cls.spawn = spawn
+# SSH: in this process (PATCHKIT_SSH_HELPER=0) or through the helper process (the default)
+classes = {"local": [local.LocalTransport], "ssh": [ssh.SSHTransport, sshhelper.HelperTransport]}["TRANSPORT"]
+for cls in classes:
+    if "TRANSPORT" == "local":
+        cls.start_in_command = IN_COMMAND
+    cls.spawn = counted(cls.spawn)
 atexit.register(lambda: print(json.dumps(ROUNDS), file=sys.stderr))
 from patchkit.cli import main
 sys.exit(main(sys.argv[1:]))

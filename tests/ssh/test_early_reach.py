@@ -11,7 +11,7 @@ from patchkit.inventory import HostSpec
 from patchkit.transport.base import Reach
 from patchkit.transport.early import EarlyReach, first_wave
 from patchkit.rollout import parse_serial
-from tests.sshd import Testbed, fleet, sshd_root, testbed  # noqa: F401 - pytest fixtures
+from tests.sshd import SSHD, Testbed, fleet, sshd_root, testbed  # noqa: F401 - pytest fixtures
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -26,12 +26,17 @@ def test_the_first_wave_is_the_first_batchs_first_hosts() -> None:
     assert first_wave([], 32, None) == []
 
 
-def test_each_host_is_connected_once_and_its_session_uses_that_connection(testbed: Testbed) -> None:
-    servers = testbed.fleet.servers[:2]
+def hosts_of(testbed: Testbed, n: int) -> tuple[list[SSHD], list[int]]:
+    """The first n servers as the testbed's hosts, and how many SSH connections each had so far."""
+    servers = testbed.fleet.servers[:n]
     for server in servers:
         testbed.add(server.name, server)
     testbed.fleet.write_known_hosts(testbed.known_hosts, servers)
-    before = [s.ssh_connections() for s in servers]
+    return servers, [s.ssh_connections() for s in servers]
+
+
+def test_each_host_is_connected_once_and_its_session_uses_that_connection(testbed: Testbed) -> None:
+    servers, before = hosts_of(testbed, 2)
     result = testbed.run("apply", str(testbed.recipe()), "-i", str(testbed.inventory()), "--json")
     assert result.returncode == 0, result
     hosts = result.json()["hosts"]
@@ -42,11 +47,7 @@ def test_each_host_is_connected_once_and_its_session_uses_that_connection(testbe
 
 def test_hosts_after_the_first_batch_are_not_reached_early(testbed: Testbed) -> None:
     """--serial 1 with the first host failing: the others are never contacted, early or late."""
-    servers = testbed.fleet.servers[:3]
-    for server in servers:
-        testbed.add(server.name, server)
-    testbed.fleet.write_known_hosts(testbed.known_hosts, servers)
-    before = [s.ssh_connections() for s in servers]
+    servers, before = hosts_of(testbed, 3)
     inventory = testbed.inventory(**{servers[0].name.replace("-", "_"): {"python": "/nonexistent/python3"}})
     result = testbed.run("apply", str(testbed.recipe()), "-i", str(inventory), "--serial", "1", "--json")
     assert result.returncode == 1, result

@@ -19,14 +19,17 @@ from tests.sshd import Testbed, fleet, sshd_root, testbed  # noqa: F401 - pytest
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_an_apply_over_ssh_starts_in_the_exec_and_takes_three_rounds(testbed: Testbed, tmp_path: Path) -> None:
-    """`agent_start: command`: the start and the first reads ride in the exec's command line."""
+@pytest.mark.parametrize("helper", ["1", "0"], ids=["ssh-helper", "in-process"])
+def test_an_apply_over_ssh_starts_in_the_exec_and_takes_three_rounds(testbed: Testbed, tmp_path: Path,
+                                                                    helper: str) -> None:
+    """`agent_start: command`: the start and the first reads ride in the exec's command line,
+    whether SSH runs in the helper process (transport/sshhelper.py) or in the CLI's."""
     server = testbed.fleet.servers[0]
     testbed.add(server.name, server)
     testbed.fleet.write_known_hosts(testbed.known_hosts, [server])
     inventory = testbed.inventory(**{server.name.replace("-", "_"): {"agent_start": "command"}})
     argv = ["apply", str(testbed.recipe()), "-i", str(inventory), "--json"]
-    env = testbed.env(PATCHKIT_CACHE_DIR=str(tmp_path / "cache"))
+    env = testbed.env(PATCHKIT_CACHE_DIR=str(tmp_path / "cache"), PATCHKIT_SSH_HELPER=helper)
 
     fresh, proc = rounds_of(tmp_path, argv, transport="ssh", env=env)
     assert proc.returncode == 0, proc.stderr

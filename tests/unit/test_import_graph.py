@@ -31,7 +31,9 @@ def module_name(path: Path) -> str:
 LAZY_DISPATCH: dict[str, tuple[str, ...]] = {
     "patchkit.edits.specs": ("patchkit.edits.",),  # a spec's engine (libcst only when computed)
     "patchkit.inventory": ("patchkit.transport.schemes",),  # an address checked by its transport
-    "patchkit.transport.ssh_common": ("patchkit.transport.ssh", "patchkit.transport.openssh"),  # asyncssh or ssh(1)
+    # asyncssh here, asyncssh in the SSH helper process, or ssh(1)
+    "patchkit.transport.ssh_common": ("patchkit.transport.ssh", "patchkit.transport.sshhelper",
+                                      "patchkit.transport.openssh"),
 }
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import pkgutil
+import socket
 import subprocess
 import sys
 
@@ -15,6 +17,7 @@ import pytest
 import patchkit.transport
 from patchkit.inventory import HostSpec, split_address
 from patchkit.transport.base import Reach
+from patchkit.transport import sshhelper
 from patchkit.transport.schemes import SCHEMES, scheme_of, transport_for
 
 # One address a scheme takes, and the host entries (beyond it) that choose among its transports.
@@ -51,10 +54,18 @@ def test_every_scheme_has_an_example_and_a_transport() -> None:
             assert inspect.iscoroutinefunction(transport.spawn) and isinstance(transport.exec_requests, int)
 
 
-def test_every_transport_is_reached_by_a_scheme() -> None:
-    reached = {type(transport_for(HostSpec.model_validate({"name": "h", **entry}), Reach()))
-               for hosts in EXAMPLES.values() for entry in hosts}
-    assert transport_classes() == reached
+def test_every_transport_is_reached_by_a_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
+    def reached() -> set[type]:
+        return {type(transport_for(HostSpec.model_validate({"name": "h", **entry}), Reach()))
+                for hosts in EXAMPLES.values() for entry in hosts}
+
+    alone = reached()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs:  # as while the SSH helper runs: its handle (no message is sent here)
+        monkeypatch.setattr(sshhelper, "_helper", sshhelper.Helper(os.getpid(), ours))
+        with_helper = reached()
+    assert sshhelper.HelperTransport in with_helper - alone
+    assert transport_classes() == alone | with_helper
 
 
 @pytest.mark.parametrize(("address", "problem"), [
