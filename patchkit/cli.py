@@ -343,8 +343,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     import asyncio
 
     from patchkit.startgc import started
+    from patchkit.transport import sshhelper
     from patchkit.transport.base import Reach
     from patchkit.transport.early import EarlyReach, first_wave
+
+    sshhelper.keep_for(len(hosts))
 
     started_at = time.monotonic()
     dry_run = args.command == "plan" or getattr(args, "dry_run", False)

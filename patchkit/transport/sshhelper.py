@@ -23,6 +23,10 @@ failures and their words) is SSHTransport's, unchanged, in the child; a failure 
 as the same class with the same message. The parent's side (`HelperTransport`) starts
 processes whose streams are plain pipes (a deploy's file is spliced into the stdin pipe).
 
+For a few hosts only: once the run is valid and has more than MAX_HOSTS hosts, the helper is
+let go (`keep_for`) and SSH runs in the CLI's process, as before: the relay's per-host cost
+would outweigh the one import it saves.
+
 Lifetime: the child ignores Ctrl-C (the parent decides what an interrupt means and closes
 what it must); when the parent's end of the socket closes (its exit, a crash, kill -9), the
 child closes every connection and exits. `PATCHKIT_SSH_HELPER=0` keeps SSH in the CLI's own
@@ -52,6 +56,11 @@ READ_CHUNK = 1 << 16
 STDIN_CHUNK = 1 << 20
 EXIT_WAIT_S = 2.0  # for the child to exit once the parent is done
 SWITCH = "PATCHKIT_SSH_HELPER"
+# The helper carries runs of up to this many hosts. It saves a run ~45 ms once (the import
+# beside the validation) and costs ~1-3 ms of CPU a host (the relay: pipes, messages, a
+# second event loop), measured at 1, 32 and 128 hosts (bench/README.md, issue 27 in session
+# 12): a fleet is served in the CLI's own process, as before.
+MAX_HOSTS = 8
 COMMANDS = frozenset({"apply", "plan", "status", "rollback", "history", "audit", "capture"})
 
 _helper: Helper | None = None
@@ -60,6 +69,19 @@ _helper: Helper | None = None
 def current() -> Helper | None:
     """This process's helper, if one was started for the command."""
     return _helper
+
+
+def keep_for(hosts: int) -> None:
+    """The run is valid and has `hosts` hosts: a fleet does without the helper (MAX_HOSTS).
+    It is let go at once (it exits when it sees its socket close) and reaped at the end."""
+    global _helper
+    if _helper is not None and hosts > MAX_HOSTS:
+        _helper.channel.close()
+        _dismissed.append(_helper)
+        _helper = None
+
+
+_dismissed: list[Helper] = []
 
 
 @contextmanager
@@ -72,9 +94,12 @@ def ssh_side(command: str, has_inventory: bool) -> Iterator[None]:
     try:
         yield
     finally:
-        if started and _helper is not None:
-            helper, _helper = _helper, None
-            helper.stop()
+        if started:
+            helpers = ([_helper] if _helper is not None else []) + _dismissed
+            _helper = None
+            _dismissed.clear()
+            for helper in helpers:
+                helper.stop()
 
 
 def _wanted() -> bool:

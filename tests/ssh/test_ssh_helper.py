@@ -126,3 +126,23 @@ def test_a_helper_that_dies_fails_its_hosts_in_words(testbed: Testbed) -> None:
     assert proc.returncode == 1, err
     host = json.loads(out)["hosts"]["gpu-1"]
     assert host["status"] == "failed" and "the SSH helper process exited" in host["message"], host
+
+
+def test_a_fleet_is_served_in_the_cli_s_own_process(testbed: Testbed, tmp_path: Path) -> None:
+    """More than sshhelper.MAX_HOSTS hosts: the relay's per-host cost would outweigh the one
+    import it saves, so the helper is let go and SSH runs in the CLI's process."""
+    from patchkit.transport.sshhelper import MAX_HOSTS
+
+    servers = testbed.fleet.servers
+    names = [f"node-{i}" for i in range(MAX_HOSTS + 1)]
+    for i, name in enumerate(names):
+        testbed.add(name, servers[i % len(servers)])
+    testbed.fleet.write_known_hosts(testbed.known_hosts, servers)
+    script = tmp_path / "which_process.py"
+    script.write_text(WHICH_PROCESS)
+    proc = subprocess.run([sys.executable, str(script), "apply", str(testbed.recipe()), "-i",
+                           str(testbed.inventory()), "--json"], capture_output=True, text=True, timeout=90,
+                          env=testbed.env())
+    assert proc.returncode == 0, proc.stderr
+    assert {h["status"] for h in json.loads(proc.stdout)["hosts"].values()} == {"changed"}
+    assert "asyncssh in the CLI's process: True" in proc.stderr, proc.stderr
