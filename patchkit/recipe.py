@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -131,6 +131,10 @@ class DeployTarget(Strict):
 
 
 class DeployStep(Strict):
+    # Its files stream from this machine: a run that carries one is bulk data, not start-up
+    # (transport/sshhelper.py keeps SSH in the CLI's process for it: no relay in the data path).
+    STREAMS_FILES: ClassVar[bool] = True
+
     src: str = Field(description="file or folder on the control machine (relative: to the recipe's folder)")
     dest: str = Field(description="absolute path on the host (~ allowed)")
     validate_as: str | None = Field(None, alias="validate", description="validator run on src before and dest after, e.g. eagle3-drafter")
@@ -309,6 +313,11 @@ class Step(Strict):
     @property
     def kind(self) -> str:
         return next(k for k in STEP_KINDS if getattr(self, k) is not None)
+
+    @property
+    def streams_files(self) -> bool:
+        """Does this step stream files from this machine to the host (its kind says)?"""
+        return bool(getattr(getattr(self, self.kind), "STREAMS_FILES", False))
 
     @property
     def checks(self) -> Verify:

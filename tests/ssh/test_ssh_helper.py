@@ -146,3 +146,24 @@ def test_a_fleet_is_served_in_the_cli_s_own_process(testbed: Testbed, tmp_path: 
     assert proc.returncode == 0, proc.stderr
     assert {h["status"] for h in json.loads(proc.stdout)["hosts"].values()} == {"changed"}
     assert "asyncssh in the CLI's process: True" in proc.stderr, proc.stderr
+
+
+def test_a_deploy_streams_its_files_without_the_relay(testbed: Testbed, tmp_path: Path) -> None:
+    """A step that streams files (deploy) keeps SSH in the CLI's process: no pipe copy in its
+    data path. The file arrives whole."""
+    inventory = one_host(testbed)
+    src = tmp_path / "drafter.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    dest = testbed.root / "deployed"
+    recipe = tmp_path / "ship.yaml"
+    recipe.write_text(json.dumps({"name": "ship", "steps": [{"name": "ship", "deploy": {"src": str(src),
+                                                                                         "dest": str(dest)}}]}))
+    script = tmp_path / "which_process.py"
+    script.write_text(WHICH_PROCESS)
+    proc = subprocess.run([sys.executable, str(script), "apply", str(recipe), "-i", str(inventory), "--json"],
+                          capture_output=True, text=True, timeout=90, env=testbed.env())
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["hosts"]["gpu-1"]["status"] == "changed", proc.stdout
+    assert "asyncssh in the CLI's process: True" in proc.stderr, proc.stderr
+    shipped = dest / src.name if dest.is_dir() else dest
+    assert shipped.read_bytes() == src.read_bytes()
