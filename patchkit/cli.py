@@ -347,8 +347,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     from patchkit.transport.base import Reach
     from patchkit.transport.early import EarlyReach, first_wave
 
-    steps = loaded.recipe.select(_split(getattr(args, "steps", None))) if loaded else []
-    sshhelper.keep_for(len(hosts), any(step.streams_files for step in steps))
+    selected = loaded.recipe.select(_split(getattr(args, "steps", None))) if loaded else []
+    sshhelper.keep_for(len(hosts), any(step.streams_files for step in selected))
 
     started_at = time.monotonic()
     dry_run = args.command == "plan" or getattr(args, "dry_run", False)

@@ -76,4 +76,5 @@ def local_keys_sign_first() -> bool:
 
 def signs_in_process(keypair: Any, local_type: type) -> bool:
     """A private key this process holds (not an agent's, a token's or a security key)."""
-    return type(keypair) is local_type and not bytes(keypair.algorithm).startswith(b"sk-")
+    algorithm = bytes(getattr(keypair, "algorithm", b""))
+    return type(keypair) is local_type and not algorithm.startswith(b"sk-")

@@ -43,7 +43,7 @@ import os
 import pickle
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -106,14 +106,19 @@ def ssh_side(command: str, has_inventory: bool) -> Iterator[None]:
 
 
 def _wanted() -> bool:
+    """Linux (fork early is safe there; macOS's system libraries are not fork-safe, and its Unix
+    sockets have no SOCK_SEQPACKET), no thread running, not switched off."""
     import threading
 
-    return (os.environ.get(SWITCH, "1") != "0" and hasattr(os, "fork") and hasattr(socket, "send_fds")
-            and threading.active_count() == 1)
+    return (os.environ.get(SWITCH, "1") != "0" and sys.platform.startswith("linux")
+            and hasattr(socket, "send_fds") and threading.active_count() == 1)
 
 
 def _fork() -> Helper | None:
-    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except OSError:
+        return None
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -557,7 +562,9 @@ class _Serve:  # pragma: no cover - runs in the forked child, tested through the
         if kind == "close":
             task = asyncio.ensure_future(self._close(message[1]))
         else:
-            work = {"spawn": self._spawn, "end": self._end, "stderr": self._stderr}[kind]
+            works: dict[str, Callable[..., Awaitable[Any]]] = {"spawn": self._spawn, "end": self._end,
+                                                                 "stderr": self._stderr}
+            work = works[kind]
             task = asyncio.ensure_future(self._answer(message[1], work(*message[2:], fds=fds)))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
