@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -277,9 +278,11 @@ class LiveProgress:
 
 
 def progress_for(hosts: list[HostSpec], enabled: bool) -> Progress | None:
-    """A live view on a terminal (one host too: a long deploy is never silent), lines otherwise."""
+    """A live view on a terminal (one host too: a long deploy is never silent), lines otherwise:
+    also on a terminal that says it cannot redraw (TERM=dumb: an editor's shell), where the
+    live view would draw nothing at all."""
     if not enabled:
         return None
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() and os.environ.get("TERM") != "dumb":
         return LiveProgress([h.name for h in hosts])
     return LineProgress(len(hosts))

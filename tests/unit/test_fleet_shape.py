@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,12 +19,26 @@ from rich.console import Console
 
 import patchkit.report as report_mod
 import patchkit.runner as runner_mod
-from patchkit.fanout import LiveProgress
+from patchkit.fanout import LineProgress, LiveProgress, progress_for
 from patchkit.inventory import HostSpec
 from patchkit.journal import new_run_id
 from patchkit.recipe import LoadedRecipe, load_recipe
 from patchkit.results import HostResult, RunReport, StepResult
 from patchkit.testing import FakeAgent, FakePackage, FakeTransport
+
+
+@pytest.fixture(autouse=True)
+def a_terminal_that_redraws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live view is drawn on a terminal; a caller's TERM=dumb is not the one under test."""
+    monkeypatch.setenv("TERM", "xterm-256color")
+
+
+def test_a_dumb_terminal_gets_lines_not_a_live_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    hosts = [HostSpec(name="a"), HostSpec(name="b")]
+    assert isinstance(progress_for(hosts, True), LiveProgress)
+    monkeypatch.setenv("TERM", "dumb")
+    assert isinstance(progress_for(hosts, True), LineProgress)
 
 
 def terminal() -> Console:
