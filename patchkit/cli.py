@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fa
     from patchkit.transport.early import EarlyReach
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CONVERGED = 0, 1, 2, 3
+# The commands that contact the inventory's hosts (the SSH helper starts for them only).
+REACHES_HOSTS = frozenset({"apply", "plan", "status", "rollback", "history", "audit", "capture"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -176,9 +178,12 @@ def _main(argv: Sequence[str] | None) -> int:
     json_out = "--json" in tokens[:tokens.index("--")] if "--" in tokens else "--json" in tokens
     try:
         args = parser.parse_args(_command_first(parser, tokens))
-        from patchkit.transport.sshhelper import ssh_side
+        if args.command in REACHES_HOSTS and getattr(args, "inventory", None):
+            from patchkit.transport.sshhelper import ssh_side
 
-        with ssh_side(args.command, bool(getattr(args, "inventory", None))):  # SSH warms up while this validates
+            with ssh_side():  # SSH warms up in a second process while this one validates
+                code = _dispatch(args)
+        else:
             code = _dispatch(args)
     except UsageError as exc:
         print(f"patchkit: {exc}", file=sys.stderr)

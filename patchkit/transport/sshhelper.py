@@ -6,7 +6,7 @@ cryptography) is ~0.05 s more of imports. In one process they cannot overlap (on
 interpreter lock), so a fresh apply on one host waited ~0.15 s before its first byte, where
 `ssh` starts in 0.01 s (bench/README.md, issue 27 in session 12).
 
-How: `start()` forks the CLI's process right after its arguments are read (nothing heavy
+How: `ssh_side()` forks the CLI's process right after its arguments are read (nothing heavy
 imported yet, no thread running). The child imports the SSH transport while the parent
 validates, then does what the parent asks over a Unix socket pair (one pickled message per
 packet, SOCK_SEQPACKET), until the parent is gone:
@@ -21,7 +21,7 @@ and it sends the parent its log events, which the parent logs as its own (its le
 format and redaction). Everything about SSH (~/.ssh/config, host keys, retries, the
 failures and their words) is SSHTransport's, unchanged, in the child; a failure comes back
 as the same class with the same message. The parent's side (`HelperTransport`) starts
-processes whose streams are plain pipes (a deploy's file is spliced into the stdin pipe).
+processes whose streams are plain pipes.
 
 For a few hosts and small data only: once the run is valid and has more than MAX_HOSTS hosts,
 or a step that streams files (a deploy), the helper is let go (`keep_for`) and SSH runs in the
@@ -31,8 +31,9 @@ it saves.
 Lifetime: the child ignores Ctrl-C (the parent decides what an interrupt means and closes
 what it must); when the parent's end of the socket closes (its exit, a crash, kill -9), the
 child closes every connection and exits. `PATCHKIT_SSH_HELPER=0` keeps SSH in the CLI's own
-process, as does a platform without fork or a caller that runs threads (an in-process
-caller: forking it could copy a lock another thread holds).
+process (`1`, the default, uses the helper; any other value is a usage error), as does a
+platform other than Linux or a caller that runs threads (an in-process caller: forking it
+could copy a lock another thread holds).
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
+
+from patchkit.transport.base import NoFileSplice
 
 if TYPE_CHECKING:
     from patchkit.transport.ssh_common import SSHTarget
@@ -62,7 +65,6 @@ SWITCH = "PATCHKIT_SSH_HELPER"
 # second event loop), measured at 1, 32 and 128 hosts (bench/README.md, issue 27 in session
 # 12): a fleet is served in the CLI's own process, as before.
 MAX_HOSTS = 8
-COMMANDS = frozenset({"apply", "plan", "status", "rollback", "history", "audit", "capture"})
 
 _helper: Helper | None = None
 
@@ -88,10 +90,17 @@ _dismissed: list[Helper] = []
 
 
 @contextmanager
-def ssh_side(command: str, has_inventory: bool) -> Iterator[None]:
-    """Around a command (cli.py): the helper for the commands that reach hosts from an inventory."""
+def ssh_side() -> Iterator[None]:
+    """Around a command that reaches hosts from an inventory (cli.py): the helper, unless
+    switched off (a value other than 0 or 1 is a usage error) or not possible here."""
     global _helper
-    started = command in COMMANDS and has_inventory and _wanted()
+    switch = os.environ.get(SWITCH, "1")
+    if switch not in ("0", "1"):
+        from patchkit.errors import UsageError
+
+        raise UsageError(f"{SWITCH}={switch}: want 0 (SSH in the CLI's own process) or 1 (the SSH helper process, "
+                         "the default)")
+    started = switch == "1" and _wanted()
     if started:
         _helper = _fork()
     try:
@@ -107,11 +116,10 @@ def ssh_side(command: str, has_inventory: bool) -> Iterator[None]:
 
 def _wanted() -> bool:
     """Linux (fork early is safe there; macOS's system libraries are not fork-safe, and its Unix
-    sockets have no SOCK_SEQPACKET), no thread running, not switched off."""
+    sockets have no SOCK_SEQPACKET), no thread running."""
     import threading
 
-    return (os.environ.get(SWITCH, "1") != "0" and sys.platform.startswith("linux")
-            and hasattr(socket, "send_fds") and threading.active_count() == 1)
+    return sys.platform.startswith("linux") and hasattr(socket, "send_fds") and threading.active_count() == 1
 
 
 def _fork() -> Helper | None:
@@ -393,10 +401,9 @@ class _Stdin:
         self.writer.close()
 
 
-class HelperStreams:
-    """One remote process's streams: pipes to the helper, which relays them over SSH."""
-
-    supports_file_splice: ClassVar[bool] = hasattr(os, "splice")
+class HelperStreams(NoFileSplice):
+    """One remote process's streams: pipes to the helper, which relays them over SSH. No file is
+    spliced: a run that streams files does not use the helper (`keep_for`)."""
 
     def __init__(self, helper: Helper, sid: int) -> None:
         self.helper = helper
@@ -453,11 +460,6 @@ class HelperStreams:
             if lost:
                 raise ConnectionError(lost)
         return line
-
-    async def write_file(self, fd: int, offset: int, count: int) -> int | None:
-        from patchkit.transport.pipes import splice_into
-
-        return await splice_into(self.stdin.writer, fd, offset, count, "SSH connection lost")
 
     async def stderr_text(self) -> str:
         from patchkit.errors import HostError

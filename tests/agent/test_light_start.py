@@ -52,6 +52,20 @@ def test_plan_and_status_on_a_local_host_import_neither_libcst_nor_asyncssh(tmp_
         assert "patchkit" in modules and "pydantic" in modules  # the listing is of the real run
 
 
+def test_validate_starts_no_ssh_helper(tmp_path: Path, sandbox: Sandbox) -> None:
+    """`validate` (with an inventory, too) contacts nothing: the SSH helper (its module and what
+    it imports, ~5 ms, and the fork) is for the commands that reach hosts."""
+    listing = tmp_path / "validate.json"
+    script = RUN_AND_LIST.replace("m.split(\".\")[0] for m in sys.modules", "m for m in sys.modules")
+    proc = subprocess.run([sys.executable, "-c", script, str(listing),
+                           *sandbox.argv("validate", recipe("toyllm_eagle3.yaml"))],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    modules = set(json.loads(listing.read_text()))
+    assert "patchkit.recipe" in modules  # the listing is of the real run
+    assert "patchkit.transport.sshhelper" not in modules
+
+
 def test_the_start_and_the_first_reads_go_out_in_one_write(tmp_path: Path, sandbox: Sandbox) -> None:
     """A local transport whose stdin counts writes: before the first reply is read, one write
     holds the bootstrap's source, hello, lock, the journal listing and the step's locate."""

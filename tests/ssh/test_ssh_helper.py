@@ -167,3 +167,12 @@ def test_a_deploy_streams_its_files_without_the_relay(testbed: Testbed, tmp_path
     assert "asyncssh in the CLI's process: True" in proc.stderr, proc.stderr
     shipped = dest / src.name if dest.is_dir() else dest
     assert shipped.read_bytes() == src.read_bytes()
+
+
+def test_a_switch_value_that_is_neither_0_nor_1_is_refused_before_any_host(testbed: Testbed) -> None:
+    inventory = one_host(testbed)
+    before = testbed.fleet.servers[0].ssh_connections()
+    result = testbed.run("apply", str(testbed.recipe()), "-i", str(inventory), env=testbed.env(PATCHKIT_SSH_HELPER="off"))
+    assert result.returncode == 2, result
+    assert "PATCHKIT_SSH_HELPER=off: want 0 (SSH in the CLI's own process) or 1" in result.stderr, result
+    assert testbed.fleet.servers[0].ssh_connections() == before
