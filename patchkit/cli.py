@@ -352,8 +352,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from patchkit.transport.base import Reach
     from patchkit.transport.early import EarlyReach, first_wave
 
-    selected = loaded.recipe.select(_split(getattr(args, "steps", None))) if loaded else []
-    sshhelper.keep_for(len(hosts), any(step.streams_files for step in selected))
+    sshhelper.keep_for(len(hosts))
 
     started_at = time.monotonic()
     dry_run = args.command == "plan" or getattr(args, "dry_run", False)

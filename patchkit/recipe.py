@@ -131,10 +131,6 @@ class DeployTarget(Strict):
 
 
 class DeployStep(Strict):
-    # Its files stream from this machine: a run that carries one is bulk data, not start-up
-    # (transport/sshhelper.py keeps SSH in the CLI's process for it: no relay in the data path).
-    STREAMS_FILES: ClassVar[bool] = True
-
     src: str = Field(description="file or folder on the control machine (relative: to the recipe's folder)")
     dest: str = Field(description="absolute path on the host (~ allowed)")
     validate_as: str | None = Field(None, alias="validate", description="validator run on src before and dest after, e.g. eagle3-drafter")
@@ -313,11 +309,6 @@ class Step(Strict):
     @property
     def kind(self) -> str:
         return next(k for k in STEP_KINDS if getattr(self, k) is not None)
-
-    @property
-    def streams_files(self) -> bool:
-        """Does this step stream files from this machine to the host (its kind says)?"""
-        return bool(getattr(getattr(self, self.kind), "STREAMS_FILES", False))
 
     @property
     def checks(self) -> Verify:

@@ -15,6 +15,10 @@ packet, SOCK_SEQPACKET), until the parent is gone:
   read from the first pipe, its stdout written to the other;
 - `stderr SID`: the process's stderr, read to its end (as SSHTransport reads it, when the
   agent failed or once it is gone: it needs no pipe of its own);
+- `file SID AFTER OFFSET COUNT` with the file's fd: once the first AFTER bytes the parent
+  wrote to the stdin pipe are relayed, COUNT bytes of the file from OFFSET go to the remote
+  stdin, read by the child itself (a deploy's bytes never pass through a pipe: no copy more
+  than SSH in the CLI's process makes); the answer is how many moved;
 - `end SID`, `close TID`: as the streams' and the transport's close (a close is not waited
   for: the child finishes it, and the CLI waits for the child at its exit);
 and it sends the parent its log events, which the parent logs as its own (its level,
@@ -23,10 +27,9 @@ failures and their words) is SSHTransport's, unchanged, in the child; a failure 
 as the same class with the same message. The parent's side (`HelperTransport`) starts
 processes whose streams are plain pipes.
 
-For a few hosts and small data only: once the run is valid and has more than MAX_HOSTS hosts,
-or a step that streams files (a deploy), the helper is let go (`keep_for`) and SSH runs in the
-CLI's process, as before: the relay's cost per host and per byte would outweigh the one import
-it saves.
+For a few hosts only: once the run is valid and has more than MAX_HOSTS hosts, the helper is
+let go (`keep_for`) and SSH runs in the CLI's process, as before: the relay's cost per host
+would outweigh the one import it saves.
 
 Lifetime: the child ignores Ctrl-C (the parent decides what an interrupt means and closes
 what it must); when the parent's end of the socket closes (its exit, a crash, kill -9), the
@@ -46,9 +49,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
-
-from patchkit.transport.base import NoFileSplice
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from patchkit.transport.ssh_common import SSHTarget
@@ -74,13 +75,11 @@ def current() -> Helper | None:
     return _helper
 
 
-def keep_for(hosts: int, streams_files: bool) -> None:
-    """The run is valid: a fleet (more than MAX_HOSTS hosts) or a run that streams files (a
-    deploy: the relay would be a copy in its data path, 90% -> 83% of scp's rate measured) does
-    without the helper. It is let go at once (it exits when it sees its socket close) and
-    reaped at the end."""
+def keep_for(hosts: int) -> None:
+    """The run is valid: a fleet (more than MAX_HOSTS hosts) does without the helper. It is let
+    go at once (it exits when it sees its socket close) and reaped at the end."""
     global _helper
-    if _helper is not None and (hosts > MAX_HOSTS or streams_files):
+    if _helper is not None and hosts > MAX_HOSTS:
         _helper.channel.close()
         _dismissed.append(_helper)
         _helper = None
@@ -385,9 +384,11 @@ class _Stdin:
     def __init__(self, writer: asyncio.StreamWriter, helper: Helper) -> None:
         self.writer = writer
         self._helper = helper
+        self.written = 0  # bytes: where in the stream a file's bytes go (HelperStreams.write_file)
 
     def write(self, data: bytes) -> None:
         self.writer.write(data)
+        self.written += len(data)
 
     async def drain(self) -> None:
         try:
@@ -401,9 +402,11 @@ class _Stdin:
         self.writer.close()
 
 
-class HelperStreams(NoFileSplice):
-    """One remote process's streams: pipes to the helper, which relays them over SSH. No file is
-    spliced: a run that streams files does not use the helper (`keep_for`)."""
+class HelperStreams:
+    """One remote process's streams: pipes to the helper, which relays them over SSH. A file's
+    bytes do not go through the stdin pipe: the helper is handed the file and reads them."""
+
+    supports_file_splice: ClassVar[bool] = True
 
     def __init__(self, helper: Helper, sid: int) -> None:
         self.helper = helper
@@ -443,6 +446,12 @@ class HelperStreams(NoFileSplice):
                                                              os.fdopen(in_w, "wb", buffering=0))
         streams.stdin = _Stdin(asyncio.StreamWriter(transport, protocol, None, loop), helper)
         return streams
+
+    async def write_file(self, fd: int, offset: int, count: int) -> int | None:
+        """The helper sends them after everything written to stdin so far (nothing more is
+        written until this returns: the agent client's write lock)."""
+        moved = await self.helper.ask("file", self.sid, self.stdin.written, offset, count, fds=(fd,))
+        return int(moved)
 
     def out_ended(self, lost: str | None) -> None:
         if not self._ended.done():
@@ -565,7 +574,7 @@ class _Serve:  # pragma: no cover - runs in the forked child, tested through the
             task = asyncio.ensure_future(self._close(message[1]))
         else:
             works: dict[str, Callable[..., Awaitable[Any]]] = {"spawn": self._spawn, "end": self._end,
-                                                                 "stderr": self._stderr}
+                                                                 "stderr": self._stderr, "file": self._file}
             work = works[kind]
             task = asyncio.ensure_future(self._answer(message[1], work(*message[2:], fds=fds)))
         self.tasks.add(task)
@@ -600,6 +609,16 @@ class _Serve:  # pragma: no cover - runs in the forked child, tested through the
         if relay is not None:
             await relay.end()
 
+    async def _file(self, sid: int, after: int, offset: int, count: int, fds: list[int]) -> int:
+        try:
+            relay = self.relays.get(sid)
+            if relay is None:
+                raise ConnectionResetError("the remote process is gone")
+            return await relay.send_file(fds[0], after, offset, count)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
     async def _stderr(self, sid: int, fds: list[int]) -> str:
         relay = self.relays.get(sid)
         return await relay.streams.stderr_text() if relay is not None else ""
@@ -623,6 +642,8 @@ class _Relay:  # pragma: no cover - runs in the forked child
         self.sid = sid
         self.streams = streams
         self.pumps: list[asyncio.Task[None]] = []
+        self.relayed = 0  # bytes of the stdin pipe sent on
+        self._relayed_more: asyncio.Future[None] | None = None
 
     async def start(self, in_r: int, out_w: int) -> None:
         loop = asyncio.get_running_loop()
@@ -645,12 +666,35 @@ class _Relay:  # pragma: no cover - runs in the forked child
             while data := await stdin.read(STDIN_CHUNK):
                 self.streams.stdin.write(data)
                 await self.streams.stdin.drain()
+                self.relayed += len(data)
+                self._wake_file()
             if not proc.stdin.is_closing():
                 proc.stdin.write_eof()
         except Exception:  # noqa: BLE001 - the connection is lost: the stdout side says so
             pass
         finally:
             self._in.close()
+            self._wake_file()
+
+    def _wake_file(self) -> None:
+        if self._relayed_more is not None and not self._relayed_more.done():
+            self._relayed_more.set_result(None)
+
+    async def send_file(self, fd: int, after: int, offset: int, count: int) -> int:
+        """Once the stdin pipe's first `after` bytes are sent on, `count` bytes of the file from
+        `offset` (fewer where it ends). The parent writes nothing to the pipe meanwhile."""
+        while self.relayed < after:
+            if self.pumps[0].done():
+                raise ConnectionResetError("the remote process's stdin is closed")
+            self._relayed_more = asyncio.get_running_loop().create_future()
+            await self._relayed_more
+        if self.relayed != after:
+            raise RuntimeError(f"stdin relayed {self.relayed} bytes, the file was to follow byte {after}")
+        data = os.pread(fd, count, offset)
+        if data:
+            self.streams.stdin.write(data)
+            await self.streams.stdin.drain()
+        return len(data)
 
     async def _stdout(self, out: asyncio.StreamWriter) -> None:
         lost = None

@@ -148,25 +148,32 @@ def test_a_fleet_is_served_in_the_cli_s_own_process(testbed: Testbed, tmp_path: 
     assert "asyncssh in the CLI's process: True" in proc.stderr, proc.stderr
 
 
-def test_a_deploy_streams_its_files_without_the_relay(testbed: Testbed, tmp_path: Path) -> None:
-    """A step that streams files (deploy) keeps SSH in the CLI's process: no pipe copy in its
-    data path. The file arrives whole."""
+def test_a_deploy_goes_through_the_helper_each_file_whole_and_in_order(testbed: Testbed, tmp_path: Path) -> None:
+    """A deploy's files reach the host through the helper (asyncssh never in the CLI's process):
+    the helper reads each file itself and sends its bytes between the requests the CLI wrote
+    (a file of several chunks and an odd length, a small one after it, an empty one). Any byte
+    out of place would fail the agent's hash check; the second run finds everything in place."""
     inventory = one_host(testbed)
-    src = tmp_path / "drafter.bin"
-    src.write_bytes(os.urandom(3 << 20))
+    src = tmp_path / "drafter"
+    (src / "sub").mkdir(parents=True)
+    files = {"model.safetensors": os.urandom((3 << 20) + 123), "sub/config.json": b'{"hidden_size": 64}\n',
+             "empty.bin": b""}
+    for rel, data in files.items():
+        (src / rel).write_bytes(data)
     dest = testbed.root / "deployed"
     recipe = tmp_path / "ship.yaml"
     recipe.write_text(json.dumps({"name": "ship", "steps": [{"name": "ship", "deploy": {"src": str(src),
                                                                                          "dest": str(dest)}}]}))
     script = tmp_path / "which_process.py"
     script.write_text(WHICH_PROCESS)
-    proc = subprocess.run([sys.executable, str(script), "apply", str(recipe), "-i", str(inventory), "--json"],
-                          capture_output=True, text=True, timeout=90, env=testbed.env())
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["hosts"]["gpu-1"]["status"] == "changed", proc.stdout
-    assert "asyncssh in the CLI's process: True" in proc.stderr, proc.stderr
-    shipped = dest / src.name if dest.is_dir() else dest
-    assert shipped.read_bytes() == src.read_bytes()
+    for want in ("changed", "ok"):
+        proc = subprocess.run([sys.executable, str(script), "apply", str(recipe), "-i", str(inventory), "--json"],
+                              capture_output=True, text=True, timeout=90, env=testbed.env())
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["hosts"]["gpu-1"]["status"] == want, proc.stdout
+        assert "asyncssh in the CLI's process: False" in proc.stderr, proc.stderr
+    for rel, data in files.items():
+        assert (dest / rel).read_bytes() == data, rel
 
 
 def test_a_switch_value_that_is_neither_0_nor_1_is_refused_before_any_host(testbed: Testbed) -> None:
