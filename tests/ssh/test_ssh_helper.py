@@ -176,6 +176,33 @@ def test_a_deploy_goes_through_the_helper_each_file_whole_and_in_order(testbed: 
         assert (dest / rel).read_bytes() == data, rel
 
 
+def test_a_helper_that_dies_mid_deploy_fails_the_host_and_leaves_only_a_part_file(testbed: Testbed,
+                                                                                  tmp_path: Path) -> None:
+    """The helper is killed while it sends a file's bytes: the host fails in words (never a
+    hang) and the final name never holds a partial file."""
+    inventory = one_host(testbed)
+    src = tmp_path / "drafter"
+    src.mkdir()
+    size = 512 << 20
+    with open(src / "weights.bin", "wb") as f:
+        f.truncate(size)  # sparse: cheap to make, every byte still crosses the wire
+    dest = testbed.root / "deployed"
+    recipe = tmp_path / "ship.yaml"
+    recipe.write_text(json.dumps({"name": "ship", "steps": [{"name": "ship", "deploy": {"src": str(src),
+                                                                                         "dest": str(dest)}}]}))
+    proc = testbed.start("apply", str(recipe), "-i", str(inventory), "--json")
+    part = dest / ".weights.bin.patchkit-part"
+    assert wait_until(lambda: part.exists() and part.stat().st_size > (1 << 20), 30), "no bytes arrived"
+    helpers = children(proc.pid)
+    assert len(helpers) == 1, helpers
+    os.kill(helpers[0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    host = json.loads(out)["hosts"]["gpu-1"]
+    assert host["status"] == "failed" and "SSH helper process" in json.dumps(host), host
+    assert not (dest / "weights.bin").exists()
+
+
 def test_a_switch_value_that_is_neither_0_nor_1_is_refused_before_any_host(testbed: Testbed) -> None:
     inventory = one_host(testbed)
     before = testbed.fleet.servers[0].ssh_connections()
