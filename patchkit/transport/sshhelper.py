@@ -614,7 +614,7 @@ class _Serve:  # pragma: no cover - runs in the forked child, tested through the
             relay = self.relays.get(sid)
             if relay is None:
                 raise ConnectionResetError("the remote process is gone")
-            return await relay.send_file(fds[0], after, offset, count)
+            return await relay.forward_file(fds[0], after, offset, count)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -680,7 +680,7 @@ class _Relay:  # pragma: no cover - runs in the forked child
         if self._relayed_more is not None and not self._relayed_more.done():
             self._relayed_more.set_result(None)
 
-    async def send_file(self, fd: int, after: int, offset: int, count: int) -> int:
+    async def forward_file(self, fd: int, after: int, offset: int, count: int) -> int:
         """Once the stdin pipe's first `after` bytes are sent on, `count` bytes of the file from
         `offset` (fewer where it ends). The parent writes nothing to the pipe meanwhile."""
         while self.relayed < after:

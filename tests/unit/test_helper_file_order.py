@@ -1,4 +1,4 @@
-"""The SSH helper's file path (transport/sshhelper.py `_Relay.send_file`): a deploy's file
+"""The SSH helper's file path (transport/sshhelper.py `_Relay.forward_file`): a deploy's file
 bytes go to the remote stdin only after every byte the CLI wrote to the stdin pipe before
 them, however late the pipe's bytes arrive. End to end (tests/ssh/test_ssh_helper.py) the pipe
 is nearly always drained first, so the order is pinned here, where the pipe can be held back.
@@ -82,7 +82,7 @@ def test_file_bytes_wait_for_the_stdin_bytes_written_before_them(tmp_path: Path)
         relay, remote, in_w, out_r = await relay_with_pipes()
         os.write(in_w, b'{"op": "receive_file", ')  # the request, its second half held back
         with open(payload, "rb") as f:
-            sending = asyncio.ensure_future(relay.send_file(f.fileno(), 38, 10, 5000))
+            sending = asyncio.ensure_future(relay.forward_file(f.fileno(), 38, 10, 5000))
             await asyncio.sleep(0.05)
             assert not sending.done()  # 23 of the 38 bytes before it are relayed: the file waits
             os.write(in_w, b'"n": 1234}\n\n\n\n\n')
@@ -110,7 +110,7 @@ def test_a_file_after_the_stdin_closed_is_refused(tmp_path: Path) -> None:
         os.close(in_w)  # the CLI's side is gone before the 10 bytes the file was to follow
         with open(payload, "rb") as f:
             with pytest.raises(ConnectionResetError, match="stdin is closed"):
-                await asyncio.wait_for(relay.send_file(f.fileno(), 10, 0, 100), 5)
+                await asyncio.wait_for(relay.forward_file(f.fileno(), 10, 0, 100), 5)
         relay.abandon()
         os.close(out_r)
 
