@@ -23,6 +23,8 @@ pytestmark = pytest.mark.timeout(120)
 WHICH_PROCESS = """
 import atexit, sys
 atexit.register(lambda: print("asyncssh in the CLI's process:", "asyncssh" in sys.modules, file=sys.stderr))
+atexit.register(lambda: print("CLI wrote bytes:", open("/proc/self/io").read().split("wchar: ")[1].split()[0],
+                              file=sys.stderr))
 from patchkit.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -151,8 +153,9 @@ def test_a_fleet_is_served_in_the_cli_s_own_process(testbed: Testbed, tmp_path: 
 def test_a_deploy_goes_through_the_helper_each_file_whole_and_in_order(testbed: Testbed, tmp_path: Path) -> None:
     """A deploy's files reach the host through the helper (asyncssh never in the CLI's process):
     the helper reads each file itself and sends its bytes between the requests the CLI wrote
-    (a file of several chunks and an odd length, a small one after it, an empty one). Any byte
-    out of place would fail the agent's hash check; the second run finds everything in place."""
+    (a file of several chunks and an odd length, a small one after it, an empty one): the CLI
+    itself writes none of the file's bytes (/proc/self/io). Any byte out of place would fail the
+    agent's hash check; the second run finds everything in place."""
     inventory = one_host(testbed)
     src = tmp_path / "drafter"
     (src / "sub").mkdir(parents=True)
@@ -172,6 +175,8 @@ def test_a_deploy_goes_through_the_helper_each_file_whole_and_in_order(testbed: 
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["hosts"]["gpu-1"]["status"] == want, proc.stdout
         assert "asyncssh in the CLI's process: False" in proc.stderr, proc.stderr
+        written = int(proc.stderr.split("CLI wrote bytes: ")[1].split()[0])
+        assert written < (1 << 20), f"the CLI wrote {written} bytes: the file went through its pipe to the helper"
     for rel, data in files.items():
         assert (dest / rel).read_bytes() == data, rel
 
