@@ -8,7 +8,9 @@ The real CLI and the real host agent on the local transport, real files: each te
 folder, asks for the rollback, checks that nothing outside changed and that the journal still
 rolls back once the folder is put back. The agent-level tests call the ops the CLI cannot reach
 with a symlinked folder (its plan refuses to read through one first: op_verify) and the
-old-journal rule (a record that names no root).
+old-journal rule (a record that names no root). The last ones race the agent's own check: the
+folder is swapped right after its by-name check passed, before it opens the folder; the ops
+work through the folder's descriptor and check that (core.fd_escape).
 """
 
 from __future__ import annotations
@@ -371,3 +373,97 @@ def test_receive_file_refuses_a_backup_path_that_does_not_end_with_the_files_pat
     assert sorted(p.name for p in dest.iterdir()) == ["w.bin"]
     assert (dest / "w.bin").read_bytes() == b"old\n"
     assert not state.exists()
+
+
+# ---------------------------------------------------------------- the race: swapped after the check
+
+def listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def swap_right_after_the_check(monkeypatch: pytest.MonkeyPatch, agent: Any, check: str, folder: Path,
+                               outside: Path, swap_back: bool) -> dict[str, Path]:
+    """Wrap the agent's by-name check `check` (refuse_path_escape or refuse_leaving_root): the
+    first time it passes, `folder` is swapped for a symlink to a copy of it at `outside` before
+    the agent goes on (to open it). swap_back: the real folder is put back as soon as the agent
+    checks again through what it opened (a call with a descriptor), so a second look by name
+    would find nothing wrong: only the descriptor tells. Returns {"aside": where the real folder is}."""
+    real_check = getattr(agent, check)
+    fd_arg = {"refuse_path_escape": 2, "refuse_leaving_root": 3}[check]
+    state: dict[str, Path] = {}
+
+    def racing(*args: Any, **kwargs: Any) -> None:
+        through_fd = len(args) > fd_arg or kwargs.get("fd") is not None
+        if through_fd and swap_back and "aside" in state and folder.is_symlink():
+            put_back(folder, state["aside"])
+        real_check(*args, **kwargs)
+        if not through_fd and "aside" not in state:
+            state["aside"] = swap_for_symlink(folder, outside)
+
+    monkeypatch.setattr(agent, check, racing)
+    return state
+
+
+def racing_op(agent: Any, op: str, pkg: Path, state_dir: Path) -> tuple[str, Any]:
+    """(the by-name check the op makes first, a call of the op on pkg/config/speculative.py)."""
+    import base64
+    import hashlib
+
+    target = pkg / "config" / "speculative.py"
+    data = target.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    if op == "apply_files":
+        unit = [{"path": str(target), "expected_sha256": sha, "content_b64": base64.b64encode(data + b"X = 1\n").decode(),
+                 "backup_path": str(state_dir / "backups" / "run-1" / "step--speculative.py")}]
+        return "refuse_path_escape", lambda: agent.op_apply_files(unit, [], 30, root=str(pkg))
+    if op == "restore":
+        backup = state_dir / "backups" / "run-1" / "step--speculative.py"
+        backup.parent.mkdir(parents=True)
+        backup.write_bytes(b"ORIGINAL = True\n")
+        args = restore_args(target, backup, state_dir, b"ORIGINAL = True\n", str(pkg))
+        return "refuse_leaving_root", lambda: agent.op_restore(**dict(args, force=False))
+    if op == "verify":
+        return "refuse_leaving_root", lambda: agent.op_verify([{"path": str(target), "expected_sha256": sha}], [], 30,
+                                                              str(pkg))
+    if op == "read":
+        return "refuse_path_escape", lambda: agent.op_read(str(target), str(pkg))
+    assert op == "hash"
+    return "refuse_leaving_root", lambda: agent.op_hash([str(target)], confined=True, root=str(pkg))
+
+
+@pytest.mark.parametrize("swap_back", [False, True], ids=["stays-swapped", "swapped-back"])
+@pytest.mark.parametrize("op", ["apply_files", "restore", "verify", "read", "hash"])
+def test_a_folder_swapped_for_a_symlink_right_after_the_check_is_refused_through_the_descriptor(
+        agent: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op: str, swap_back: bool) -> None:
+    """The by-name check passes, then pkg/config becomes a symlink to a copy of it outside the
+    package (what patchkit wrote, byte for byte: no drift shows) before the agent opens it. The
+    agent works through the folder's descriptor and checks that: refused, naming the folder;
+    not a byte or a name changed out there, no temp file anywhere, nothing backed up. Swapped
+    back as soon as it was opened, no second look by name could see it: the descriptor does."""
+    pkg, state_dir, outside = tmp_path / "site" / "toyllm", tmp_path / "state", tmp_path / "outside"
+    shutil.copytree(PKGS / "toyllm" / "toyllm", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    config = pkg / "config"
+    check, call = racing_op(agent, op, pkg, state_dir)
+    inside_before = snapshot(config)
+    raced = swap_right_after_the_check(monkeypatch, agent, check, config, outside, swap_back)
+
+    try:
+        outcome = call()
+    except agent.Refused as exc:
+        outcome = exc
+    assert "aside" in raced, "the race did not happen: the op never made its by-name check"
+    # first what a write through the swapped folder would have changed out there
+    assert snapshot(outside) == inside_before and listing(outside) == sorted(inside_before)
+    assert [p for p in tmp_path.rglob("*") if "patchkit-tmp" in p.name] == []
+    # then the refusal (a read through it would have returned the outside copy's bytes)
+    assert isinstance(outcome, agent.Refused), f"not refused: {outcome}"
+    message = str(outcome)
+    if swap_back:
+        assert f"{config} is {outside} since it was checked, outside " in message, message
+    else:
+        assert f"{config} is a symlink to {outside}, outside " in message, message
+    if not swap_back:
+        put_back(config, raced["aside"])
+    assert config.is_dir() and not config.is_symlink()
+    assert snapshot(config) == inside_before and listing(config) == sorted(inside_before)
+    assert not (state_dir / "backups").exists() or op == "restore"

@@ -61,16 +61,20 @@ def sha256_bytes(data):
 
 
 def sha256_file(path, limit=None):  # of its first `limit` bytes, if given
+    with open(path, "rb") as f:
+        return sha256_of(f, limit)
+
+
+def sha256_of(f, limit=None):
     h = hashlib.sha256()
     remaining = limit
-    with open(path, "rb") as f:
-        while remaining is None or remaining > 0:
-            chunk = f.read(CHUNK if remaining is None else min(CHUNK, remaining))
-            if not chunk:
-                break
-            h.update(chunk)
-            if remaining is not None:
-                remaining -= len(chunk)
+    while remaining is None or remaining > 0:
+        chunk = f.read(CHUNK if remaining is None else min(CHUNK, remaining))
+        if not chunk:
+            break
+        h.update(chunk)
+        if remaining is not None:
+            remaining -= len(chunk)
     return h.hexdigest()
 
 
@@ -131,19 +135,58 @@ def path_escape(root, path, where="the package folder"):
                 return None  # nothing below exists yet (a file a diff adds): nothing to follow
             continue
         real = os.path.realpath(here)
-        if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        if not is_under(real, real_root):
             return "%s is a symlink to %s, outside %s %s" % (here, real, where, real_root)
     return None
 
 
-def refuse_path_escape(root, path):
-    """Refuse `path` unless it stays inside the package folder `root` (path_escape). A
-    symlinked folder inside a package (`pkg/ext -> /elsewhere`) would steer a patch into a tree
-    the plan never names (its files may be other environments'). root None: nothing to check
-    against (callers that name no package)."""
+def is_under(real, real_root):
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def real_name(fd):
+    """The kernel's name for the file or folder open as fd (Linux: /proc/self/fd/N), symlinks
+    all resolved; None where it gives none (no /proc) or there is no descriptor."""
+    if fd is None:
+        return None
+    try:
+        return os.readlink("/proc/self/fd/%d" % fd)
+    except OSError:
+        return None
+
+
+def fd_escape(root, path, fd=None, opened=None, where="the package folder"):
+    """How `path` leaves `root`, as a message; None when it stays inside. Without fd: by names
+    (path_escape; root None: symlinked_folder). With fd, what the op opened for path and then
+    works through (path's folder; or `opened`, the name it was opened by): by the kernel's name
+    for that descriptor, which a folder swapped for a symlink after the by-name check
+    (`pkg/config -> /etc/x`) cannot fake. Where the kernel gives none (no /proc: not Linux), by
+    names again: that narrows the window between check and use, it does not close it."""
+    path = os.path.normpath(expand(path))
+    real = real_name(fd)
+
+    def by_name():
+        return path_escape(root, path, where) if root is not None else symlinked_folder(path)
+
+    if real is None:
+        return by_name()
+    opened = os.path.dirname(path) if opened is None else opened
+    real_root = os.path.realpath(expand(root)) if root is not None else None
+    inside = is_under(real, real_root) if root is not None else real == opened  # root None: no symlink on the way
+    if inside:
+        return None
+    return by_name() or "%s is %s since it was checked%s" % (
+        opened, real, "" if root is None else ", outside %s %s" % (where, real_root))
+
+
+def refuse_path_escape(root, path, fd=None, opened=None):
+    """Refuse `path` unless it stays inside the package folder `root` (path_escape; with fd: by
+    the descriptor, fd_escape). A symlinked folder inside a package (`pkg/ext -> /elsewhere`)
+    would steer a patch into a tree the plan never names (its files may be other environments').
+    root None: nothing to check against (callers that name no package)."""
     if root is None:
         return
-    why = path_escape(root, path)
+    why = fd_escape(root, path, fd, opened)
     if why:
         raise Refused("%s: patchkit does not read or write %s through it" % (why, os.path.normpath(expand(path))))
 
@@ -176,20 +219,21 @@ def symlinked_folder(path):
     return None
 
 
-def refuse_leaving_root(root, path, what):
+def refuse_leaving_root(root, path, what, fd=None, opened=None):
     """Refuse to `what` (restore, verify, remove) a file a journaled change names unless it stays
     inside `root`, the folder its apply was confined to (journaled with the change): a folder of
     the package swapped for a symlink since (`pkg/config -> /etc`) would steer the bytes of a
     backup out of it. root None: a record from before roots were journaled; the package folder
     is then derived from the import path (import_root), and where none holds the path, any
-    symlinked folder on its way is refused. Checked before anything is read or written; --force
-    never overrides it (it overrides drift only)."""
+    symlinked folder on its way is refused. Checked before anything is read or written (by
+    names), and again through what the op opened (fd, opened: as for fd_escape); --force never
+    overrides it (it overrides drift only)."""
     path = os.path.normpath(expand(path))
     where = "the change's folder"
     if root is None:
         root = import_root(path)
         where = "the package folder (derived from the import path: the journal names none)"
-    why = path_escape(root, path, where) if root is not None else symlinked_folder(path)
+    why = fd_escape(root, path, fd, opened, where)
     if why:
         raise Refused("%s: patchkit does not %s %s through it; nothing was read or written (--force does not "
                       "override this: put the folder back, then run again)" % (why, what, path))
@@ -213,7 +257,19 @@ def refuse_backup_escape(state_dir, backup_path):
                           "nothing was read or written" % (backup, here, os.readlink(here)))
 
 
-def fsync_dir(path):
+# dir_fd, below: the descriptor of the folder holding path (locked_folder's), which the file
+# operations of a patch go through instead of the folder's name (the name may lead elsewhere by
+# then); None: by name (callers with no folder open: the journal, the extensions' records).
+
+def at(path, dir_fd):
+    """What names path beside dir_fd: its own name in the folder open as dir_fd, or path itself."""
+    return path if dir_fd is None else os.path.basename(path)
+
+
+def fsync_dir(path, dir_fd=None):
+    if dir_fd is not None:
+        os.fsync(dir_fd)
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -221,32 +277,65 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def create_temp(folder, prefix, suffix):
-    """A new file (O_EXCL, 0600) with a unique name in folder, as tempfile.mkstemp makes
-    (importing tempfile, with random and its hashing, costs every host's agent start ~3 ms)."""
+def open_regular(path, dir_fd=None, what="read", follow=False):
+    """path (in the folder open as dir_fd) opened for reading, or None when no regular file is
+    there (as os.path.isfile; a FIFO is not waited on). A symlink there is refused as
+    refuse_symlink refuses it, never followed; unless follow: a read whose caller then checks
+    what it got (fd_escape)."""
+    import stat
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(at(path, dir_fd), flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise Refused("%s is a symlink (to %s); refusing to %s through it"
+                          % (path, os.readlink(at(path, dir_fd), dir_fd=dir_fd), what))
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
+def sha256_at(path, dir_fd=None, what="read"):
+    """sha256 of the regular file path in the folder open as dir_fd; None: there is none."""
+    f = open_regular(path, dir_fd, what)
+    if f is None:
+        return None
+    with f:
+        return sha256_of(f)
+
+
+def create_temp(folder, prefix, suffix, dir_fd=None):
+    """A new file (O_EXCL, 0600) with a unique name in folder (open as dir_fd, if given), as
+    tempfile.mkstemp makes (importing tempfile, with random and its hashing, costs every host's
+    agent start ~3 ms). Returns its descriptor and its name (beside dir_fd: at)."""
     for _ in range(100):
-        tmp = os.path.join(folder, "%s%d-%s%s" % (prefix, os.getpid(), os.urandom(4).hex(), suffix))
+        tmp = at(os.path.join(folder, "%s%d-%s%s" % (prefix, os.getpid(), os.urandom(4).hex(), suffix)), dir_fd)
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dir_fd), tmp
         except FileExistsError:
             continue
     raise FileExistsError("no free temporary name in %s" % folder)
 
 
-def atomic_write(path, data, mode=None, uid=None, gid=None, durable=True):
+def atomic_write(path, data, mode=None, uid=None, gid=None, durable=True, dir_fd=None):
     """Temp file in the same folder, mode/owner kept, fsync, rename, fsync folder: the one
     way the agent replaces a file. durable=False skips both fsyncs, for what may be lost in
     a crash without harm (a hash cache: lost, it is recomputed)."""
-    atomic_fill(path, lambda f: f.write(data), mode, uid, gid, durable)
+    atomic_fill(path, lambda f: f.write(data), mode, uid, gid, durable, dir_fd)
 
 
-def atomic_fill(path, fill, mode=None, uid=None, gid=None, durable=True):
+def atomic_fill(path, fill, mode=None, uid=None, gid=None, durable=True, dir_fd=None):
     """atomic_write with the content written by fill(file); if fill raises, nothing changes."""
     folder = os.path.dirname(path)
-    fd, tmp = create_temp(folder, "." + os.path.basename(path) + ".", ".patchkit-tmp")
+    fd, tmp = create_temp(folder, "." + os.path.basename(path) + ".", ".patchkit-tmp", dir_fd)
     try:
         with os.fdopen(fd, "wb") as f:
-            keep_label(path, f.fileno())
+            keep_label(path, f.fileno(), dir_fd)
             fill(f)
             f.flush()
             if mode is not None:
@@ -259,7 +348,7 @@ def atomic_fill(path, fill, mode=None, uid=None, gid=None, durable=True):
             if durable:
                 os.fsync(f.fileno())
         try:
-            os.replace(tmp, path)
+            os.replace(tmp, at(path, dir_fd), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno in (errno.EBUSY, errno.EXDEV):
                 raise Refused("%s is a mount point of its own (a file bind-mounted there, as `podman run -v "
@@ -268,11 +357,13 @@ def atomic_fill(path, fill, mode=None, uid=None, gid=None, durable=True):
                               "instead)" % path)
             raise
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
         raise
     if durable:
-        fsync_dir(folder)
+        fsync_dir(folder, dir_fd)
 
 
 # Extended attributes a replaced file keeps: its SELinux label (a fresh temp file gets its
@@ -280,42 +371,58 @@ def atomic_fill(path, fill, mode=None, uid=None, gid=None, durable=True):
 KEPT_XATTRS = ("security.selinux",)
 
 
-def keep_label(path, fd):
+def keep_label(path, fd, dir_fd=None):
     """Copy path's KEPT_XATTRS to the temp file about to replace it, where the host has them."""
     if not hasattr(os, "getxattr"):
         return
-    for name in KEPT_XATTRS:
-        try:
-            value = os.getxattr(path, name, follow_symlinks=False)
-        except OSError:
-            continue  # no such file yet, no label, or no xattrs on this file system
-        try:
-            os.setxattr(fd, name, value)
-        except OSError:
-            pass  # not ours to set (no relabel permission): the folder's default label stays
+    try:
+        source = os.open(at(path, dir_fd), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return  # no such file yet (or none to take a label from: a symlink is not followed)
+    try:
+        for name in KEPT_XATTRS:
+            try:
+                value = os.getxattr(source, name)
+            except OSError:
+                continue  # no label, or no xattrs on this file system
+            try:
+                os.setxattr(fd, name, value)
+            except OSError:
+                pass  # not ours to set (no relabel permission): the folder's default label stays
+    finally:
+        os.close(source)
 
 
-def drop_bytecode(path):
-    """Remove the module's cached bytecode; False if some of it could not be removed."""
+def drop_bytecode(path, dir_fd=None):
+    """Remove the module's cached bytecode; False if some of it could not be removed (a
+    __pycache__ that is a symlink is not followed: what it leads to is left alone)."""
     folder, name = os.path.split(path)
     stem = os.path.splitext(name)[0]
-    cache = os.path.join(folder, "__pycache__")
     try:
-        names = os.listdir(cache)
-    except OSError:
+        cache = os.open(at(os.path.join(folder, "__pycache__"), dir_fd),
+                        os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a symlink (Linux says ENOTDIR with O_DIRECTORY)
+            return False
         return True  # no cache folder: nothing stale
-    dropped = True
-    for name in names:
-        if name.startswith(stem + ".") and name.endswith(".pyc"):
-            try:
-                os.unlink(os.path.join(cache, name))
-            except OSError:
-                dropped = False
-    return dropped
+    try:
+        try:
+            names = os.listdir(cache)
+        except OSError:
+            return True
+        dropped = True
+        for name in names:
+            if name.startswith(stem + ".") and name.endswith(".pyc"):
+                try:
+                    os.unlink(name, dir_fd=cache)
+                except OSError:
+                    dropped = False
+        return dropped
+    finally:
+        os.close(cache)
 
 
-def stat_of(path):
-    st = os.stat(path)
+def stat_dict(st):
     return {"mode": st.st_mode & 0o7777, "uid": st.st_uid, "gid": st.st_gid, "size": st.st_size}
 
 
@@ -453,17 +560,25 @@ def op_locate(package, modules, read_first=False):
 @op
 def op_read(path, root=None):
     """The file's bytes and stat; `root`: the package folder it must stay inside."""
+    import stat
+
     path = expand(path)
     refuse_path_escape(root, path)
     if not os.path.isfile(path):
         return {"exists": False}
-    with locked_folder(os.path.dirname(path), 600, shared=True):  # never mid-apply of another run
-        with open(path, "rb") as f:
+    with locked_folders([path], 600, shared=True) as folders:  # never mid-apply of another run
+        dir_fd = folders.fd(path)
+        refuse_path_escape(root, path, dir_fd)  # the folder as opened, then the file (a symlink is read through)
+        f = open_regular(path, dir_fd, follow=True)
+        if f is None:
+            return {"exists": False}
+        with f:
+            refuse_path_escape(root, path, f.fileno(), path)
             data = f.read()
-    out = {"exists": True, "sha256": sha256_bytes(data), "content_b64": base64.b64encode(data).decode()}
-    out.update(stat_of(path))
-    if os.path.islink(path):
-        out["symlink_to"] = os.path.realpath(path)
+            out = {"exists": True, "sha256": sha256_bytes(data), "content_b64": base64.b64encode(data).decode()}
+            out.update(stat_dict(os.fstat(f.fileno())))
+            if stat.S_ISLNK(os.stat(at(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                out["symlink_to"] = real_name(f.fileno()) or os.path.realpath(path)
     return out
 
 
@@ -478,7 +593,17 @@ def op_hash(paths, confined=False, root=None):
     out = {}
     for path in paths:
         p = expand(path)
-        out[path] = sha256_file(p) if os.path.isfile(p) else None
+        if not confined:
+            out[path] = sha256_file(p) if os.path.isfile(p) else None
+            continue
+        with locked_folders([p], 600, shared=True) as folders:  # then through the folder as opened
+            refuse_leaving_root(root, p, "roll back", folders.fd(p))
+            f = open_regular(p, folders.fd(p), follow=True)
+            out[path] = None
+            if f is not None:
+                with f:
+                    refuse_leaving_root(root, p, "roll back", f.fileno(), p)  # a symlink: where it led
+                    out[path] = sha256_of(f)
     return out
 
 
@@ -494,23 +619,30 @@ def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None, 
     sorted order: two runs with different state dirs never interleave on one file, nor deadlock.
     root: the package folder every path must stay inside (refuse_path_escape)."""
     paths = [expand(f["path"]) for f in files]
-    for path in paths:
+    for path in paths:  # by names first: the readable refusal, before anything is opened
         refuse_path_escape(root, path)
         refuse_symlink(path, "patch")
-    with locked_folders(paths, import_timeout_s + 60):
-        return apply_unit_locked(files, paths, verify_imports, import_timeout_s, verify_python)
+    with locked_folders(paths, import_timeout_s + 60) as folders:
+        for path in paths:  # then the folders the unit goes through, as opened
+            refuse_path_escape(root, path, folders.fd(path))
+        return apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, verify_python)
 
 
 class locked_folders:
-    """locked_folder on every folder holding one of paths, taken in sorted order."""
+    """locked_folder on every folder holding one of paths, taken in sorted order; fd(path):
+    the descriptor of path's folder, which every operation on path goes through (dir_fd)."""
 
-    def __init__(self, paths, timeout_s):
-        self.locks = [locked_folder(folder, timeout_s) for folder in sorted(set(os.path.dirname(p) for p in paths))]
+    def __init__(self, paths, timeout_s, shared=False):
+        self.locks = dict((folder, locked_folder(folder, timeout_s, shared))
+                          for folder in sorted(set(os.path.dirname(p) for p in paths)))
         self.entered = []
+
+    def fd(self, path):
+        return self.locks[os.path.dirname(path)].fd
 
     def __enter__(self):
         try:
-            for lock in self.locks:
+            for lock in self.locks.values():
                 lock.__enter__()
                 self.entered.append(lock)
         except BaseException:
@@ -524,49 +656,63 @@ class locked_folders:
         self.entered = []
 
 
-def apply_unit_locked(files, paths, verify_imports, import_timeout_s, verify_python=None):
-    """op_apply_files under its locks: nothing is written until every file was read, checked
-    against the hash the plan saw and backed up (a refusal then leaves the host as it was)."""
-    olds = [read_original(spec, path) for spec, path in zip(files, paths)]
+def apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, verify_python=None):
+    """op_apply_files under its locks (folders): nothing is written until every file was read,
+    checked against the hash the plan saw and backed up (a refusal then leaves the host as it was)."""
+    olds = [read_original(spec, path, folders.fd(path)) for spec, path in zip(files, paths)]
     for spec, (original, _, _) in zip(files, olds):
         if original is not None:
             back_up(expand(spec["backup_path"]), original, spec["expected_sha256"])
     news = [None if spec["content_b64"] is None else base64.b64decode(spec["content_b64"]) for spec in files]
     written, checks = [], []
     try:
-        failure = write_unit(paths, olds, news, written)
+        failure = write_unit(paths, olds, news, written, folders)
         if failure is None:
-            failure = verify_unit(list(zip(paths, news)), verify_imports, import_timeout_s, checks, verify_python)
+            failure = verify_unit(list(zip(paths, news)), verify_imports, import_timeout_s, checks, verify_python,
+                                  folders)
     except Exception as exc:  # whatever went wrong, the files written so far go back
         failure = "%s: %s" % (type(exc).__name__, exc)
     if failure is None:
         return {"ok": True, "checks": checks,
                 "sha256_after": dict((spec["path"], None if new is None else sha256_bytes(new))
                                      for spec, new in zip(files, news))}
-    restored, notes, back = restore_unit(written)
+    restored, notes, back = restore_unit(written, folders)
     by_path = dict(zip(paths, (f["path"] for f in files)))  # as the control side named them
     return {"ok": False, "failure": failure + notes, "restored": restored, "checks": checks,
             "written": [by_path[w[0]] for w in written], "restored_files": [by_path[p] for p in back]}
 
 
-def read_original(spec, path):
+def exists_at(path, dir_fd=None):
+    """Is there anything at path (in the folder open as dir_fd), a symlink too?"""
+    try:
+        os.stat(at(path, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def read_original(spec, path, dir_fd=None):
     """(bytes, stat, os.stat) of a file the unit changes, (None,)*3 for one it adds; refused if
     the file is not what the plan read, or replacing it would change its owner."""
-    sweep_temps(path)
+    sweep_temps(path, dir_fd)
     if spec["expected_sha256"] is None:
-        if os.path.lexists(path):
+        if exists_at(path, dir_fd):
             raise Refused("%s exists, and the diff adds it; nothing written" % path)
-        if not os.path.isdir(os.path.dirname(path)):
+        if dir_fd is None and not os.path.isdir(os.path.dirname(path)):
             raise Refused("folder %s does not exist (the diff adds %s in it); nothing written"
                           % (os.path.dirname(path), os.path.basename(path)))
         return None, None, None
-    with open(path, "rb") as f:
+    f = open_regular(path, dir_fd, "patch")
+    if f is None:  # gone, or no longer a regular file
+        raise Refused("%s changed since it was read (sha256 missing, expected %s); nothing written"
+                      % (path, spec["expected_sha256"][:12]))
+    with f:
         original = f.read()
         st_before = os.fstat(f.fileno())
     if sha256_bytes(original) != spec["expected_sha256"]:
         raise Refused("%s changed since it was read (sha256 %s, expected %s); nothing written"
                       % (path, sha256_bytes(original)[:12], spec["expected_sha256"][:12]))
-    st = stat_of(path)
+    st = stat_dict(st_before)
     refuse_foreign_owner(path, st)
     return original, st, st_before
 
@@ -579,24 +725,25 @@ def back_up(backup_path, original, expected_sha256):
         raise Refused("backup %s did not read back intact; nothing written" % backup_path)
 
 
-def write_unit(paths, olds, news, written):
+def write_unit(paths, olds, news, written, folders):
     """Write (or remove) each file in turn, noting in `written` each one that changed; the first
     write error stops it and is returned (the caller puts back what `written` names)."""
     for path, (original, st, st_before), new in zip(paths, olds, news):
         wanted = None if new is None else sha256_bytes(new)
         entry = (path, original, wanted, st, st_before)
+        dir_fd = folders.fd(path)
         try:
             if new is None:
-                os.unlink(path)
-                drop_bytecode(path)
+                os.unlink(at(path, dir_fd), dir_fd=dir_fd)
+                drop_bytecode(path, dir_fd)
             elif st is None:
-                atomic_write(path, new, 0o644 & ~current_umask())
-                drop_bytecode(path)
+                atomic_write(path, new, 0o644 & ~current_umask(), dir_fd=dir_fd)
+                drop_bytecode(path, dir_fd)
             else:
-                atomic_write(path, new, st["mode"], st["uid"], st["gid"])
-                settle_bytecode(path, st_before)
+                atomic_write(path, new, st["mode"], st["uid"], st["gid"], dir_fd=dir_fd)
+                settle_bytecode(path, st_before, dir_fd)
         except (OSError, Refused) as exc:
-            if holds(path, wanted):  # it landed, and what failed came after (a folder's fsync)
+            if holds(path, wanted, dir_fd):  # it landed, and what failed came after (a folder's fsync)
                 written.append(entry)
             if isinstance(exc, Refused):
                 return str(exc)
@@ -605,27 +752,29 @@ def write_unit(paths, olds, news, written):
     return None
 
 
-def holds(path, wanted):
-    """Does path hold content hashing to wanted (None: is it absent)?"""
+def holds(path, wanted, dir_fd=None):
+    """Does path (in the folder open as dir_fd) hold content hashing to wanted (None: is it absent)?"""
     if wanted is None:
-        return not os.path.lexists(path)
+        return not exists_at(path, dir_fd)
     try:
-        return sha256_file(path) == wanted
-    except OSError:
+        return sha256_at(path, dir_fd) == wanted
+    except (OSError, Refused):
         return False
 
 
-def verify_unit(files, verify_imports, import_timeout_s, checks, verify_python=None):
+def verify_unit(files, verify_imports, import_timeout_s, checks, verify_python=None, folders=None):
     """The checks of a unit, in this order: read-back of every file, syntax of each Python
     file, then the import check once, then the recipe's verify program (verify_python:
     {code, variables, timeout_s}, or None) once. files: [(path, bytes it must hold, or None: it must be
     absent)]. Appends to checks; returns the first failure, None when all pass. The one place
     a unit is verified: after its write (op_apply_files) and when a cut-off run's change is
-    settled (op_verify)."""
+    settled (op_verify); folders: their locked_folders, the read-back goes through them."""
     for path, data in files:
-        if not holds(path, None if data is None else sha256_bytes(data)):
+        dir_fd = folders.fd(path) if folders is not None else None
+        if not holds(path, None if data is None else sha256_bytes(data), dir_fd):
+            found = None if data is None else sha256_at(path, dir_fd, "verify")
             detail = "still there after it was removed" if data is None else "hashes to %s, expected %s" % (
-                (sha256_file(path) if os.path.isfile(path) else "nothing")[:12], sha256_bytes(data)[:12])
+                (found or "nothing")[:12], sha256_bytes(data)[:12])
             checks.append({"name": "read-back", "ok": False, "detail": path})
             return "read-back: %s %s" % (path, detail)
     present = [(path, data) for path, data in files if data is not None]
@@ -657,14 +806,14 @@ def check_syntax(path, data, checks):
     return None
 
 
-def restore_unit(written):
+def restore_unit(written, folders):
     """Put back every file in `written` (newest first), each only if it still holds what this
     run wrote. Returns (all restored?, notes, the paths put back); a file that cannot be put
     back does not stop the others."""
     restored, notes, back = True, "", []
     for path, original, wanted, st, st_before in reversed(written):
         try:
-            done, note = undo_own_change(path, original, wanted, st, st_before)
+            done, note = undo_own_change(path, original, wanted, st, st_before, folders.fd(path))
         except (OSError, Refused) as exc:
             done, note = False, "; NOT restored: %s (%s)" % (path, exc)
         restored, notes = restored and done, notes + note
@@ -679,24 +828,23 @@ def current_umask():
     return mask
 
 
-def undo_own_change(path, original, wanted, st, st_before):
+def undo_own_change(path, original, wanted, st, st_before, dir_fd=None):
     """The file as it was before this run, only if it still holds what this run wrote (someone
     else's newer change is never overwritten): written back, or removed again (original None:
     a file the run created), or written back where the run removed it (wanted None)."""
-    if not holds(path, wanted):
+    if not holds(path, wanted, dir_fd):
         return False, ("; NOT restored: %s changed while it was checked (not as this run wrote it): another "
                        "run's change is left in place" % path)
     if original is None:
-        os.unlink(path)
-        drop_bytecode(path)
+        os.unlink(at(path, dir_fd), dir_fd=dir_fd)
+        drop_bytecode(path, dir_fd)
         return True, ""
+    atomic_write(path, original, st["mode"], st["uid"], st["gid"], dir_fd=dir_fd)
     if wanted is None:
-        atomic_write(path, original, st["mode"], st["uid"], st["gid"])
-        drop_bytecode(path)
+        drop_bytecode(path, dir_fd)
     else:
-        atomic_write(path, original, st["mode"], st["uid"], st["gid"])
-        settle_bytecode(path, st_before)
-    return sha256_file(path) == sha256_bytes(original), ""
+        settle_bytecode(path, st_before, dir_fd)
+    return sha256_at(path, dir_fd) == sha256_bytes(original), ""
 
 
 def check_imports(verify_imports, import_timeout_s, checks):
@@ -745,12 +893,15 @@ def op_verify(files, verify_imports, import_timeout_s, root, verify_python=None)
     for path in paths:
         refuse_leaving_root(root, path, "verify")
         refuse_symlink(path, "verify")
-    with locked_folders(paths, import_timeout_s + 60):
+    with locked_folders(paths, import_timeout_s + 60) as folders:
+        for path in paths:
+            refuse_leaving_root(root, path, "verify", folders.fd(path))
         unit = []
         for spec, path in zip(files, paths):
             data = None
-            if os.path.lexists(path):
-                with open(path, "rb") as f:
+            f = open_regular(path, folders.fd(path), "verify")
+            if f is not None:
+                with f:
                     data = f.read()
             if (data is None) != (spec["expected_sha256"] is None) or (
                     data is not None and sha256_bytes(data) != spec["expected_sha256"]):
@@ -759,7 +910,7 @@ def op_verify(files, verify_imports, import_timeout_s, root, verify_python=None)
                                  (spec["expected_sha256"] or "absent")[:12]))
             unit.append((path, data))
         checks = []
-        failure = verify_unit(unit, verify_imports, import_timeout_s, checks, verify_python)
+        failure = verify_unit(unit, verify_imports, import_timeout_s, checks, verify_python, folders)
     return {"ok": failure is None, "failure": failure, "checks": checks}
 
 
@@ -768,6 +919,8 @@ class locked_folder:
 
     The run lock lives in each user's state dir; this one lives next to the target, so runs
     with different state dirs (two operators without become) still take turns on one file.
+    Its descriptor (fd) is the folder the ops then go through (dir_fd), whatever its name
+    leads to later; None only where a folder we may not list cannot be opened at all.
     """
 
     def __init__(self, folder, timeout_s, shared=False):
@@ -778,7 +931,11 @@ class locked_folder:
         try:
             self.fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
         except PermissionError:
-            return self  # a folder we may not list cannot be locked; the hash checks still hold
+            # a folder we may not list cannot be locked; the hash checks still hold. Linux opens
+            # it all the same as a path (O_PATH): no lock, no listing, but a folder to go through
+            if hasattr(os, "O_PATH"):
+                self.fd = os.open(self.folder, os.O_PATH | os.O_DIRECTORY)
+            return self
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
@@ -801,11 +958,12 @@ class locked_folder:
 TEMP_NAME = re.compile(r"^\.(.+)\.(\d+)-[0-9a-f]{8}\.patchkit-tmp$")
 
 
-def sweep_temps(path):
-    """Remove temp files left next to path by agents that died mid-write (their pid is gone)."""
+def sweep_temps(path, dir_fd=None):
+    """Remove temp files left next to path (in the folder open as dir_fd) by agents that died
+    mid-write (their pid is gone)."""
     folder, name = os.path.split(path)
     try:
-        entries = os.listdir(folder)
+        entries = os.listdir(folder if dir_fd is None else dir_fd)
     except OSError:
         return
     for entry in entries:
@@ -813,7 +971,7 @@ def sweep_temps(path):
         if not found or found.group(1) != name or pid_alive(int(found.group(2))):
             continue
         try:
-            os.unlink(os.path.join(folder, entry))
+            os.unlink(at(os.path.join(folder, entry), dir_fd), dir_fd=dir_fd)
         except OSError:
             pass
 
@@ -838,16 +996,17 @@ def refuse_foreign_owner(path, st):
                       "nothing written (use become, or the owner's account)" % (path, st["uid"], uid))
 
 
-def settle_bytecode(path, st_before):
+def settle_bytecode(path, st_before, dir_fd=None):
     """After a rewrite: no stale .pyc may stand in for the new source. Remove the module's
     cached bytecode; where that is impossible (a read-only __pycache__) and the new file has the
     old one's size and mtime second (what a .pyc records), move its mtime on a second."""
-    if drop_bytecode(path):
+    if drop_bytecode(path, dir_fd):
         return
-    st = os.stat(path)
+    name = at(path, dir_fd)
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if st.st_size == st_before.st_size and int(st.st_mtime) == int(st_before.st_mtime):
         later = st_before.st_mtime_ns + 1000000000
-        os.utime(path, ns=(st.st_atime_ns, later))
+        os.utime(name, ns=(st.st_atime_ns, later), dir_fd=dir_fd)
 
 
 @op(mutating=True)
@@ -862,21 +1021,31 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, root
     """
     path = expand(path)
     backup_path = expand(backup_path)
-    refuse_leaving_root(root, path, "restore")
+    refuse_leaving_root(root, path, "restore")  # by names first: the readable refusal
     refuse_backup_escape(state_dir, backup_path)
     refuse_symlink(path, "restore")
-    current = sha256_file(path) if os.path.isfile(path) else None
+    with locked_folders([path], 600) as folders:
+        refuse_leaving_root(root, path, "restore", folders.fd(path))  # then the folder as opened
+        return restore_locked(path, backup_path, expected_current, original_sha256, force, mode, folders.fd(path))
+
+
+def restore_locked(path, backup_path, expected_current, original_sha256, force, mode, dir_fd):
+    """op_restore with path's folder locked and open as dir_fd, which everything goes through."""
+    current = st_before = None
+    f = open_regular(path, dir_fd, "restore")
+    if f is not None:
+        with f:
+            current, st_before = sha256_of(f), os.fstat(f.fileno())
+            if current == original_sha256 and mode is not None and st_before.st_mode & 0o7777 != mode:
+                os.fchmod(f.fileno(), mode)
     if current == original_sha256:  # never changed (a run that died first) or put back already
-        if mode is not None and stat_of(path)["mode"] != mode:
-            os.chmod(path, mode)
         return {"ok": True, "already": True}
     if not os.path.isfile(backup_path):
         raise Refused("backup %s is missing; cannot restore %s" % (backup_path, path))
     if current != expected_current and not force:
         raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to restore "
                       "(--force restores anyway)" % (path, (current or "missing")[:12], expected_current[:12]))
-    st = stat_of(path) if os.path.isfile(path) else {"mode": 0o644, "uid": None, "gid": None}
-    st_before = os.stat(path) if os.path.isfile(path) else None
+    st = stat_dict(st_before) if st_before is not None else {"mode": 0o644, "uid": None, "gid": None}
 
     def copy_checked(f):
         digest = hashlib.sha256()
@@ -887,13 +1056,13 @@ def op_restore(path, backup_path, expected_current, original_sha256, force, root
         if digest.hexdigest() != original_sha256:
             raise Refused("backup %s is corrupt (hash mismatch); not restoring" % backup_path)
 
-    sweep_temps(path)
-    atomic_fill(path, copy_checked, st["mode"] if mode is None else mode, st["uid"], st["gid"])
+    sweep_temps(path, dir_fd)
+    atomic_fill(path, copy_checked, st["mode"] if mode is None else mode, st["uid"], st["gid"], dir_fd=dir_fd)
     if st_before is not None:
-        settle_bytecode(path, st_before)
+        settle_bytecode(path, st_before, dir_fd)
     else:
-        drop_bytecode(path)
-    if sha256_file(path) != original_sha256:
+        drop_bytecode(path, dir_fd)
+    if sha256_at(path, dir_fd, "restore") != original_sha256:
         raise Refused("restored %s does not read back as the original" % path)
     return {"ok": True, "already": False}
 
