@@ -467,3 +467,104 @@ def test_a_folder_swapped_for_a_symlink_right_after_the_check_is_refused_through
     assert config.is_dir() and not config.is_symlink()
     assert snapshot(config) == inside_before and listing(config) == sorted(inside_before)
     assert not (state_dir / "backups").exists() or op == "restore"
+
+
+@pytest.mark.parametrize("op", ["apply_files", "restore"])
+def test_a_folder_swapped_after_the_descriptor_check_steers_nothing(agent: Any, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch, op: str) -> None:
+    """Swapped later still (once the op checked the folder it opened, before it writes: when it
+    sweeps old temp files), the name leads outside but the op goes through the folder it opened:
+    the change lands in the real folder (moved aside by the swap), not a byte out there."""
+    import hashlib
+
+    pkg, state_dir, outside = tmp_path / "site" / "toyllm", tmp_path / "state", tmp_path / "outside"
+    shutil.copytree(PKGS / "toyllm" / "toyllm", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    config = pkg / "config"
+    _, call = racing_op(agent, op, pkg, state_dir)
+    before = snapshot(config)
+    real_sweep, swapped = agent.sweep_temps, {}
+
+    def sweep_then_swap(*args: Any) -> None:
+        real_sweep(*args)
+        if not swapped:
+            swapped["aside"] = swap_for_symlink(config, outside)
+
+    monkeypatch.setattr(agent, "sweep_temps", sweep_then_swap)
+    result = call()
+    assert swapped and result["ok"], result
+    assert snapshot(outside) == before and listing(outside) == sorted(before)
+    changed = (swapped["aside"] / "speculative.py").read_bytes()
+    assert changed == (before["speculative.py"] + b"X = 1\n" if op == "apply_files" else b"ORIGINAL = True\n")
+    assert hashlib.sha256(changed).hexdigest() != hashlib.sha256(before["speculative.py"]).hexdigest()
+    assert [p for p in tmp_path.rglob("*") if "patchkit-tmp" in p.name] == []
+
+
+@pytest.mark.parametrize("op, what", [("apply_files", "patch"), ("restore", "restore"), ("verify", "verify")])
+def test_a_file_swapped_for_a_symlink_right_after_the_check_is_refused_not_followed(
+        agent: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op: str, what: str) -> None:
+    """The file itself swapped for a symlink to a copy outside, after the by-name checks: the
+    agent opens it without following (O_NOFOLLOW) and refuses as it refuses a symlink it sees
+    first; nothing out there changes."""
+    pkg, state_dir, outside = tmp_path / "site" / "toyllm", tmp_path / "state", tmp_path / "outside"
+    shutil.copytree(PKGS / "toyllm" / "toyllm", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    target = pkg / "config" / "speculative.py"
+    _, call = racing_op(agent, op, pkg, state_dir)
+    real_symlink_check = agent.refuse_symlink
+    outside.mkdir()
+    copy = outside / "speculative.py"
+    copy.write_bytes(target.read_bytes())
+
+    def check_then_swap(*args: Any, **kwargs: Any) -> None:
+        real_symlink_check(*args, **kwargs)  # the by-name symlink check, the last before the op opens anything
+        if not target.is_symlink():
+            target.unlink()
+            target.symlink_to(copy)
+
+    monkeypatch.setattr(agent, "refuse_symlink", check_then_swap)
+    with pytest.raises(agent.Refused, match=f"{target} is a symlink \\(to {copy}\\); refusing to {what} through it"):
+        call()
+    assert target.is_symlink() and listing(outside) == ["speculative.py"]
+    assert copy.read_bytes() == (PKGS / "toyllm" / "toyllm" / "config" / "speculative.py").read_bytes()
+    assert [p for p in tmp_path.rglob("*") if "patchkit-tmp" in p.name] == []
+
+
+@pytest.mark.parametrize("op", ["read", "hash"])
+def test_a_file_symlink_is_read_through_inside_the_root_and_refused_once_it_leads_out(
+        agent: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op: str) -> None:
+    """read and hash (confined) follow a file that is a symlink inside the package, as before;
+    the same file swapped for a symlink out of it right after the by-name check is refused by
+    what was opened (the descriptor's real name), its bytes not returned."""
+    import hashlib
+
+    pkg, outside = tmp_path / "site" / "toyllm", tmp_path / "outside"
+    (pkg / "config").mkdir(parents=True)
+    outside.mkdir()
+    (pkg / "config" / "real.py").write_bytes(b"INSIDE = 1\n")
+    (outside / "secret.py").write_bytes(b"OUTSIDE = 1\n")
+    link = pkg / "config" / "alias.py"
+    link.symlink_to(pkg / "config" / "real.py")
+
+    def run(target: Path) -> Any:
+        return agent.op_read(str(target), str(pkg)) if op == "read" else \
+            agent.op_hash([str(target)], confined=True, root=str(pkg))[str(target)]
+
+    got = run(link)
+    if op == "read":
+        assert got["symlink_to"] == str(pkg / "config" / "real.py") and got["content_b64"] == "SU5TSURFID0gMQo=", got
+    else:
+        assert got == hashlib.sha256(b"INSIDE = 1\n").hexdigest()
+
+    check = "refuse_path_escape" if op == "read" else "refuse_leaving_root"
+    real_check, swapped = getattr(agent, check), []
+
+    def check_then_swap(*args: Any, **kwargs: Any) -> None:
+        real_check(*args, **kwargs)
+        if not swapped:
+            link.unlink()
+            link.symlink_to(outside / "secret.py")
+            swapped.append(True)
+
+    monkeypatch.setattr(agent, check, check_then_swap)
+    with pytest.raises(agent.Refused, match=f"{link} is a symlink to {outside / 'secret.py'}, outside the"):
+        run(link)
+    assert swapped
