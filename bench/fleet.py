@@ -81,6 +81,9 @@ def keygen(path: Path, comment: str) -> None:
                    check=True, stdin=subprocess.DEVNULL)
 
 
+OWN_FOLDERS = (".cache", ".ansible")  # written by logins: a folder of each host's own, not a link
+
+
 @dataclass
 class Host:
     """One sshd plus the target environment it serves."""
@@ -90,6 +93,7 @@ class Host:
     authorized_keys: Path
     port: int = 0
     proc: subprocess.Popen | None = None
+    own_home: bool = True  # False: every host logs in to the real HOME (one pyenv, one rehash lock)
 
     # ------------------------------------------------------------------ paths
 
@@ -112,6 +116,10 @@ class Host:
     @property
     def state(self) -> Path:
         return self.root / "state"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
 
     @property
     def target(self) -> Path:
@@ -150,12 +158,50 @@ class Host:
                 leftover.unlink()
         shutil.rmtree(self.state, ignore_errors=True)
 
+    # ------------------------------------------------------------------ the login's HOME
+
+    def build_home(self) -> None:
+        """A HOME of this host's own that logs in as the real one does: every entry of the real
+        HOME linked, `.bashrc` copied, and `.pyenv` a folder of links with its own `shims`.
+
+        Why: root's `.bashrc` runs `pyenv init`, which runs `pyenv rehash`, which takes a lock
+        in `$PYENV_ROOT/shims` and polls it every 0.1 s. Hosts sharing one HOME share that lock:
+        32 logins at once queue on it (32 concurrent `. ~/.bashrc` here: 2.5 s, against 0.83 s
+        with `pyenv init --no-rehash`), a wait no fleet of separate machines has. Each host here
+        still runs the whole `pyenv init`, rehash included, on its own shims; what a login
+        writes under HOME (OWN_FOLDERS: caches, Ansible's remote temp) stays the host's."""
+        real = Path(os.path.expanduser("~root" if os.geteuid() == 0 else "~"))
+        shutil.rmtree(self.home, ignore_errors=True)
+        self.home.mkdir(parents=True)
+        for entry in real.iterdir():
+            if entry.name == ".bashrc":
+                shutil.copyfile(entry, self.home / entry.name)
+            elif entry.name in OWN_FOLDERS:
+                (self.home / entry.name).mkdir()
+            elif entry.name == ".pyenv" and entry.is_dir():
+                pyenv = self.home / ".pyenv"
+                pyenv.mkdir()
+                for part in entry.iterdir():
+                    if part.name == "shims":
+                        (pyenv / "shims").mkdir()
+                    else:
+                        (pyenv / part.name).symlink_to(part)
+            else:
+                (self.home / entry.name).symlink_to(entry)
+        if (self.home / ".bashrc").exists():  # its first login fills the shims, as on a host used before
+            subprocess.run(["bash", "-c", ". ~/.bashrc"], env={**os.environ, "HOME": str(self.home)},
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
     # ------------------------------------------------------------------ sshd
 
     def start(self) -> "Host":
         self.root.mkdir(parents=True, exist_ok=True)
         if not self.host_key.exists():
             keygen(self.host_key, f"{self.name}-hostkey")
+        if self.own_home and not self.home.exists():
+            self.build_home()
+        # SetEnv overrides the session's HOME (sshd_config(5)); the shell then reads this host's ~/.bashrc
+        home = f"SetEnv HOME={self.home}\n" if self.own_home else ""
         for _ in range(5):
             self.port = self.port or free_port()
             config = self.root / "sshd_config"
@@ -177,6 +223,7 @@ class Host:
                 "MaxStartups 200:30:400\n"
                 "MaxSessions 64\n"
                 "LogLevel VERBOSE\n"
+                + home
             )
             log = open(self.log, "ab")
             self.proc = subprocess.Popen([SSHD_BIN, "-D", "-e", "-f", str(config)], stdout=log, stderr=log,
@@ -235,7 +282,7 @@ class Fleet:
         return self.root / "authorized_keys"
 
     @classmethod
-    def create(cls, root: Path, n: int) -> "Fleet":
+    def create(cls, root: Path, n: int, own_home: bool = True) -> "Fleet":
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation dir
         root.mkdir(parents=True, exist_ok=True)
         root.chmod(0o755)
@@ -249,7 +296,7 @@ class Fleet:
         fleet.original = files[SPECULATIVE]
         fleet.expected = patched_speculative(fleet.original)
         for i in range(n):
-            host = Host(f"gpu-{i + 1}", root / "hosts" / f"gpu-{i + 1}", fleet.authorized_keys)
+            host = Host(f"gpu-{i + 1}", root / "hosts" / f"gpu-{i + 1}", fleet.authorized_keys, own_home=own_home)
             host.root.mkdir(parents=True, exist_ok=True)
             host.build_target(files)
             fleet.hosts.append(host)
@@ -293,6 +340,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description="start N loopback sshd hosts with vLLM-shaped targets")
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--root", required=True, help="folder for keys, configs, logs and targets")
+    p.add_argument("--shared-home", action="store_true",
+                   help="every host logs in to the real HOME: one pyenv rehash lock for the whole fleet (as before 2026-12-04)")
     p.add_argument("--reset", action="store_true",
                    help="only put the hosts of the fleet running in --root back to never-patched (for fresh runs)")
     args = p.parse_args()
@@ -301,7 +350,7 @@ def main() -> None:
         for folder in sorted((Path(args.root) / "hosts").iterdir()):
             Host(folder.name, folder, Path(args.root) / "authorized_keys").reset(original)
         return
-    fleet = Fleet.create(Path(args.root), args.hosts)
+    fleet = Fleet.create(Path(args.root), args.hosts, own_home=not args.shared_home)
     fleet.known_hosts(Path(args.root) / "known_hosts")
     inventory = {"hosts": {h.name: {
         "address": "127.0.0.1", "port": h.port, "user": "root", "identity_file": str(fleet.client_key),

@@ -508,7 +508,8 @@ def markdown(rows: list[dict], startup: dict[str, float], meta: dict) -> str:
     out = [f"Machine: {meta['machine']}. Median of {meta['repeats']} runs per cell "
            f"({meta['proxy_repeats']} through the proxy; {meta.get('slow_repeats', 3)} for cells slower than "
            f"{meta.get('slow_s', 45):g} s), wall-clock seconds "
-           f"of the whole command. patchkit: `{meta.get('patchkit', '?')}`.", ""]
+           f"of the whole command. patchkit: `{meta.get('patchkit', '?')}`. Hosts' HOME: "
+           f"{meta.get('hosts_home', 'shared (one pyenv rehash lock)')}.", ""]
     for net in ("direct", "proxy"):
         mine = [r for r in rows if r["net"] == net]
         if not mine:
@@ -612,6 +613,9 @@ def main() -> int:
                    help="redo a run if other processes used more CPU seconds than this meanwhile (default 0.5)")
     p.add_argument("--noisy-retries", type=int, default=1, help="how often to redo a noisy run (default 1)")
     p.add_argument("--workdir", help="keep everything here (default: a temp dir, removed at the end)")
+    p.add_argument("--shared-home", action="store_true",
+                   help="every host logs in to the real HOME, so the fleet shares one pyenv rehash lock "
+                        "(as before 2026-12-04; bench/fleet.py Host.build_home says why that is not a fleet)")
     p.add_argument("--json-out", help="write every run and the summary here as JSON")
     p.add_argument("--cprofile", metavar="DIR",
                    help="after each patchkit cell, one more untimed fresh run under a CPU-time cProfile "
@@ -648,7 +652,7 @@ def main() -> int:
     (home / ".ssh").mkdir(parents=True, exist_ok=True)
     playbook_bin = ensure_ansible(args.ansible_playbook) if "ansible" in contenders else None
     log(f"starting {n_max} sshd hosts under {work}")
-    fleet = Fleet.create(work / "fleet", n_max)
+    fleet = Fleet.create(work / "fleet", n_max, own_home=not args.shared_home)
     proxy = None
     runs: list[Run] = []
     try:
@@ -674,7 +678,8 @@ def main() -> int:
                 "patchkit_concurrency": args.patchkit_concurrency, "proxy_repeats": proxy_repeats, "delay_ms": args.delay_ms, "argv": sys.argv,
                 "patchkit": " ".join(setup.patchkit),
                 "patchkit_base": " ".join(setup.patchkit_base or []), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "slow_repeats": args.slow_repeats, "slow_s": args.slow_s}
+                "slow_repeats": args.slow_repeats, "slow_s": args.slow_s,
+                "hosts_home": "shared (one pyenv rehash lock)" if args.shared_home else "one per host"}
         startup = {} if args.no_startup else startup_figures(setup, max(args.repeats, 10))
         for k, v in startup.items():
             log(f"{k}: {v:.3f} s")
