@@ -568,3 +568,35 @@ def test_a_file_symlink_is_read_through_inside_the_root_and_refused_once_it_lead
     with pytest.raises(agent.Refused, match=f"{link} is a symlink to {outside / 'secret.py'}, outside the"):
         run(link)
     assert swapped
+
+
+def test_a_deploy_rollback_removes_nothing_through_a_folder_swapped_right_after_its_check(
+        agent: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """op_remove_file (a deploy's rollback of a file it added) checks dest/sub by name, then the
+    folder is swapped for a symlink to a copy outside, and put back once the op checks what it
+    opened: refused through the descriptor, the copy outside still holds its file."""
+    dest = tmp_path / "dest"
+    (dest / "sub").mkdir(parents=True)
+    (dest / "sub" / "added.bin").write_bytes(b"deployed\n")
+    outside = tmp_path / "outside"
+    sha = agent.sha256_file(str(dest / "sub" / "added.bin"))
+    raced = swap_right_after_the_check(monkeypatch, agent, "refuse_leaving_root", dest / "sub", outside, swap_back=True)
+    with pytest.raises(agent.Refused, match=f"{dest / 'sub'} is {outside} since it was checked"):
+        agent.op_remove_file(str(dest / "sub" / "added.bin"), sha, str(dest), force=True)
+    assert "aside" in raced, "the race did not happen"
+    assert (outside / "added.bin").read_bytes() == b"deployed\n"
+    assert (dest / "sub" / "added.bin").read_bytes() == b"deployed\n"
+
+
+def test_a_deploy_rollback_still_removes_its_file_and_folders_and_says_already_the_second_time(
+        agent: Any, tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    (dest / "a" / "b").mkdir(parents=True)
+    (dest / "a" / "b" / "added.bin").write_bytes(b"deployed\n")
+    sha = agent.sha256_file(str(dest / "a" / "b" / "added.bin"))
+    dirs = [str(dest / "a" / "b"), str(dest / "a")]
+    assert agent.op_remove_file(str(dest / "a" / "b" / "added.bin"), sha, str(dest), remove_dirs=dirs) == {
+        "removed": True, "already": False}
+    assert sorted(p.name for p in dest.iterdir()) == []
+    assert agent.op_remove_file(str(dest / "a" / "b" / "added.bin"), sha, str(dest), remove_dirs=dirs) == {
+        "removed": False, "already": True}

@@ -1,7 +1,8 @@
 """Host-side file sync for the deploy step: an extension of the host agent (core.py).
 
 Sent with the first transfer op of a run and run in the core's namespace: `op`, `Refused`,
-`expand`, `sha256_file`, `atomic_write` and CHUNK are the core's; PART_SUFFIX is sent by the
+`expand`, `sha256_file`, `atomic_write`, the folder descriptor's `locked_folders`, `at` and
+`sha256_at`, and CHUNK are the core's; PART_SUFFIX is sent by the
 control side (client.SENT_CONSTANTS). Data arrives on the agent's own stdin, right after the
 request line, so a deploy needs no second connection, no SFTP subsystem, and honours
 `become` exactly like every other op. Stdlib only, Python >= 3.8.
@@ -580,17 +581,24 @@ def op_remove_file(path, expected_sha256, root, force=False, remove_dirs=()):
     """Remove a file a deploy created, only if it is still what the deploy wrote; then the
     folders the deploy created for it (`remove_dirs`, deepest first), those left empty.
     `root`: the folder the change was confined to (the core's refuse_leaving_root: checking the
-    path checks every folder of it below root, so the remove_dirs inside root too)."""
+    path checks every folder of it below root, so the remove_dirs inside root too). The file is
+    hashed and removed through its folder's descriptor, held to root as opened (as a patch's
+    restore is: no window between the check and the removal); the empty folders are removed by
+    name (rmdir removes nothing that holds a file)."""
     path = expand(path)
     refuse_leaving_root(root, path, "remove")
     removed = False
-    if os.path.isfile(path):
-        current = sha256_file(path)
-        if current != expected_sha256 and not force:
-            raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to remove "
+    if os.path.isdir(os.path.dirname(path)):  # else its folder is gone, and the file with it
+        with locked_folders([path], 600) as folders:
+            dir_fd = folders.fd(path)
+            refuse_leaving_root(root, path, "remove", dir_fd)
+            current = sha256_at(path, dir_fd, "remove")
+            if current is not None:
+                if current != expected_sha256 and not force:
+                    raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to remove "
                                   "(--force removes anyway)" % (path, current[:12], expected_sha256[:12]))
-        os.unlink(path)
-        removed = True
+                os.unlink(at(path, dir_fd), dir_fd=dir_fd)
+                removed = True
     for folder in remove_dirs or ():
         try:
             os.rmdir(expand(folder))
