@@ -322,6 +322,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if loaded:
         loaded.recipe.select(_split(args.steps))  # unknown step names: usage error before contacting anyone
     _check_review_outputs(args)
+    from patchkit.cache import check as check_cache
+
+    check_cache()  # another user's cache folder: refused before any host is contacted
     if args.command == "bake":
         assert loaded
         return _bake(args, loaded, overrides)

@@ -23,6 +23,7 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from patchkit import cache
 from patchkit.errors import HostError, UsageError
 from patchkit.inventory import HostSpec
 from patchkit.recipe import LoadedRecipe, Step
@@ -87,6 +88,7 @@ def _say(text: str) -> None:
 def run(loaded: LoadedRecipe, options: TestOptions, hosts: Callable[[], list[HostSpec]]) -> int:
     if options.jobs < 1:
         raise UsageError(f"--jobs {options.jobs}: at least 1")
+    cache.check()  # another user's cache folder: refused before anything is fetched
     if options.dist is not None:
         index.check_dist(options.dist)
     steps = loaded.recipe.select(options.steps)

@@ -7,22 +7,19 @@ from __future__ import annotations
 import base64
 import difflib
 import hashlib
-import json
 import os
 import posixpath
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from patchkit import __version__
 from patchkit.agent.protocol import LOCATE, READ, Request
-from patchkit.cache import cache_dir, write_json_quietly
 from patchkit.edits import EditError, EditResult
 from patchkit.edits.specs import DiffEdit
 from patchkit.errors import HostError
 from patchkit.journal import PATCHED, UNEXPLAINED, explain
 from patchkit.recipe import PatchStep, Step
 from patchkit.results import FileChange, RunRecord, StepResult
+from patchkit.steps import edit_cache
 from patchkit.steps.context import HostContext, gate, locate_args
 from patchkit.steps.kind import Planned, StepKind
 from patchkit.steps.unit import (
@@ -85,49 +82,11 @@ def _edit(ctx: HostContext, step: Step, spec: PatchStep, source: bytes, sha: str
     else:
         # A UTF-8 byte order mark is not Python: edit what follows it, then put it back.
         bom = "\ufeff" if text.startswith("\ufeff") else ""
-        result = _stored_edit(spec, sha, text[len(bom):]) or _compute_edit(spec, sha, text[len(bom):])
+        body = text[len(bom):]
+        result = edit_cache.load(spec, body) or edit_cache.compute(spec, body, ctx.loaded.redactor)
         if bom:
             result = EditResult(result.verdict, bom + result.source, result.message)
     ctx.edits.results[key] = result
-    return result
-
-
-# Edits are pure: (edit parameters, file content) -> result. A fleet re-applied daily sees
-# the same few file versions again and again, so results are kept on the control machine;
-# a no-op run then needs neither libcst nor a parse of the file.
-def _edit_cache_path(spec: PatchStep, sha: str) -> Path | None:
-    if spec.edit.codemod or spec.edit.diff:
-        return None  # depends on the user's transformer (or diff) file too
-    params = json.dumps([__version__, spec.edit.model_dump(mode="json")], sort_keys=True)
-    digest = hashlib.sha256(params.encode()).hexdigest()[:24]
-    return cache_dir() / "edits" / f"{digest}-{sha}.json"
-
-
-def _stored_edit(spec: PatchStep, sha: str, text: str) -> EditResult | None:
-    path = _edit_cache_path(spec, sha)
-    try:
-        data = json.loads(path.read_text()) if path else None
-    except (OSError, ValueError):
-        return None
-    if not data:
-        return None
-    new = data.get("source", text)
-    if data["verdict"] == "changed" and hashlib.sha256(new.encode()).hexdigest() != data.get("sha256_after"):
-        return None  # a damaged entry is recomputed, never trusted
-    return EditResult(data["verdict"], new, data["message"])
-
-
-def _compute_edit(spec: PatchStep, sha: str, text: str) -> EditResult:
-    try:
-        result = spec.edit.apply(text)
-    except EditError as exc:
-        return EditResult("not_found", text, str(exc))
-    path = _edit_cache_path(spec, sha)
-    if path is not None:
-        entry: dict[str, str] = {"verdict": result.verdict, "message": result.message}
-        if result.verdict == "changed":
-            entry.update(source=result.source, sha256_after=hashlib.sha256(result.source.encode()).hexdigest())
-        write_json_quietly(path, entry)
     return result
 
 
@@ -242,7 +201,8 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
             ctx.edits.hits += 1
         else:
             try:
-                outcome = diff.apply_to(rel, text[len(bom):])
+                with edit_cache.EDITING:  # ast and compile: one thread at a time (edit_cache.py)
+                    outcome = diff.apply_to(rel, text[len(bom):])
             except EditError as exc:
                 misses.append(f"{path}: {exc}")
                 continue

@@ -1471,15 +1471,15 @@ class TestResultsCompile:
     def test_a_bug_reaches_the_patch_step_as_a_failure_naming_it(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         import patchkit.edits.list_insert as engine
         from patchkit.recipe import load_recipe
-        from patchkit.steps import patch
+        from patchkit.steps import edit_cache
 
         monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path))
         monkeypatch.setattr(engine, "run", lambda spec, source: EditResult("changed", "x = [\n", "added"))
         step = next(s for s in load_recipe(Path(__file__).parents[2] / "recipes" / "kimi_eagle3.yaml").recipe.steps
                     if s.name == "eagle3-whitelist")
-        result = patch._compute_edit(step.patch, "0" * 64, "x = []\n")
+        result = edit_cache.compute(step.patch, "x = []\n")
         assert result.verdict == "not_found" and result.message.startswith("patchkit bug: the list_insert edit")
-        assert patch._stored_edit(step.patch, "0" * 64, "x = []\n") is None  # never cached
+        assert edit_cache.load(step.patch, "x = []\n") is None  # never cached
 
     def test_a_file_this_python_cannot_compile_is_held_to_parsing_only(self) -> None:
         # `return` at module level does not compile; the edit is still checked by parsing.
