@@ -29,6 +29,7 @@ import yaml
 
 from patchkit.agent.protocol import READ
 from patchkit.cache import cache_dir
+from patchkit.cache import folder as cache_folder
 from patchkit.errors import HostError, UsageError
 from patchkit.installed import InstalledDist, installed
 from patchkit.results import HostResult, StepResult
@@ -71,7 +72,7 @@ def pristine_wheel(name: str, version: str, wheel: Path | None = None) -> Path:
     cached = sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix.lower()))
     if cached:
         return cached[0]
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = cache_folder("wheels")  # created 0700; another user's refused
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
                f"{name}=={version}", "-d", str(folder)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -184,7 +184,7 @@ async def _releases(loaded: LoadedRecipe, groups: dict[str, list[Step]], wanted_
                                                                             loaded, edits))
                 outcomes[(dist, version)] = (planned, None)
                 if key:
-                    outcome_cache.store(key, planned)
+                    outcome_cache.store(key, planned, loaded.redactor)
             except HostError as exc:
                 outcomes[(dist, version)] = (None, f"planning on {dist} {version}: {exc}")
             except Exception as exc:  # noqa: BLE001 - a bug must cost its release, not the matrix

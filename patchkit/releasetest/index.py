@@ -9,17 +9,22 @@ Cache, under `cache_dir()/release-files/<dist>/<version>/`:
     files/...    the members some step asked for, at their paths in the wheel
 The wheel itself is deleted once the wanted members are out: a later run that wants a
 member the wheel has but the cache lacks downloads it again; one that wants a member the
-wheel does not have (index.json says so) needs nothing.
+wheel does not have (index.json says so) needs nothing. A wheel already in `cache_dir()/wheels`
+is used instead of a download only when it is the file the index serves: its name and sha256
+as pip reports them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -27,11 +32,12 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from patchkit.cache import cache_dir
+from patchkit import cache
 from patchkit.errors import HostError, UsageError
 
 _DIST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
@@ -92,16 +98,17 @@ class ReleaseFiles:
 
 
 def _release_dir(dist: str, version: str) -> Path:
-    return cache_dir() / "release-files" / canonicalize_name(dist) / version
+    return cache.cache_dir() / "release-files" / canonicalize_name(dist) / version
 
 
 def _missing(folder: Path, wanted: list[str]) -> list[str] | None:
-    """Wanted members the cache lacks though the wheel has them; None: never fetched."""
-    try:
-        members = set(json.loads((folder / "index.json").read_text())["py"])
-    except (OSError, ValueError, KeyError, TypeError):
+    """Wanted members the cache lacks though the wheel has them; None: never fetched (or an
+    index.json that is not the shape written here: fetched again)."""
+    index = cache.read_json(folder / "index.json")
+    members = index.get("py") if isinstance(index, dict) else None
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
         return None
-    return [rel for rel in wanted if rel in members and not (folder / "files" / rel).is_file()]
+    return [rel for rel in wanted if rel in set(members) and not (folder / "files" / rel).is_file()]
 
 
 def cached(dist: str, version: str, wanted: list[str]) -> ReleaseFiles | None:
@@ -109,28 +116,65 @@ def cached(dist: str, version: str, wanted: list[str]) -> ReleaseFiles | None:
     return ReleaseFiles(version, folder / "files") if _missing(folder, wanted) == [] else None
 
 
-def _wheel_already_here(dist: str, version: str) -> Path | None:
-    """A wheel of this release another part of patchkit cached already (the test inputs' wheels/)."""
+async def _index_wheel(dist: str, version: str) -> tuple[str, str] | None:
+    """(file name, sha256) of the wheel pip would fetch for this release, as the index gives them
+    (`pip install --dry-run --report`: no install); None when pip cannot say."""
+    code, out, _err = await _run(_pip("install", "--dry-run", "--ignore-installed", "--no-deps", "--only-binary=:all:",
+                                      "--quiet", "--report", "-", f"{check_dist(dist)}=={version}"))
+    try:
+        [item] = json.loads(out)["install"] if code == 0 else []
+        info = item["download_info"]
+        sha = info["archive_info"]["hashes"]["sha256"]
+        name = info["url"].rsplit("/", 1)[-1].split("#", 1)[0]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return (name, sha) if isinstance(name, str) and isinstance(sha, str) else None
+
+
+async def _wheel_already_here(dist: str, version: str) -> BinaryIO | None:
+    """A wheel of this release another part of patchkit cached already (the test inputs'
+    wheels/), open: used only when it is the file the index serves (same name and sha256) and
+    this user's own. None: fetch it."""
     stem = canonicalize_name(dist).replace("-", "_")
-    found = sorted((cache_dir() / "wheels").glob(f"{stem}-{version}-*.whl"))
-    return found[0] if found else None
+    found = sorted((cache.cache_dir() / "wheels").glob(f"{stem}-{version}-*.whl"))
+    if not found:
+        return None
+    served = await _index_wheel(dist, version)
+    here = next((path for path in found if served and path.name == served[0]), None)
+    if served is None or here is None:
+        return None
+    return await asyncio.to_thread(_open_if_hash, here, served[1])
 
 
-def _keep(wheel: Path, folder: Path, wanted: list[str]) -> None:
+def _open_if_hash(path: Path, sha256: str) -> BinaryIO | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    handle = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    digest = hashlib.sha256()
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+        if hmac.compare_digest(digest.hexdigest(), sha256.lower()):
+            handle.seek(0)
+            return handle  # the same open file is read: what was hashed is what is unpacked
+    handle.close()
+    return None
+
+
+def _keep(wheel: Path | BinaryIO, folder: Path, wanted: list[str], name: str) -> None:
     """The wanted members of `wheel` into folder/files, then index.json (last: it marks them complete)."""
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         for rel in wanted:
             if rel in names:
                 target = folder / "files" / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-                tmp.write_bytes(archive.read(rel))
-                os.replace(tmp, target)
-    index = {"wheel": wheel.name, "py": sorted(n for n in names if n.endswith(".py"))}
-    tmp = folder / f".index.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(index))
-    os.replace(tmp, folder / "index.json")
+                cache.folder(*target.parent.relative_to(cache.cache_dir()).parts)
+                cache.write_bytes(target, archive.read(rel))
+    cache.write_bytes(folder / "index.json",
+                      json.dumps({"wheel": name, "py": sorted(n for n in names if n.endswith(".py"))}).encode())
 
 
 async def fetch(dist: str, version: str, wanted: list[str],
@@ -139,17 +183,17 @@ async def fetch(dist: str, version: str, wanted: list[str],
     hit = cached(dist, version, wanted)
     if hit is not None:
         return hit
-    folder = _release_dir(dist, version)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = cache.folder(*_release_dir(dist, version).relative_to(cache.cache_dir()).parts)
     lock = folder / ".lock"
     # The lock is taken in a thread: waiting for another run must not stall this run's loop.
     handle = await asyncio.to_thread(_acquire, lock)
     try:
         if _missing(folder, wanted) == []:
             return ReleaseFiles(version, folder / "files")
-        here = _wheel_already_here(dist, version)
+        here = await _wheel_already_here(dist, version)
         if here is not None:
-            await asyncio.to_thread(_keep, here, folder, wanted)
+            with here:
+                await asyncio.to_thread(_keep, here, folder, wanted, Path(here.name).name)
             return ReleaseFiles(version, folder / "files")
         started = time.monotonic()
         with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
@@ -160,7 +204,7 @@ async def fetch(dist: str, version: str, wanted: list[str],
                 reason = _reason(err or out) if code != 0 else f"pip fetched {len(wheels)} wheels, not one"
                 return ReleaseFiles(version, error=f"cannot fetch {dist}=={version}: {reason}")
             size = wheels[0].stat().st_size
-            await asyncio.to_thread(_keep, wheels[0], folder, wanted)
+            await asyncio.to_thread(_keep, wheels[0], folder, wanted, wheels[0].name)
         say(f"fetched {dist} {version} ({size / 1e6:.0f} MB wheel, {time.monotonic() - started:.1f} s; "
             "kept only the files a step can touch)")
         return ReleaseFiles(version, folder / "files", downloaded=True)
@@ -171,7 +215,7 @@ async def fetch(dist: str, version: str, wanted: list[str],
 
 
 def _acquire(lock: Path) -> int:
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 

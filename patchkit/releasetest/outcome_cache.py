@@ -4,7 +4,9 @@ Key: the hash of patchkit's own source (any change to the code that plans, and t
 cold again), the interpreter's version, the steps as the recipe gives them, and the content
 of every kept file of the release. Steps whose edit reads files beside the recipe (a
 codemod, a `diff: {file: ...}`) are never cached: their inputs are not all in the key.
-Losing the cache only costs time.
+An entry is sealed with this user's key over its key and its content (cache.seal): one
+edited by hand, or moved to another key, is planned again, as is one that is not the shape
+written here. Losing the cache only costs time.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from patchkit.cache import cache_dir, write_json_quietly
+from patchkit import cache
 from patchkit.recipe import Step
+from patchkit.redact import Redactor
 from patchkit.releasetest.plan import StepOutcome
 from patchkit.results import StepResult
 
@@ -46,20 +49,33 @@ def key_of(steps: list[Step], files: Path, wanted: list[str]) -> str:
 
 
 def _path(key: str) -> Path:
-    return cache_dir() / "release-plans" / f"{key}.json"
+    return cache.cache_dir() / "release-plans" / f"{key}.json"
+
+
+def _seal(key: str, plans: object) -> str | None:
+    return cache.seal("release-plans", key, json.dumps(plans, sort_keys=True))
 
 
 def load(key: str) -> dict[str, StepOutcome] | None:
+    data = cache.read_json(_path(key))
+    if not isinstance(data, dict) or not isinstance(data.get("plans"), dict):
+        return None
+    if not cache.sealed(data.get("seal"), "release-plans", key, json.dumps(data["plans"], sort_keys=True)):
+        return None
     try:
-        data = json.loads(_path(key).read_text())
         return {name: StepOutcome(StepResult.model_validate(o["result"]),
                                   StepResult.model_validate(o["unranged"]) if o.get("unranged") else None)
-                for name, o in data.items()}
-    except (OSError, ValueError, KeyError, TypeError):
+                for name, o in data["plans"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def store(key: str, outcomes: dict[str, StepOutcome]) -> None:
-    write_json_quietly(_path(key), {name: {"result": o.result.model_dump(mode="json"),
-                                           "unranged": o.unranged.model_dump(mode="json") if o.unranged else None}
-                                    for name, o in outcomes.items()})
+def store(key: str, outcomes: dict[str, StepOutcome], redactor: Redactor | None = None) -> None:
+    plans = {name: {"result": o.result.model_dump(mode="json"),
+                    "unranged": o.unranged.model_dump(mode="json") if o.unranged else None}
+             for name, o in outcomes.items()}
+    if redactor and redactor.value(plans) != plans:
+        return  # a diff or message with a secret value in it: never written to disk
+    mac = _seal(key, plans)
+    if mac is not None:
+        cache.write_json_quietly(_path(key), {"plans": plans, "seal": mac})
