@@ -37,7 +37,7 @@ from patchkit.releasetest.matrix import (
     render,
     verdicts,
 )
-from patchkit.releasetest.plan import StepOutcome, plan_release
+from patchkit.releasetest.plan import StepOutcome, plan_release, version_record
 from patchkit.releasetest.touchable import touchable_paths
 from patchkit.steps.context import EditCache
 
@@ -171,7 +171,7 @@ async def _releases(loaded: LoadedRecipe, groups: dict[str, list[Step]], wanted_
             outcomes[(dist, version)] = (None, (f"the wheel of {dist} {version} holds no package {absent[0]} "
                                                "(is --dist right?)"))
             return
-        key = outcome_cache.key_of(steps, files.root, wanted) if outcome_cache.cacheable(steps) else None
+        key = outcome_cache.key_of(steps, files.root, wanted, version) if outcome_cache.cacheable(steps) else None
         kept = outcome_cache.load(key) if key else None
         if kept is not None:
             outcomes[(dist, version)] = (kept, None)
@@ -181,7 +181,7 @@ async def _releases(loaded: LoadedRecipe, groups: dict[str, list[Step]], wanted_
                 # Each release's agent on a loop of its own thread: an edit computed for one
                 # release (CPU, seconds on a big file) never holds up another's replies.
                 planned = await asyncio.to_thread(asyncio.run, plan_release(version, files.root, wanted, steps,
-                                                                            loaded, edits))
+                                                                            loaded, edits, known=True))
                 outcomes[(dist, version)] = (planned, None)
                 if key:
                     outcome_cache.store(key, planned, loaded.redactor)
@@ -247,7 +247,7 @@ async def _installed(loaded: LoadedRecipe, groups: dict[str, list[Step]], hosts:
                             target.parent.mkdir(parents=True, exist_ok=True)
                             target.write_bytes(base64.b64decode(read["content_b64"]))
                     if str(located.get("version_source", "")).startswith("dist:"):
-                        _version_record(Path(tmp), package, version)  # the host knew it from metadata only
+                        version_record(Path(tmp), package, version)  # the host knew it from metadata only
                     outcomes[(dist, label)] = (await plan_release(version, Path(tmp), _all_files(Path(tmp)),
                                                                   steps, loaded, edits), None)
         except HostError as exc:
@@ -264,11 +264,3 @@ async def _installed(loaded: LoadedRecipe, groups: dict[str, list[Step]], hosts:
 
 def _all_files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-
-
-def _version_record(root: Path, package: str, version: str) -> None:
-    """A distribution record giving `package` its version, for a host that had no version file."""
-    info = root / f"{package}-{version}.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
-    (info / "top_level.txt").write_text(package + "\n")

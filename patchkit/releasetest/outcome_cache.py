@@ -2,7 +2,7 @@
 
 Key: the hash of patchkit's own source (any change to the code that plans, and the cache is
 cold again), the interpreter's version, the steps as the recipe gives them, and the content
-of every kept file of the release. Steps whose edit reads files beside the recipe (a
+of every kept file of the release, and the release's version. Steps whose edit reads files beside the recipe (a
 codemod, a `diff: {file: ...}`) are never cached: their inputs are not all in the key.
 An entry is sealed with this user's key over its key and its content (cache.seal): one
 edited by hand, or moved to another key, is planned again, as is one that is not the shape
@@ -38,8 +38,9 @@ def cacheable(steps: list[Step]) -> bool:
                    for s in steps)
 
 
-def key_of(steps: list[Step], files: Path, wanted: list[str]) -> str:
+def key_of(steps: list[Step], files: Path, wanted: list[str], version: str) -> str:
     digest = hashlib.sha256(_code_digest().encode())
+    digest.update(version.encode() + b"\0")  # the release's own, planned with when its files do not say it
     digest.update(json.dumps([s.model_dump(mode="json", by_alias=True) for s in steps], sort_keys=True).encode())
     for rel in wanted:
         path = files / rel

@@ -23,6 +23,7 @@ from patchkit.errors import HostError
 from patchkit.journal import Journal, new_run_id
 from patchkit.recipe import LoadedRecipe, Step
 from patchkit.releasetest.index import copy_release
+from patchkit.releasetest.touchable import VERSION_FILES
 from patchkit.results import StepResult
 from patchkit.steps.context import EditCache, HostContext
 from patchkit.steps.registry import kind_named
@@ -45,6 +46,15 @@ class FolderTransport(LocalTransport):
         return await super().spawn([python, "-I", "-S", "-c", prelude + program, *rest])
 
 
+def version_record(root: Path, package: str, version: str) -> None:
+    """A distribution record giving `package` its version (read by the agent when no version file
+    of the package's says it; the dist-info files of a wheel are not among the kept files)."""
+    info = root / f"{package}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
+    (info / "top_level.txt").write_text(package + "\n")
+
+
 @dataclass
 class StepOutcome:
     """A patch step on one release: its plan, and (outside its range) the plan without the range."""
@@ -64,12 +74,16 @@ def without_imports(step: Step) -> Step:
 
 
 async def plan_release(version: str, files: Path, wanted: list[str], steps: list[Step],
-                       loaded: LoadedRecipe, edits: EditCache) -> dict[str, StepOutcome]:
-    """Every patch step of `steps` on the release whose kept files are in `files`, in order."""
+                       loaded: LoadedRecipe, edits: EditCache, known: bool = False) -> dict[str, StepOutcome]:
+    """Every patch step of `steps` on the release whose kept files are in `files`, in order.
+    `known`: `version` is the release's (the index's), for a package whose files do not say it."""
     with tempfile.TemporaryDirectory(prefix="patchkit-test-") as tmp:
         site = Path(tmp, "site")
         site.mkdir()
         copy_release(files, wanted, site)
+        for package in sorted({s.patch.package for s in steps if s.patch and s.patch.package}) if known else ():
+            if not any((site / package / name).is_file() for name in VERSION_FILES[:2]):
+                version_record(site, package, version)
         transport = FolderTransport(site)
         agent: AgentClient | None = None
         try:
