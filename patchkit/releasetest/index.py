@@ -131,7 +131,7 @@ async def _index_wheel(dist: str, version: str) -> tuple[str, str] | None:
     return (name, sha) if isinstance(name, str) and isinstance(sha, str) else None
 
 
-async def _wheel_already_here(dist: str, version: str) -> BinaryIO | None:
+async def _wheel_already_here(dist: str, version: str) -> tuple[BinaryIO, str] | None:
     """A wheel of this release another part of patchkit cached already (the test inputs'
     wheels/), open: used only when it is the file the index serves (same name and sha256) and
     this user's own. None: fetch it."""
@@ -143,7 +143,8 @@ async def _wheel_already_here(dist: str, version: str) -> BinaryIO | None:
     here = next((path for path in found if served and path.name == served[0]), None)
     if served is None or here is None:
         return None
-    return await asyncio.to_thread(_open_if_hash, here, served[1])
+    handle = await asyncio.to_thread(_open_if_hash, here, served[1])
+    return (handle, here.name) if handle is not None else None
 
 
 def _open_if_hash(path: Path, sha256: str) -> BinaryIO | None:
@@ -192,8 +193,8 @@ async def fetch(dist: str, version: str, wanted: list[str],
             return ReleaseFiles(version, folder / "files")
         here = await _wheel_already_here(dist, version)
         if here is not None:
-            with here:
-                await asyncio.to_thread(_keep, here, folder, wanted, Path(here.name).name)
+            with here[0]:
+                await asyncio.to_thread(_keep, here[0], folder, wanted, here[1])
             return ReleaseFiles(version, folder / "files")
         started = time.monotonic()
         with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -329,3 +330,83 @@ def test_matrix_review_outputs_are_checked_before_anything_is_fetched(tmp_path: 
     result = run_patchkit("test", recipe_file, "--markdown", "-", "--json", env=own_index)
     assert result.returncode == 2 and "stdout" in result.stderr, result
     assert not Path(own_index["PATCHKIT_CACHE_DIR"]).exists()  # nothing fetched
+
+
+def _edit_entries(cache: Path, change) -> int:
+    """Apply `change` to every release-plans entry (whatever its shape); how many there were."""
+    entries = sorted((cache / "release-plans").glob("*.json"))
+    for entry in entries:
+        entry.write_text(json.dumps(change(json.loads(entry.read_text()))))
+    return len(entries)
+
+
+def test_an_edited_outcome_entry_never_turns_failed_into_ok(tmp_path: Path, own_index: dict[str, str]) -> None:
+    recipe_file = write_recipe(tmp_path, ">=0.10,<0.25")  # reaches 0.22.0, which has no list
+    first = run_patchkit("test", recipe_file, "--versions", "0.16.0,0.22.0", env=own_index, timeout=180)
+    assert first.returncode == 1 and "FAILED: whitelist: 0.22.0 is inside" in first.stdout, first
+
+    def failed_to_ok(value):
+        if isinstance(value, dict):
+            if value.get("status") == "failed":
+                return {**value, "status": "ok", "message": "already in place"}
+            return {k: failed_to_ok(v) for k, v in value.items()}
+        return [failed_to_ok(v) for v in value] if isinstance(value, list) else value
+
+    assert _edit_entries(Path(own_index["PATCHKIT_CACHE_DIR"]), failed_to_ok) == 2
+    again = run_patchkit("test", recipe_file, "--versions", "0.16.0,0.22.0", env=own_index, timeout=180)
+    assert again.returncode == 1 and "FAILED: whitelist: 0.22.0 is inside" in again.stdout, again
+
+
+@pytest.mark.parametrize("content", [[], {}, {"0.22.0": "x"}, {"plans": [], "seal": 1}, "text"])
+def test_a_malformed_outcome_entry_is_planned_again(tmp_path: Path, own_index: dict[str, str], content) -> None:
+    recipe_file = write_recipe(tmp_path, ">=0.10.1,<0.22")
+    first = run_patchkit("test", recipe_file, "--versions", "0.16.0", "--json", env=own_index, timeout=180)
+    assert first.returncode == 0, first
+    assert _edit_entries(Path(own_index["PATCHKIT_CACHE_DIR"]), lambda _: content) == 1
+    again = run_patchkit("test", recipe_file, "--versions", "0.16.0", "--json", env=own_index, timeout=180)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again
+    assert again.json()["steps"] == first.json()["steps"]
+
+
+def test_a_wheel_in_the_cache_is_used_only_when_the_index_has_its_hash(tmp_path: Path, own_index: dict[str, str]) -> None:
+    """A 0.16.0 wheel dropped into the cache's wheels/ with 0.18.0's content (the names already
+    listed) must not make 0.16.0 look patched; the index's own wheel there is used as is."""
+    wheels = Path(own_index["PATCHKIT_CACHE_DIR"]) / "wheels"
+    wheels.mkdir(parents=True)
+    dropped = wheels / "toyllm-0.16.0-py3-none-any.whl"
+    with zipfile.ZipFile(dropped, "w") as archive:
+        archive.writestr("toyllm/_version.py", '__version__ = "0.16.0"\n')
+        archive.writestr("toyllm/__init__.py", "")
+        archive.writestr("toyllm/config/__init__.py", "")
+        archive.writestr("toyllm/config/speculative.py", shaped("0.18.0"))
+    recipe_file = write_recipe(tmp_path, ">=0.10.1,<0.22")
+    result = run_patchkit("test", recipe_file, "--versions", "0.16.0", "--json", env=own_index, timeout=180)
+    assert result.returncode == 0, result
+    assert result.json()["steps"]["whitelist"]["releases"]["0.16.0"]["status"] == "changed", result
+    assert "fetched toyllm 0.16.0" in result.stderr  # the index's wheel, not the dropped one
+
+    # The index's very file in wheels/: used, nothing fetched.
+    genuine = Path(own_index["PIP_FIND_LINKS"]) / "toyllm-0.10.1-py3-none-any.whl"
+    shutil.copyfile(genuine, wheels / genuine.name)
+    used = run_patchkit("test", recipe_file, "--versions", "0.10.1", "--json", env=own_index, timeout=180)
+    assert used.returncode == 0 and "fetched" not in used.stderr, used
+    assert used.json()["steps"]["whitelist"]["releases"]["0.10.1"]["status"] == "changed"
+
+
+def test_a_release_without_a_version_file_is_judged_by_its_own_version(tmp_path: Path) -> None:
+    links = tmp_path / "links"
+    links.mkdir()
+    wheel = build_wheel(links, "0.22.0")  # no list: inside the range it fails, outside it is skipped
+    stripped = links / "stripped.whl"
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(stripped, "w") as out:
+        for name in src.namelist():
+            if name == "toyllm/_version.py":
+                continue
+            text = src.read(name)
+            out.writestr(name, b'"""toyllm"""\n' if name == "toyllm/__init__.py" else text)
+    stripped.replace(wheel)
+    result = run_patchkit("test", write_recipe(tmp_path, ">=0.10.1,<0.22"), "--json",
+                          env=pip_sees_only(links, tmp_path / "cache"), timeout=180)
+    assert result.returncode == 0, result
+    cell = result.json()["steps"]["whitelist"]["releases"]["0.22.0"]
+    assert cell["status"] == "skipped" and "toyllm 0.22.0 is outside >=0.10.1,<0.22" in cell["message"], cell
