@@ -134,3 +134,40 @@ def test_a_key_others_can_read_seals_nothing(step, root: Path) -> None:
     (root / cache.KEY_FILE).chmod(0o644)
     assert edit_cache.load(step, SOURCE) is None
     cache._keys.clear()
+
+
+def test_edits_and_entry_checks_never_run_in_two_threads_at_once(step, root: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPython 3.11's ast/compile state is shared by threads (`patchkit test` plans releases in
+    threads): an edit, and the compile check of a kept entry, run one at a time."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import patchkit.edits.list_insert as engine
+    import patchkit.steps.edit_cache as module
+
+    inside, most, guard = 0, 0, threading.Lock()
+
+    def counted(work):
+        def run(*args):
+            nonlocal inside, most
+            with guard:
+                inside += 1
+                most = max(most, inside)
+            time.sleep(0.02)
+            try:
+                return work(*args)
+            finally:
+                with guard:
+                    inside -= 1
+        return run
+
+    monkeypatch.setattr(engine, "run", counted(engine.run))
+    monkeypatch.setattr(module, "compile_error", counted(module.compile_error))
+    sources = [SOURCE.replace('"llama"', f'"llama{i}"') for i in range(6)]
+    with ThreadPoolExecutor(6) as pool:
+        computed = list(pool.map(lambda s: edit_cache.compute(step, s), sources))
+        loaded = list(pool.map(lambda s: edit_cache.load(step, s), sources))
+    assert [r.verdict for r in computed] == ["changed"] * 6 and loaded == computed
+    assert most == 1
