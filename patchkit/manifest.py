@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchkit.cache import cache_dir, write_json_quietly
+from patchkit.cache import cache_dir, read_json, seal, sealed, write_json_quietly
 from patchkit.errors import UsageError
 
 
@@ -51,10 +51,7 @@ def source_manifest(src: Path, verify_all: bool = False) -> list[FileEntry]:
     if not src.exists():
         raise UsageError(f"deploy source {src} does not exist")
     cache_path = cache_file()
-    try:
-        cache: dict[str, list[Any]] = json.loads(cache_path.read_text())
-    except (OSError, ValueError):
-        cache = {}
+    cache = _kept_hashes(cache_path)
     entries: list[FileEntry] = []
     files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if not p.is_dir() or p.is_symlink())
     for path in files:
@@ -66,11 +63,24 @@ def source_manifest(src: Path, verify_all: bool = False) -> list[FileEntry]:
         rel = path.name if path == src else path.relative_to(src).as_posix()
         key = str(path.resolve())
         cached = cache.get(key)
-        if cached and not verify_all and cached[0] == st.st_size and cached[1] == st.st_mtime_ns:
+        if (isinstance(cached, list) and len(cached) == 3 and isinstance(cached[2], str) and not verify_all
+                and cached[0] == st.st_size and cached[1] == st.st_mtime_ns):
             digest = cached[2]
         else:
             digest = sha256_of(path)
             cache[key] = [st.st_size, st.st_mtime_ns, digest]
         entries.append(FileEntry(rel, st.st_size, digest, stat.S_IMODE(st.st_mode)))
-    write_json_quietly(cache_path, cache)
+    mac = seal("source-hashes", json.dumps(cache, sort_keys=True))
+    if mac is not None:
+        write_json_quietly(cache_path, {"hashes": cache, "seal": mac})
     return entries
+
+
+def _kept_hashes(path: Path) -> dict[str, list[Any]]:
+    """The hashes kept by an earlier run, when this user's key sealed them (else none: each file
+    is hashed again; a hand-edited digest would make a deploy verify other bytes than it copied)."""
+    data = read_json(path)
+    hashes = data.get("hashes") if isinstance(data, dict) else None
+    if not isinstance(hashes, dict) or not sealed(data.get("seal"), "source-hashes", json.dumps(hashes, sort_keys=True)):
+        return {}
+    return hashes
