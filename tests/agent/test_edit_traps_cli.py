@@ -4,6 +4,7 @@ before anything is written (issue 38, findings 11 and 13)."""
 
 from __future__ import annotations
 
+import difflib
 import subprocess
 from pathlib import Path
 
@@ -119,3 +120,27 @@ def test_a_change_of_type_is_warned_of_in_plan_and_apply(sandbox: Sandbox, tmp_p
     assert applied.returncode == 0, applied
     assert step(applied, "edit")["message"].startswith(
         "set the default of detokenize = 'auto' (was True) in SamplingParams.__init__ " + warning)
+
+
+def test_a_diff_reads_and_writes_latin1_files_in_latin1(sandbox: Sandbox, tmp_path: Path) -> None:
+    """A diff over two files (the unit pipeline of several files): one edited, one added."""
+    sandbox.file(NAMES).write_bytes(LATIN1_HEAD + b'CAFE = "caf\xe9"\nNAME = "plain"\n')
+    old = sandbox.file(NAMES).read_bytes().decode("latin-1")
+    added = LATIN1_HEAD.decode() + 'GREETING = "olé"\n'
+    diff = "".join(difflib.unified_diff(old.splitlines(True), old.replace('"plain"', '"naïve"').splitlines(True),
+                                        f"a/{NAMES}", f"b/{NAMES}"))
+    diff += "".join(difflib.unified_diff([], added.splitlines(True), "/dev/null", "b/toyllm/config/added.py"))
+    (tmp_path / "fix.patch").write_text(diff, encoding="utf-8")
+    recipe = tmp_path / "fix.yaml"
+    recipe.write_text("name: latin\nsteps:\n  - name: edit\n    patch:\n      package: toyllm\n"
+                      "      edit: {diff: {file: fix.patch}}\n"
+                      "    verify: {import: [toyllm.config.names, toyllm.config.added]}\n")
+
+    applied = sandbox.run("apply", str(recipe), json_out=True)
+    assert applied.returncode == 0, applied
+    assert step(applied, "edit")["status"] == "changed"
+    assert sandbox.file(NAMES).read_bytes() == LATIN1_HEAD + b'CAFE = "caf\xe9"\nNAME = "na\xefve"\n'
+    assert sandbox.file("toyllm/config/added.py").read_bytes() == LATIN1_HEAD + b'GREETING = "ol\xe9"\n'
+    assert imported(sandbox, "toyllm.config.names", "NAME") == ascii("naïve")
+    assert imported(sandbox, "toyllm.config.added", "GREETING") == ascii("olé")
+    assert step(sandbox.run("status", str(recipe), json_out=True), "edit")["status"] == "applied"
