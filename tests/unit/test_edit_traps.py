@@ -18,6 +18,7 @@ import pytest
 from pydantic import ValidationError
 
 from patchkit.edits import Edit, EditError, EditResult
+from patchkit.edits import tree as tree_module
 from patchkit.edits.encoding import decode_source, encode_source
 from patchkit.edits.testing import assert_idempotent, assert_refused
 
@@ -172,6 +173,17 @@ class TestTypeChangeWarnings:
 NO_EFFECT = "which never runs: the edit has no effect at run time)"
 
 
+@pytest.fixture(params=[True, False], ids=["pruned", "whole-walk"])
+def route(request: pytest.FixtureRequest) -> Any:
+    """Both ways a pass walks the tree: only the statements holding a target's words, and all."""
+    saved = tree_module.FAST
+    tree_module.FAST = request.param
+    tree_module._CACHE.clear()
+    yield request.param
+    tree_module.FAST = saved
+    tree_module._CACHE.clear()
+
+
 class TestDeadBranches:
     @pytest.mark.parametrize(("source", "branch"), [
         ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    LIMIT = 1\n", "`if TYPE_CHECKING:`"),
@@ -181,7 +193,7 @@ class TestDeadBranches:
         ("if TYPE_CHECKING:\n    class C:\n        def f(self):\n            LIMIT = 1\n", "`if TYPE_CHECKING:`"),
         ("if TYPE_CHECKING:\n    pass\nelif False:\n    LIMIT = 1\n", "`if False:`"),
     ])
-    def test_a_target_only_under_a_branch_that_never_runs_warns(self, source: str, branch: str) -> None:
+    def test_a_target_only_under_a_branch_that_never_runs_warns(self, source: str, branch: str, route: bool) -> None:
         result = assert_idempotent("set_value", source, names=["LIMIT"], value=2)
         assert result.message.endswith(f"(warning: it sits under {branch}, {NO_EFFECT}")
 
@@ -204,7 +216,7 @@ class TestDeadBranches:
         dead = assert_idempotent("set_value", source, names=["LIMIT"], occurrence=1, value=2)
         assert dead.message.endswith(f"(warning: it sits under `if TYPE_CHECKING:`, {NO_EFFECT}")
 
-    def test_every_op_that_finds_a_place(self) -> None:
+    def test_every_op_that_finds_a_place(self, route: bool) -> None:
         under = "if TYPE_CHECKING:\n"
         cases: list[tuple[str, str, dict[str, Any]]] = [
             ("list_insert", under + "    L = [1]\n", {"names": ["L"], "values": [2]}),
