@@ -574,9 +574,10 @@ def _inventories(args: argparse.Namespace) -> LoadedInventory:
             args.inventory_loaded = load_inventories(args.inventory)
         except UsageError as exc:
             args.inventory_loaded = exc
-    if isinstance(args.inventory_loaded, UsageError):
-        raise args.inventory_loaded
-    return args.inventory_loaded
+    loaded: LoadedInventory | UsageError = args.inventory_loaded
+    if isinstance(loaded, UsageError):
+        raise loaded
+    return loaded
 
 
 def _python_of(extra: dict[str, Given]) -> str:
