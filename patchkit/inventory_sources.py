@@ -78,9 +78,9 @@ def read_inventory(path: str) -> tuple[Inventory, list[str], bool]:
     if not path:  # `-i "$INV"` with INV unset: never the current folder
         raise UsageError("-i '': an empty path (an unset variable?): name an inventory file or folder")
     where = Path(path)
-    if where.is_dir():
-        return _from_ansible(path)
     try:
+        if where.is_dir():
+            return _from_ansible(path)
         with where.open("rb") as stream:
             regular = stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
             raw = stream.read(MAX_INVENTORY_BYTES + 1)
