@@ -48,10 +48,10 @@ def test_empty_inventory_never_reads_the_current_folder(tmp_path: Path) -> None:
     ["rollback", RECIPE, "--run", ""],
 ], ids=lambda argv: " ".join(map(repr, argv)))
 def test_an_empty_value_is_a_usage_error(tmp_path: Path, argv: list[str]) -> None:
-    state = tmp_path / "state"
-    result = run_patchkit(*argv, cwd=tmp_path)
+    home = tmp_path / "home"  # where a run would keep its journal
+    result = run_patchkit(*argv, cwd=tmp_path, env={**os.environ, "HOME": str(home)})
     assert "'': an empty value" in one_line_usage_error(result)
-    assert not state.exists() and list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("argv", [
@@ -66,8 +66,9 @@ def test_an_empty_value_is_a_usage_error(tmp_path: Path, argv: list[str]) -> Non
     ["plan", RECIPE, "-l", "~" + "(" * 3000],
     ["plan", RECIPE, "-i", "a" * 5000],
 ], ids=lambda argv: " ".join(a[:20] for a in argv[2:]))
-def test_numbers_and_patterns_out_of_range_are_refused(argv: list[str]) -> None:
-    one_line_usage_error(run_patchkit(*argv))
+def test_numbers_and_patterns_out_of_range_are_refused(tmp_path: Path, argv: list[str]) -> None:
+    one_line_usage_error(run_patchkit(*argv, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)}))
+    assert list(tmp_path.iterdir()) == []
 
 
 def _validate_from_fd(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
