@@ -55,30 +55,33 @@ def print_plain(report: RunReport, out: TextIO = sys.stdout, verbose: bool = Fal
     between host, step, status and message; diffs once each, under a `#` line naming where.
     With `verbose`, a `# via` line per host names its transport and address. Hidden characters
     (a bidi control, a zero-width space) are shown as <U+XXXX>, counted in a `# warning:` line first."""
+    shown = Reveal()  # each text before a line of it is split: U+2028 is a line break to the eye, not to Python
+
+    def one_line(text: str) -> str:
+        return _one_line(shown(text))
+
     lines: list[str] = []
     for diff, where in shared_diffs(report).values():
-        lines.append(f"# {', '.join(where)}\n{diff.rstrip(chr(10))}\n\n")
+        lines.append(f"# {shown(', '.join(where))}\n{shown(diff).rstrip(chr(10))}\n\n")
     for name, why, upstream in _about(report):
-        lines.append(" ".join([f"{name}:", *(f"{key}: {_one_line(value)}" for key, value in (
+        lines.append(" ".join([f"{shown(name)}:", *(f"{key}: {one_line(value)}" for key, value in (
             ("why", why), ("upstream", upstream)) if value)]) + "\n")
-    lines.append(f"# {_title(report)}\n")
+    lines.append(f"# {one_line(_title(report))}\n")
     if verbose:
-        lines += [f"# via {line}\n" for line in where_lines(report)]
+        lines += [f"# via {one_line(line)}\n" for line in where_lines(report)]
     notes: list[str] = []
     for host, result in report.hosts.items():
         if not result.steps:
-            lines.append(f"{host}\t-\t{result.status}\t{_one_line(result.message)}\n")
+            lines.append(f"{one_line(host)}\t-\t{result.status}\t{one_line(result.message)}\n")
         elif result.message:
-            notes.append(f"note: {host}: {_one_line(result.message)}")
+            notes.append(f"note: {one_line(host)}: {one_line(result.message)}")
         for step in result.steps:
-            lines.append(f"{host}\t{step.name}\t{step.status}\t{_one_line(step.message)}\n")
-        notes += [f"note: {host}: {_one_line(n)}" for n in result.notices]
+            lines.append(f"{one_line(host)}\t{one_line(step.name)}\t{step.status}\t{one_line(step.message)}\n")
+        notes += [f"note: {one_line(host)}: {one_line(n)}" for n in result.notices]
     lines += [note + "\n" for note in notes]
     lines.append(_host_counts(report) + "\n")
-    shown = Reveal()
-    text = shown("".join(lines))  # before anything splits a line: U+2028 is one to the eye, not to Python
     warning = shown.warning(_noun(report))
-    out.write((f"# {warning}\n" if warning else "") + text)
+    out.write((f"# {warning}\n" if warning else "") + "".join(lines))
 
 
 def _title(report: RunReport) -> str:

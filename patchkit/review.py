@@ -436,7 +436,7 @@ def render_html(review: Review) -> str:
 # shown as code: whole, readable, and inert. A revealed character (<U+202E>) is shown as
 # code too, so it stands out from the text around it.
 _LIVE = re.compile(
-    r"(?:[a-z][a-z0-9+.-]*://|www\.|mailto:|xmpp:)[^\s<>|`]+"  # a URL: to the first space, |, < or `
+    r"(?:[a-z][a-z0-9+.-]*://|www\.|mailto:|xmpp:)[^\s<>|`]*[^\s<>|`?!.,:;*_~'\")\]}]"  # a URL, as GFM ends one
     r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # an e-mail address
     r"|(?<!\w)@[a-z0-9][\w.-]*(?:/[\w.-]+)?"  # a mention, of a user or a team
     r"|(?<![\w/])(?:[\w.-]+/[\w.-]+)?#\d+|\bgh-\d+"  # an issue or pull request reference
