@@ -210,3 +210,22 @@ def test_a_report_replaces_the_file_at_its_path_whole(fleet: Any, tmp_path: Path
     assert result.returncode == 1, result  # the `missing` step fails on both hosts: the report is still written
     assert page_file.read_text().startswith("<!DOCTYPE html>") and page_file.stat().st_ino != inode
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.html", "plan.md"]  # no temporary file left
+
+
+def test_a_report_that_cannot_be_written_after_the_run_is_one_line_and_fails_the_run(tmp_path: Path) -> None:
+    """The folder checked before the run is gone when the report is written (removed by the
+    target interpreter as it starts): the run's own report is still printed, then one line, exit 1."""
+    sandbox = make_sandbox(tmp_path / "host", packages=("toyllm",))
+    out = tmp_path / "out"
+    out.mkdir()
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nrm -rf "{out}"\nexec "{sandbox.python}" "$@"\n')
+    python.chmod(0o755)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TROJAN_RECIPE)
+    result = run_patchkit("plan", str(recipe), "-i", str(sandbox.inventory), "-e", f"python={python}",
+                          "--html", str(out / "plan.html"))
+    assert result.returncode == 1, result  # the plan itself succeeded
+    assert result.stderr.splitlines()[-1] == f"patchkit: --html {out / 'plan.html'}: no folder {out} to write it in", result
+    assert "Traceback" not in result.stderr and "local\twhitelist\tchanged" in result.stdout
+    assert not out.exists()

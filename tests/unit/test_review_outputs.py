@@ -173,7 +173,7 @@ def test_markdown_shows_mentions_references_and_links_as_code_and_nothing_else_c
 
 
 def test_no_content_closes_a_fence_or_a_code_span() -> None:
-    hostile = "```\n</details>\n@everyone\n````diff\n~~~\n"
+    hostile = "```\n</details>\n@everyone\n````\n~~~\n````diff\n"  # a bare run of 4 closes a fence of 4
     block = md_fence(hostile, "diff")
     tokens = MarkdownIt("commonmark").parse(f"before\n\n{block}\n\nafter\n")
     fences = [t for t in tokens if t.type == "fence"]
@@ -292,3 +292,26 @@ def test_an_output_that_must_be_new_is_never_written_over(tmp_path: Path) -> Non
     write_output(tmp_path / "new.yaml", "captured", "-o", replace=False)
     assert recipe.read_text() == "edited by hand\n" and (tmp_path / "new.yaml").read_text() == "captured"
     assert sorted(os.listdir(tmp_path)) == ["new.yaml", "r.yaml"]
+
+
+def test_what_appears_at_the_path_during_the_run_is_never_written_through_or_over(tmp_path: Path) -> None:
+    """The last step of a write, once the checks passed and another process made a file or a
+    link at the path meanwhile: a new file is linked, never renamed, over it; a link is refused."""
+    from patchkit.outfile import _place
+
+    victim = tmp_path / "victim.py"
+    victim.write_text("SAFE = True\n")
+    (tmp_path / "r.yaml").write_text("made meanwhile\n")
+    (tmp_path / "plan.html").symlink_to(victim)
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for temp in (".t1", ".t2"):
+            (tmp_path / temp).write_text("ours\n")
+        with pytest.raises(FileExistsError):
+            _place(folder, ".t1", "r.yaml", replace=False)
+        with pytest.raises(OSError, match="appeared there meanwhile"):
+            _place(folder, ".t2", "plan.html", replace=True)
+    finally:
+        os.close(folder)
+    assert (tmp_path / "r.yaml").read_text() == "made meanwhile\n" and victim.read_text() == "SAFE = True\n"
+    assert (tmp_path / "plan.html").is_symlink()
