@@ -128,7 +128,7 @@ def print_human(report: RunReport, out: TextIO = sys.stdout, verbose: bool = Fal
         items.append(Text(""))
 
     for name, why, upstream in _about(report):  # a step's `why:` and `upstream:`
-        items.append(Text.assemble((f"{name}:", "bold"), *(f" {key}: {shown(value)}" for key, value in (
+        items.append(Text.assemble((f"{shown(name)}:", "bold"), *(f" {key}: {shown(value)}" for key, value in (
             ("why", why), ("upstream", upstream)) if value)))
     table = Table(title=Text(shown(_title(report))), title_justify="left", show_lines=False)
     steps = [s.name for r in report.hosts.values() for s in r.steps]

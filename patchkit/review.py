@@ -6,9 +6,9 @@ identical diffs once. `render_html` and `render_markdown` only lay that data out
 say the same thing. Every piece of user text (recipe, diff, message) is escaped: none is
 ever read as markup; a character a reader cannot see (a bidi control, a zero-width space) is
 shown as `<U+202E>` and counted in a warning at the top (patchkit/reveal.py); in Markdown a
-mention or a link is shown as code, so a comment pings no one. The page is one file with no script and nothing fetched (a Content
-Security Policy that allows no source says so to the browser too); the unified/side-by-side
-toggle is two radio buttons and CSS.
+mention or a link is shown as code, so a comment pings no one. The page is one file with no
+script and nothing fetched (a Content Security Policy that allows no source says so to the
+browser too); the unified/side-by-side toggle is two radio buttons and CSS.
 """
 
 from __future__ import annotations
@@ -434,7 +434,9 @@ def render_html(review: Review) -> str:
 # decoded first. A code span stops all of them: the autolink extension does not look inside
 # code spans, and GitHub's mention and reference filters skip <code>. So each such token is
 # shown as code: whole, readable, and inert. A revealed character (<U+202E>) is shown as
-# code too, so it stands out from the text around it.
+# code too, so it stands out from the text around it. A code span has no escapes and ends at
+# the first backtick run as long as its own (_code takes a longer one); a URL token stops at
+# a backtick and at `|`, which splits a table cell even inside code and stays escaped outside.
 _LIVE = re.compile(
     r"(?:[a-z][a-z0-9+.-]*://|www\.|mailto:|xmpp:)[^\s<>|`]*[^\s<>|`?!.,:;*_~'\")\]}]"  # a URL, as GFM ends one
     r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # an e-mail address
