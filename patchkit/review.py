@@ -308,8 +308,8 @@ def _badge(status: str, label: str | None = None) -> str:
 badge = _badge
 
 
-def _code_e(text: str) -> str:
-    """A line of code, escaped, a revealed character (<U+202E>) in it marked out: for text
+def _marked(text: str) -> str:
+    """Text escaped, each revealed character (<U+202E>) in it marked out: for an element's
     content only, never an attribute's value."""
     out, at = [], 0
     for found in MARK.finditer(text):
@@ -323,7 +323,7 @@ def _unified(diff: str) -> str:
     for line in diff.splitlines():
         kind = ("u-file" if line.startswith(("--- ", "+++ ")) else "u-hunk" if line.startswith("@@")
                 else "u-add" if line.startswith("+") else "u-del" if line.startswith("-") else "")
-        lines.append(f'<span class="{kind}">{_code_e(line)}</span>' if kind else _code_e(line))
+        lines.append(f'<span class="{kind}">{_marked(line)}</span>' if kind else _marked(line))
     return '<div class="unified scroll"><pre>' + "\n".join(lines) + "</pre></div>"
 
 
@@ -331,11 +331,14 @@ def _split(diff: str) -> str:
     rows = []
     for old, new, old_kind, new_kind in split_rows(diff):
         if old_kind == "file":
-            rows.append(f'<tr><td class="code file" colspan="2">{_code_e(old)}</td></tr>')
+            rows.append(f'<tr><td class="code file" colspan="2">{_marked(old)}</td></tr>')
             continue
-        rows.append(f'<tr><td class="code {old_kind}">{_code_e(old)}</td>'
-                    f'<td class="code {new_kind}">{_code_e(new)}</td></tr>')
+        rows.append(f'<tr><td class="code {old_kind}">{_marked(old)}</td>'
+                    f'<td class="code {new_kind}">{_marked(new)}</td></tr>')
     return '<div class="split scroll"><table>' + "".join(rows) + "</table></div>"
+
+
+marked = _marked
 
 
 def diff_html(diff: str) -> str:
@@ -377,7 +380,7 @@ def render_html(review: Review) -> str:
     summary = ", ".join(f"{n} {_e(s)}" for s, n in sorted(review.counts.items(), key=lambda kv: _rank(kv[0])))
     out = [f"<h1>{_e(review.title)}</h1>", *warning_html(review.warning)]
     if review.description:
-        out.append(f"<p>{_e(review.description)}</p>")
+        out.append(f"<p>{_marked(review.description)}</p>")
     out.append(f'<p class="muted">{"dry run, nothing written" if review.dry_run else _e(review.command)} · run '
                f"<code>{_e(review.run_id)}</code>"
                + (f" · recipe sha256 <code>{_e(review.recipe_sha256)}</code>" if review.recipe_sha256 else "")
@@ -386,7 +389,7 @@ def render_html(review: Review) -> str:
     if review.attention:
         out.append('<div class="attention"><h3>Needs attention</h3><ul>')
         for host, name, status, message in review.attention:
-            out.append(f"<li>{_badge(status)} <b>{_e(host)}</b>{' / ' + _e(name) if name else ''}: {_e(message)}</li>")
+            out.append(f"<li>{_badge(status)} <b>{_e(host)}</b>{' / ' + _e(name) if name else ''}: {_marked(message)}</li>")
         out.append("</ul></div>")
     out.append('<div class="scroll"><table><tr><th>host</th><th>status</th><th>reached by</th><th>package</th></tr>')
     for h in review.hosts:
@@ -399,20 +402,20 @@ def render_html(review: Review) -> str:
         out.append(f'<section class="step{" bad" if bad else ""}" id="step-{_e(step.name)}">'
                    f"<h2>{_e(step.name)} <span class=\"muted\">({_e(step.kind)})</span></h2>")
         if step.description:
-            out.append(f"<p>{_e(step.description)}</p>")
+            out.append(f"<p>{_marked(step.description)}</p>")
         if step.why:
-            out.append(f"<p><b>why:</b> {_e(step.why)}</p>")
+            out.append(f"<p><b>why:</b> {_marked(step.why)}</p>")
         if step.upstream:
-            out.append(f"<p><b>upstream:</b> <code>{_e(step.upstream)}</code></p>")
+            out.append(f"<p><b>upstream:</b> <code>{_marked(step.upstream)}</code></p>")
         out.append("<table>")
         for outcome in step.outcomes:
             out.append(f"<tr><td>{_badge(outcome.status)}</td><td class=\"hosts\">{_e(', '.join(outcome.hosts))}</td>"
-                       f"<td>{_e(outcome.message)}</td></tr>")
+                       f"<td>{_marked(outcome.message)}</td></tr>")
         out.append("</table>")
         if step.facts:
             out.append('<dl class="facts">')
             for label, text in step.facts:
-                body = f"<pre>{_code_e(text)}</pre>" if "\n" in text or len(text) > 80 else f"<code>{_code_e(text)}</code>"
+                body = f"<pre>{_marked(text)}</pre>" if "\n" in text or len(text) > 80 else f"<code>{_marked(text)}</code>"
                 out.append(f"<dt>{_e(label)}</dt><dd>{body}</dd>")
             out.append("</dl>")
         for group in step.diffs:

@@ -28,6 +28,7 @@ from patchkit.review import (
     badge,
     diff_html,
     escape,
+    marked,
     md_code,
     md_fence,
     md_html,
@@ -229,7 +230,7 @@ def _cell_html(step: MatrixStep, found: ReleaseOutcome) -> str:
 def render_html(review: MatrixReview) -> str:
     out = [f"<h1>{escape(review.title)}</h1>", *warning_html(review.warning)]
     if review.description:
-        out.append(f"<p>{escape(review.description)}</p>")
+        out.append(f"<p>{marked(review.description)}</p>")
     tried = "; ".join(f"{len(v)} release{'s' if len(v) != 1 else ''} of {escape(d)}"
                       + (f" ({escape(v[0])}..{escape(v[-1])})" if len(v) > 1 else "")
                       for d, v in review.released.items())
@@ -238,8 +239,8 @@ def render_html(review: MatrixReview) -> str:
                + "</p>")
     if review.failures or review.warnings:
         out.append('<div class="attention"><h3>Needs attention</h3><ul>')
-        out += [f"<li>{badge('failed', 'FAILED')} {escape(t)}</li>" for t in review.failures]
-        out += [f"<li>{badge('changed', 'warning')} {escape(t)}</li>" for t in review.warnings]
+        out += [f"<li>{badge('failed', 'FAILED')} {marked(t)}</li>" for t in review.failures]
+        out += [f"<li>{badge('changed', 'warning')} {marked(t)}</li>" for t in review.warnings]
         out.append("</ul></div>")
     if review.notes:
         out.append("<ul>" + "".join(f"<li>note: {escape(t)}</li>" for t in review.notes) + "</ul>")
@@ -274,7 +275,7 @@ def render_html(review: MatrixReview) -> str:
                    f'<h2>{escape(step.name)} <span class="muted">({escape(step.kind)})</span></h2>')
         for label, value in (("", step.description), ("why", step.why), ("upstream", step.upstream)):
             if value:
-                out.append(f"<p>{'<b>' + label + ':</b> ' if label else ''}{escape(value)}</p>")
+                out.append(f"<p>{'<b>' + label + ':</b> ' if label else ''}{marked(value)}</p>")
         if step.tested:
             out.append(f"<p>range <code>{escape(step.versions or 'any version')}</code>, releases of "
                        f"{escape(step.dist)}: {escape(summary_line(step))}</p>")
@@ -282,7 +283,7 @@ def render_html(review: MatrixReview) -> str:
             for where, found in step.rows:
                 out.append(f"<tr><td class=\"hosts\">{escape(where)}</td>"
                            f"<td>{badge(_COLOUR.get(found.status, found.status), found.outcome)}</td>"
-                           f"<td>{escape(found.reason)}</td></tr>")
+                           f"<td>{marked(found.reason)}</td></tr>")
             out.append("</table>")
         else:
             out.append(f'<p class="muted">{escape(step.not_tested)}</p>')

@@ -121,8 +121,8 @@ def test_the_page_shows_each_hidden_character_marked_and_warns_first() -> None:
     assert "this plan contains 5 hidden or bidirectional control characters" in text
     assert "<U+202E>" in text and "<U+2066>" in text and "<U+2069>" in text and "<U+200B>" in text
     assert "added <U+2028>one value" in text
-    # in the diff, unified and side by side, each one marked out (4 in each view)
-    assert page.marked.count("<U+202E>") == 2 and len(page.marked) == 8
+    # each one marked out: in the diff, unified and side by side (4 in each view), and in the message
+    assert page.marked.count("<U+202E>") == 2 and page.marked.count("<U+2028>") == 1 and len(page.marked) == 9
 
 
 def test_a_page_without_hidden_characters_has_no_warning() -> None:
