@@ -304,6 +304,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                    lambda: _hosts(args)[0])
     from patchkit.errors import HostError
 
+    _check_review_outputs(args)  # before any inventory group is resolved (a cluster asked) or host reached
     early: tuple[list[HostSpec], list[int | str] | int | str | None] | None = None
     per_host: dict[str, LoadedRecipe] = {}
     if loaded is None and source is not None:  # rendered per host first (above)
@@ -321,7 +322,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.verbose, redact=loaded.redactor.value if loaded else None)
     if loaded:
         loaded.recipe.select(_split(args.steps))  # unknown step names: usage error before contacting anyone
-    _check_review_outputs(args)
     if args.command == "bake":
         assert loaded
         return _bake(args, loaded, overrides)
@@ -341,9 +341,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "capture":
         if len(hosts) != 1:
             raise UsageError(f"capture reads one host; -l names {len(hosts)}: pick one")
-        from patchkit.outfile import check_output
-
-        check_output(args.output, "-o", replace=False)
 
     # Everything is valid: the first hosts are reached while the rest of the run's code loads.
     import asyncio
@@ -458,6 +455,8 @@ def _work(args: argparse.Namespace, runner: Runner, captures: list[Capture]) -> 
 
 
 def _check_review_outputs(args: argparse.Namespace) -> None:
+    """Every file the command will write (--html, --markdown, capture's -o), checked before any
+    host or cluster is contacted (patchkit/outfile.py): a usage error, nothing done."""
     from patchkit.errors import UsageError
 
     if getattr(args, "markdown", None) == "-" and getattr(args, "json", False):
@@ -468,6 +467,8 @@ def _check_review_outputs(args: argparse.Namespace) -> None:
         value = getattr(args, flag, None)
         if value is not None and value != "-":
             check_output(value, f"--{flag}")
+    if args.command == "capture":  # a recipe someone may have edited is never written over
+        check_output(args.output, "-o", replace=False)
 
 
 def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRecipe | None,
