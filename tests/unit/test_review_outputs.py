@@ -229,6 +229,30 @@ def test_the_terminal_report_warns_first_shows_no_hidden_character_and_reads_no_
     assert "\x1b]8;" not in text  # no terminal hyperlink
 
 
+def test_the_progress_shows_a_failure_as_written_with_its_hidden_characters_marked() -> None:
+    from rich.console import Console
+
+    from patchkit.fanout import LineProgress, LiveProgress
+
+    failed = HostResult(status="failed", message=f"check said [/b] [link=https://x]c[/link] {RLO}")
+    console = Console(file=io.StringIO(), force_terminal=True, width=100, height=40)
+    live = LiveProgress(["a", "b"], console=console)  # a small fleet: a row per host
+    live.started("a")
+    live.finished("a", failed)  # drawn: no MarkupError, no hyperlink
+    rows = [list(map(str, column._cells)) for column in live._render().columns]
+    live.close()
+    assert rows[1][0] == "failed" and "\x1b]8;" not in console.file.getvalue()  # type: ignore[attr-defined]
+    big = LiveProgress([f"h{i}" for i in range(30)], console=Console(file=io.StringIO(), force_terminal=True))
+    big.finished("h1", failed)  # a big fleet lists the failed hosts with their message
+    shown = [str(cell) for cell in big._render().columns[1]._cells]
+    big.close()
+    assert f"failed: check said [/b] [link=https://x]c[/link] <U+202E>" in shown
+    lines = io.StringIO()
+    plain = LineProgress(2, out=lines)
+    plain.finished("a", failed)
+    assert lines.getvalue() == "[1/2] a: failed — check said [/b] [link=https://x]c[/link] <U+202E>\n"
+
+
 # ---------------------------------------------------------------- output files
 
 
