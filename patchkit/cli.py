@@ -347,6 +347,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                    lambda: _hosts(args)[0])
     from patchkit.errors import HostError
 
+    _check_review_outputs(args)  # before any inventory group is resolved (a cluster asked) or host reached
     early: tuple[list[HostSpec], list[int | str] | int | str | None] | None = None
     per_host: dict[str, LoadedRecipe] = {}
     if loaded is None and source is not None:  # rendered per host first (above)
@@ -364,7 +365,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.verbose, redact=loaded.redactor.value if loaded else None)
     if loaded:
         loaded.recipe.select(_split(args.steps))  # unknown step names: usage error before contacting anyone
-    _check_review_outputs(args)
     if args.command == "bake":
         assert loaded
         return _bake(args, loaded, overrides)
@@ -384,8 +384,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "capture":
         if len(hosts) != 1:
             raise UsageError(f"capture reads one host; -l names {len(hosts)}: pick one")
-        if not Path(args.output).parent.is_dir():
-            raise UsageError(f"-o {args.output}: no folder {Path(args.output).parent} to write the recipe in")
 
     # Everything is valid: the first hosts are reached while the rest of the run's code loads.
     import asyncio
@@ -421,12 +419,21 @@ def _dispatch(args: argparse.Namespace) -> int:
                        command=args.command, hosts=results, seconds=round(time.monotonic() - started_at, 3)).count()
     if captures and all(h.status != "failed" for h in results.values()):
         _write_capture(captures[0], Path(args.output), report)
-    _write_review(args, report, loaded, hosts, per_host)
+    from patchkit.outfile import OutputError
+
+    try:
+        _write_review(args, report, loaded, hosts, per_host)
+        unwritten = None
+    except OutputError as exc:  # said after the report: what was asked for but not written fails the run
+        unwritten = str(exc)
     if getattr(args, "markdown", None) != "-":
         if args.json:
             print_json(report)
         else:
             print_human(report, verbose=args.verbose)
+    if unwritten:
+        print(f"patchkit: {unwritten}", file=sys.stderr)
+        return 130 if runner.interrupt.requested else max(_exit_code(args.command, report), EXIT_FAILED)
     return 130 if runner.interrupt.requested else _exit_code(args.command, report)
 
 
@@ -491,14 +498,20 @@ def _work(args: argparse.Namespace, runner: Runner, captures: list[Capture]) -> 
 
 
 def _check_review_outputs(args: argparse.Namespace) -> None:
+    """Every file the command will write (--html, --markdown, capture's -o), checked before any
+    host or cluster is contacted (patchkit/outfile.py): a usage error, nothing done."""
     from patchkit.errors import UsageError
 
     if getattr(args, "markdown", None) == "-" and getattr(args, "json", False):
         raise UsageError("--markdown - and --json both want stdout: write one of them to a file")
+    from patchkit.outfile import check_output
+
     for flag in ("html", "markdown"):
         value = getattr(args, flag, None)
-        if value and value != "-" and not Path(value).parent.is_dir():
-            raise UsageError(f"--{flag} {value}: no folder {Path(value).parent} to write it in")
+        if value is not None and value != "-":
+            check_output(value, f"--{flag}")
+    if args.command == "capture":  # a recipe someone may have edited is never written over
+        check_output(args.output, "-o", replace=False)
 
 
 def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRecipe | None,
@@ -507,6 +520,7 @@ def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRec
     html_file, md_file = getattr(args, "html", None), getattr(args, "markdown", None)
     if not html_file and not md_file:
         return
+    from patchkit.outfile import write_output
     from patchkit.review import build_review, render_html, render_markdown
 
     from patchkit.runner import transport_of
@@ -514,11 +528,11 @@ def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRec
     where = {h.name: " ".join(dict.fromkeys(transport_of(h))) for h in hosts}
     review = build_review(report, loaded, where, per_host)
     if html_file:
-        Path(html_file).write_text(render_html(review), encoding="utf-8")
+        write_output(html_file, render_html(review), "--html")
     if md_file == "-":
         sys.stdout.write(render_markdown(review))
     elif md_file:
-        Path(md_file).write_text(render_markdown(review), encoding="utf-8")
+        write_output(md_file, render_markdown(review), "--markdown")
 
 
 def _exit_code(command: str, report: RunReport) -> int:
