@@ -99,6 +99,7 @@ class LocateReply(TypedDict):
     version: NotRequired[str | None]
     version_source: NotRequired[str | None]
     files: NotRequired[dict[str, str | None]]  # module -> its file
+    not_source: NotRequired[dict[str, str]]  # module -> what the target loads it from, when that is no .py file
     read: NotRequired[ReadReply]  # read_first: the first module file that exists
 
 
@@ -136,6 +137,7 @@ class VerifyArgs(TypedDict):
     import_timeout_s: float
     root: str | None  # the folder the unit's apply was confined to (StepResult.root; None: an older record)
     verify_python: NotRequired[VerifyProgram | None]
+    package: NotRequired[str | None]  # the package root is; the import check holds the target to both
 
 
 class VerifyPassed(TypedDict):
@@ -182,6 +184,7 @@ class ApplyFilesArgs(TypedDict):
     import_timeout_s: float
     verify_python: NotRequired[VerifyProgram | None]
     root: NotRequired[str | None]  # the package folder every path must stay inside
+    package: NotRequired[str | None]  # the package root is; the import check holds the target to both
 
 
 class ApplyFilesPassed(TypedDict):
