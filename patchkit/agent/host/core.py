@@ -512,7 +512,10 @@ def module_origin(root, package, module):
     spec = module_spec(module, [root], len(top))
     return spec.origin if spec is not None and spec.has_location else None
 """
-exec(compile(RESOLVE_SOURCE, "core.py:RESOLVE_SOURCE", "exec"))  # find_package_root, module_origin, module_spec
+RESOLVER = {"os": os}
+exec(compile(RESOLVE_SOURCE, "core.py:RESOLVE_SOURCE", "exec"), RESOLVER)
+module_spec, find_package_root, module_origin = (RESOLVER[n] for n in ("module_spec", "find_package_root",
+                                                                       "module_origin"))
 
 
 def module_name(root, package, path):
