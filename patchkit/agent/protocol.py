@@ -407,6 +407,32 @@ class LaunchStartArgs(TypedDict):
     run_id: NotRequired[str]  # the run starting it: what changed after it is in later runs
 
 
+class PatchedFile(TypedDict):
+    package: str
+    file: str  # a file a patch step wrote (or found in place)
+    root: NotRequired[str | None]  # the package folder it was located in (None: the agent locates it again)
+
+
+class LaunchResolvesArgs(TypedDict):
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    files: list[PatchedFile]
+    timeout_s: NotRequired[float]
+
+
+class OtherCopy(TypedDict):
+    module: str
+    imports: str  # what the server would import for module
+    wrote: str  # what patchkit wrote for it
+
+
+class LaunchResolvesReply(TypedDict):
+    python: str  # the interpreter the server runs (judged from argv)
+    other: list[OtherCopy]  # files the server would import from another copy
+    error: str | None  # the check could not run: why
+
+
 class HttpReply(TypedDict):
     status: int | None  # None: no answer (error says why)
     seconds: float
@@ -501,6 +527,7 @@ REMOVE_FILE: Op[RemoveFileArgs, RemoveFileReply] = Op("remove_file")
 READ_CHECKPOINT: Op[ReadCheckpointArgs, CheckpointView] = Op("read_checkpoint")
 LAUNCH_START: Op[LaunchStartArgs, ServerRecordReply] = Op("launch_start")
 LAUNCH_INSPECT: Op[LaunchInspectArgs, LaunchInspectReply] = Op("launch_inspect")
+LAUNCH_RESOLVES: Op[LaunchResolvesArgs, LaunchResolvesReply] = Op("launch_resolves")
 LAUNCH_STOP: Op[LaunchStopArgs, LaunchStopReply] = Op("launch_stop")
 HTTP: Op[HttpArgs, HttpReply] = Op("http")
 HTTP_BATCH: Op[HttpBatchArgs, HttpBatchReply] = Op("http_batch")
@@ -509,4 +536,4 @@ LOG_TAIL: Op[LogTailArgs, LogTailReply] = Op("log_tail")
 OPS: dict[str, Op[Any, Any]] = {op.name: op for op in (
     HELLO, END, LOAD, LOCATE, READ, HASH, VERIFY, RESTORE, APPLY_FILES, DIST_FILES, CHECK, LOCK, JOURNAL_WRITE, JOURNAL_LIST,
     JOURNAL_PRUNE, MANIFEST, PART_INFO, RECEIVE_FILE, REMOVE_FILE, READ_CHECKPOINT, LAUNCH_START, LAUNCH_INSPECT,
-    LAUNCH_STOP, HTTP, HTTP_BATCH, LOG_TAIL)}
+    LAUNCH_RESOLVES, LAUNCH_STOP, HTTP, HTTP_BATCH, LOG_TAIL)}
