@@ -105,3 +105,23 @@ def test_a_compiled_module_beside_the_source_is_refused(tmp_path: Path) -> None:
     message = step(result, EAGLE3)["message"]
     assert f"the target imports it from {compiled}" in message, message
     assert '"kimi_k2"' not in box.file(TOY_SPECULATIVE).read_text()
+
+
+def test_the_package_itself_resolving_elsewhere_fails_the_import_check(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The import check imports a plugin that puts another toyllm first on the path (as plugin
+    loaders do): the target's `toyllm` is then not the folder patchkit patched, though no module
+    the check imported is a file patchkit wrote."""
+    other = tmp_path / "plugins"
+    shadow_checkout(other)
+    (sandbox.pkgs / "toy_plugin.py").write_text(f"import sys\nsys.path.insert(0, {str(other)!r})\n")
+    recipe_file = tmp_path / "plugin.yaml"
+    recipe_file.write_text(Path(recipe("toyllm_eagle3.yaml")).read_text().replace(
+        "      import: [toyllm.config.speculative]", "      import: [toy_plugin]"))
+    before = sha256(sandbox.file(TOY_SPECULATIVE))
+
+    result = sandbox.run("apply", str(recipe_file), "--steps", EAGLE3, json_out=True)
+    assert result.returncode == 1, result
+    message = step(result, EAGLE3)["message"]
+    assert (f"the target imports toyllm from {other / 'toyllm'}; patchkit patched the copy at "
+            f"{sandbox.pkgs / 'toyllm'}") in message, message
+    assert sha256(sandbox.file(TOY_SPECULATIVE)) == before
