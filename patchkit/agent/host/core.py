@@ -469,6 +469,16 @@ def run_python(code, timeout_s, args=(), env_extra=None, python=None, env=None, 
 # text, run here and sent as the program of the children that ask the same of another
 # environment (a launch's: processes.py): one way to resolve, wherever it runs.
 RESOLVE_SOURCE = r"""
+def locations(spec):
+    found = spec.submodule_search_locations
+    if found is None:
+        return None
+    try:
+        return list(found)
+    except KeyError:  # a namespace package's path is recomputed from its parent's, which is not imported
+        return list(getattr(found, "_path", []))
+
+
 def module_spec(module, search=None, skip=0):
     import importlib.util
     from importlib.machinery import PathFinder
@@ -478,11 +488,16 @@ def module_spec(module, search=None, skip=0):
         name = ".".join(parts[:i + 1])
         try:
             spec = importlib.util.find_spec(name) if search is None else PathFinder.find_spec(name, search)
+        except KeyError:  # a namespace package (no __init__.py): its path is asked of its parent's, not imported
+            search = [os.path.join(d, parts[i]) for d in search or [] if os.path.isdir(os.path.join(d, parts[i]))]
+            if not search or i == len(parts) - 1:
+                return None
+            continue
         except (ImportError, ValueError):
             return None
         if spec is None:
             return None
-        search = list(spec.submodule_search_locations) if spec.submodule_search_locations is not None else None
+        search = locations(spec)
         if search is None and i < len(parts) - 1:
             return None
     return spec
@@ -494,9 +509,9 @@ def find_package_root(package):
         spec = module_spec(package, list(spec.submodule_search_locations or []), 1)
     if spec is None:
         return None
-    if spec.submodule_search_locations is not None:
-        locations = list(spec.submodule_search_locations)
-        return locations[0] if locations else None
+    found = locations(spec)
+    if found is not None:
+        return found[0] if found else None
     return spec.origin
 
 
