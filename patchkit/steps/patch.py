@@ -163,6 +163,10 @@ async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> Uni
     misses: list[str] = []
     for module in spec.modules:
         path = located["files"].get(module)
+        loaded = located.get("not_source", {}).get(module)
+        if loaded is not None:
+            misses.append(f"{module}: the target imports it from {loaded}, not from Python source patchkit could edit")
+            continue
         if path is None:
             misses.append(f"{module}: no such module")
             continue
