@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from patchkit.errors import UsageError
-from patchkit.inventory import HostSpec, Inventory
+from patchkit.inventory import HostSpec, Inventory, too_deep
 
 # ansible_connection values and the patchkit scheme each reaches the host by.
 _CONNECTIONS = {
@@ -103,7 +103,10 @@ def hosts_from_ansible_json(data: Any, source: str = "ansible-inventory --list")
         for host in _names(body.get("hosts"), source, name, "hosts"):
             if host not in hostvars and host not in order:
                 order.append(host)
-    depth = _depths(groups)
+    try:
+        depth = _depths(groups)
+    except UsageError as exc:
+        raise UsageError(f"{source}: {exc}") from None
     member_of = _groups_of_hosts(groups)
     hosts: dict[str, HostSpec] = {}
     notes: list[str] = []
@@ -134,7 +137,7 @@ def hosts_from_ansible_json(data: Any, source: str = "ansible-inventory --list")
     try:
         inventory = Inventory.model_validate({"hosts": hosts, "groups": patchkit_groups})
     except ValidationError as exc:
-        raise UsageError(f"{source}: {exc.errors()[0]['msg']}") from None
+        raise UsageError(f"{source}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
     return AnsibleInventory(inventory, notes)
 
 
@@ -250,6 +253,7 @@ def _depths(groups: dict[str, dict[str, Any]]) -> dict[str, int]:
     def of(group: str, trail: frozenset[str] = frozenset()) -> int:
         if group in depth:
             return depth[group]
+        too_deep(group, trail)
         up = [p for p in parents.get(group, set()) if p not in trail]
         found = 0 if group == "all" else 1 + max((of(p, trail | {group}) for p in up if p != "all"), default=0)
         depth[group] = found

@@ -16,7 +16,6 @@ import base64
 import datetime
 import difflib
 import hashlib
-import os
 import re
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from patchkit.cache import cache_dir
 from patchkit.cache import folder as cache_folder
 from patchkit.errors import HostError, UsageError
 from patchkit.installed import InstalledDist, installed
+from patchkit.outfile import OutputError, write_output
 from patchkit.results import HostResult, StepResult
 
 if TYPE_CHECKING:
@@ -291,33 +291,16 @@ def write_recipe(capture: Capture, out: Path, when: datetime.datetime) -> list[P
     }
     # every list is its own object: safe_dump writes no anchors or aliases
     outputs = {**patches, out: yaml.safe_dump(recipe, sort_keys=False, width=100, allow_unicode=True)}
-    links = [f"{path} is a symlink (to {os.readlink(path)})" for path in outputs if path.is_symlink()]
-    if links:  # dangling or not: what it points to is outside what -o names
-        raise CaptureRefused(f"{'; '.join(links)}: capture does not write through a symlink; nothing written")
-    taken = [str(path) for path in outputs if os.path.lexists(path)]
-    if taken:  # never over a recipe or patch someone may have edited
-        one = len(taken) == 1
-        raise CaptureRefused(f"{', '.join(taken)} already exist{'s' if one else ''}: remove "
-                             f"{'it' if one else 'them'} or pick another -o; nothing written")
     written: list[Path] = []
     try:
-        for path, text in outputs.items():
-            _create(path, text)
+        for path, text in outputs.items():  # never over a recipe or patch someone may have edited
+            write_output(path, text, replace=False)
             written.append(path)
-    except OSError as exc:
+    except OutputError as exc:
         for path in written:
             path.unlink(missing_ok=True)
-        why = "it appeared meanwhile (or is a symlink)" if isinstance(exc, FileExistsError) else exc.strerror
-        raise CaptureRefused(f"cannot write {exc.filename}: {why}; nothing written") from None
+        raise CaptureRefused(f"{exc}; nothing written" if "nothing written" not in str(exc) else str(exc)) from None
     return [out, *patches]
-
-
-def _create(path: Path, text: str) -> None:
-    """A new file: O_EXCL never opens one that exists, a symlink included (dangling or not),
-    O_NOFOLLOW says so even where O_EXCL would not be honoured."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
 
 
 class CaptureRefused(HostError):

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # imported where used: `patchkit validate` and --help stay fa
     from patchkit.capture import Capture
     from patchkit.errors import UsageError
     from patchkit.inventory import HostSpec
+    from patchkit.inventory_sources import LoadedInventory
     from patchkit.recipe import LoadedRecipe, RecipeSource
     from patchkit.variables import Given
     from patchkit.results import HostResult, RunReport
@@ -54,12 +55,12 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
         sp.add_argument("--html", metavar="FILE", help="also write the report as one self-contained HTML page")
         sp.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown (- for stdout)")
-        sp.add_argument("--concurrency", type=int, default=32, help="hosts worked on at once (default 32)")
+        sp.add_argument("--concurrency", type=_at_least_one, default=32, help="hosts worked on at once (default 32)")
         sp.add_argument("--serial", metavar="N[,N|P%...]",
                         help="rollout batches, e.g. 1,10%%,100%%: a batch starts once every host before it succeeded "
                              "(gates included); a single N: the first N hosts, then the rest")
         sp.add_argument("--max-fail", metavar="K|P%", help="stop starting hosts once more than K (or P%% of them) have failed")
-        sp.add_argument("--lock-timeout", type=float, default=60.0, help="seconds to wait for another run's host lock")
+        sp.add_argument("--lock-timeout", type=_seconds, default=60.0, help="seconds to wait for another run's host lock")
         sp.add_argument("--state-dir", help="journal folder on hosts that set none (default ~/.local/state/patchkit)")
         sp.add_argument("--accept-new-host-keys", action="store_true",
                         help="SSH: record the key of a host seen for the first time (a changed key is still refused)")
@@ -89,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="installed files of a distribution that differ from its RECORD, "
                            "each explained by the journal or unexplained (exit 3)")
     audit.add_argument("dist", metavar="DIST", help="distribution name, or the import name of its package (vllm)")
-    audit.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+    audit.add_argument("--time-budget", type=_seconds, default=None, metavar="SECONDS",
                        help="stop hashing after this long (default 120 s); the report says how far it got")
     targets(audit, recipe=False)
     capture = sub.add_parser("capture", help="the files of a distribution that differ from its RECORD (hand "
@@ -119,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="releases to try: a specifier ('>=0.14,<0.20'), all (default), or installed "
                            "(the release a host of -i/-l or -e python= has, read through the agent)")
     test.add_argument("--steps", help="only these steps: NAME[,...]")
-    test.add_argument("--jobs", type=int, default=4, help="wheels fetched at once (default 4)")
+    test.add_argument("--jobs", type=_at_least_one, default=4, help="wheels fetched at once (default 4)")
     test.add_argument("--strict", action="store_true", help="exit 1 on warnings too (a range that may be too narrow)")
     test.add_argument("--json", action="store_true", help="the whole matrix as one JSON document on stdout")
     test.add_argument("--html", metavar="FILE", help="also write the matrix as one self-contained review page: "
@@ -143,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     bake.add_argument("--run-arg", action="append", default=[], metavar="ARG",
                       help="an argument for the engine's `run` (e.g. --run-arg=--ulimit=nofile=1024:1024)")
     bake.add_argument("--state-dir", help="journal folder in the image (default ~/.local/state/patchkit)")
-    bake.add_argument("--timeout", type=int, default=3600, metavar="SECONDS",
+    bake.add_argument("--timeout", type=_at_least_one, default=3600, metavar="SECONDS",
                       help="the bake container's lifetime (it runs `sleep SECONDS`; default 3600)")
     bake.add_argument("--allow-skipped", action="store_true",
                       help="write TAG even when every step was skipped (else: no image, exit 1)")
@@ -154,12 +155,53 @@ def _parser() -> argparse.ArgumentParser:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is raised (main reports it, as a JSON document under --json)."""
+    """argparse, but a usage error is raised (main reports it, as a JSON document under --json),
+    in one line."""
 
     def error(self, message: str) -> NoReturn:
         from patchkit.errors import UsageError
 
-        raise UsageError(f"{message}\n{self.format_usage().rstrip()}")
+        raise UsageError(f"{message} (see: {self.prog} --help)")
+
+
+MAX_SECONDS = 7 * 24 * 3600  # a wait or budget longer than a week is a typo (and overflows some clocks)
+MAX_COUNT = 1_000_000
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds: finite, 0 to MAX_SECONDS (`nan` and `inf` parse as floats)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= MAX_SECONDS:  # false for nan too
+        raise argparse.ArgumentTypeError(f"{text!r}: want seconds from 0 to {MAX_SECONDS}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    """A whole number from 1 to MAX_COUNT."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text!r}: want a whole number from 1 to {MAX_COUNT}")
+    return value
+
+
+def _refuse_empty(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """An empty value (`-i "$INV"`, `-l "$HOSTS"` with the variable unset) is a usage error: read
+    as given, '' is the current folder, or every host."""
+    from patchkit.errors import UsageError
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in sub.choices[args.command]._actions:
+        value = getattr(args, action.dest, None)
+        if value == "" or (isinstance(value, list) and "" in value):
+            name = "/".join(action.option_strings) or (action.metavar if isinstance(action.metavar, str) else
+                                                       action.dest.upper())
+            raise UsageError(f"{name} '': an empty value (an unset variable?)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -178,6 +220,7 @@ def _main(argv: Sequence[str] | None) -> int:
     json_out = "--json" in tokens[:tokens.index("--")] if "--" in tokens else "--json" in tokens
     try:
         args = parser.parse_args(_command_first(parser, tokens))
+        _refuse_empty(parser, args)
         if args.command in REACHES_HOSTS and getattr(args, "inventory", None):
             from patchkit.transport.sshhelper import ssh_side
 
@@ -304,6 +347,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                    lambda: _hosts(args)[0])
     from patchkit.errors import HostError
 
+    _check_review_outputs(args)  # before any inventory group is resolved (a cluster asked) or host reached
     early: tuple[list[HostSpec], list[int | str] | int | str | None] | None = None
     per_host: dict[str, LoadedRecipe] = {}
     if loaded is None and source is not None:  # rendered per host first (above)
@@ -321,7 +365,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.verbose, redact=loaded.redactor.value if loaded else None)
     if loaded:
         loaded.recipe.select(_split(args.steps))  # unknown step names: usage error before contacting anyone
-    _check_review_outputs(args)
     from patchkit.cache import check as check_cache
 
     check_cache()  # another user's cache folder: refused before any host is contacted
@@ -344,8 +387,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "capture":
         if len(hosts) != 1:
             raise UsageError(f"capture reads one host; -l names {len(hosts)}: pick one")
-        if not Path(args.output).parent.is_dir():
-            raise UsageError(f"-o {args.output}: no folder {Path(args.output).parent} to write the recipe in")
 
     # Everything is valid: the first hosts are reached while the rest of the run's code loads.
     import asyncio
@@ -381,12 +422,21 @@ def _dispatch(args: argparse.Namespace) -> int:
                        command=args.command, hosts=results, seconds=round(time.monotonic() - started_at, 3)).count()
     if captures and all(h.status != "failed" for h in results.values()):
         _write_capture(captures[0], Path(args.output), report)
-    _write_review(args, report, loaded, hosts, per_host)
+    from patchkit.outfile import OutputError
+
+    try:
+        _write_review(args, report, loaded, hosts, per_host)
+        unwritten = None
+    except OutputError as exc:  # said after the report: what was asked for but not written fails the run
+        unwritten = str(exc)
     if getattr(args, "markdown", None) != "-":
         if args.json:
             print_json(report)
         else:
             print_human(report, verbose=args.verbose)
+    if unwritten:
+        print(f"patchkit: {unwritten}", file=sys.stderr)
+        return 130 if runner.interrupt.requested else max(_exit_code(args.command, report), EXIT_FAILED)
     return 130 if runner.interrupt.requested else _exit_code(args.command, report)
 
 
@@ -451,14 +501,20 @@ def _work(args: argparse.Namespace, runner: Runner, captures: list[Capture]) -> 
 
 
 def _check_review_outputs(args: argparse.Namespace) -> None:
+    """Every file the command will write (--html, --markdown, capture's -o), checked before any
+    host or cluster is contacted (patchkit/outfile.py): a usage error, nothing done."""
     from patchkit.errors import UsageError
 
     if getattr(args, "markdown", None) == "-" and getattr(args, "json", False):
         raise UsageError("--markdown - and --json both want stdout: write one of them to a file")
+    from patchkit.outfile import check_output
+
     for flag in ("html", "markdown"):
         value = getattr(args, flag, None)
-        if value and value != "-" and not Path(value).parent.is_dir():
-            raise UsageError(f"--{flag} {value}: no folder {Path(value).parent} to write it in")
+        if value is not None and value != "-":
+            check_output(value, f"--{flag}")
+    if args.command == "capture":  # a recipe someone may have edited is never written over
+        check_output(args.output, "-o", replace=False)
 
 
 def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRecipe | None,
@@ -467,6 +523,7 @@ def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRec
     html_file, md_file = getattr(args, "html", None), getattr(args, "markdown", None)
     if not html_file and not md_file:
         return
+    from patchkit.outfile import write_output
     from patchkit.review import build_review, render_html, render_markdown
 
     from patchkit.runner import transport_of
@@ -474,11 +531,11 @@ def _write_review(args: argparse.Namespace, report: RunReport, loaded: LoadedRec
     where = {h.name: " ".join(dict.fromkeys(transport_of(h))) for h in hosts}
     review = build_review(report, loaded, where, per_host)
     if html_file:
-        Path(html_file).write_text(render_html(review), encoding="utf-8")
+        write_output(html_file, render_html(review), "--html")
     if md_file == "-":
         sys.stdout.write(render_markdown(review))
     elif md_file:
-        Path(md_file).write_text(render_markdown(review), encoding="utf-8")
+        write_output(md_file, render_markdown(review), "--markdown")
 
 
 def _exit_code(command: str, report: RunReport) -> int:
@@ -515,13 +572,29 @@ def _with_inventory_problems(recipe_error: UsageError, args: argparse.Namespace)
     if not isinstance(inventories, list) or not inventories:
         return recipe_error
     from patchkit.errors import UsageError
-    from patchkit.inventory_sources import load_inventories
 
     try:
-        load_inventories(inventories)
+        _inventories(args)
     except UsageError as exc:
         return UsageError(f"{recipe_error}\n{exc}")
     return recipe_error
+
+
+def _inventories(args: argparse.Namespace) -> LoadedInventory:
+    """The -i inventories, read once per command (a pipe has no second reading); a problem
+    found is raised again on each call."""
+    from patchkit.errors import UsageError
+    from patchkit.inventory_sources import load_inventories
+
+    if "inventory_loaded" not in vars(args):
+        try:
+            args.inventory_loaded = load_inventories(args.inventory)
+        except UsageError as exc:
+            args.inventory_loaded = exc
+    loaded: LoadedInventory | UsageError = args.inventory_loaded
+    if isinstance(loaded, UsageError):
+        raise loaded
+    return loaded
 
 
 def _python_of(extra: dict[str, Given]) -> str:
@@ -593,10 +666,10 @@ def _hosts(args: argparse.Namespace, resolve: bool = True) -> tuple[list[HostSpe
     """The selected hosts, and the inventory's `serial`. resolve False (validate): groups resolved
     at run time (pods, Ray nodes) are named, not resolved: no cluster is contacted."""
     from patchkit.inventory import local_inventory
-    from patchkit.inventory_sources import LoadedInventory, load_inventories
+    from patchkit.inventory_sources import LoadedInventory
     from patchkit.transport.groups import resolve_group
 
-    loaded = load_inventories(args.inventory) if args.inventory else LoadedInventory(local_inventory())
+    loaded = _inventories(args) if args.inventory else LoadedInventory(local_inventory())
     if getattr(args, "verbose", False):
         for note in loaded.notes:  # conflicts between -i, Ansible settings patchkit does not use
             print(f"patchkit: {note}", file=sys.stderr)

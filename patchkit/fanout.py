@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, TextIO
 
 from patchkit.inventory import HostSpec
 from patchkit.results import HostResult
+from patchkit.reveal import reveal
 from patchkit.rollout import Size, batches, failure_budget
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ class LineProgress:
         self.done += 1
         if self.total < 2:
             return  # one host: its report says it
-        note = f" — {result.message}" if result.status == "failed" and result.message else ""
+        note = f" — {reveal(result.message)}" if result.status == "failed" and result.message else ""
         print(f"[{self.done}/{self.total}] {host}: {result.status}{note}", file=self.out or sys.stderr, flush=True)
 
     def close(self) -> None:
@@ -203,6 +204,7 @@ class LiveProgress:
 
     def _render(self) -> Table:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table.grid(padding=(0, 2))
         if self.states:
@@ -224,8 +226,8 @@ class LiveProgress:
             hidden = len(self.working) + len(self.failed) - len(shown)
             if hidden > 0:
                 shown.append(("…", f"{hidden} more"))
-        for host, text in shown:
-            table.add_row(host, text)
+        for host, text in shown:  # Text: a message is shown as written, never read as rich markup
+            table.add_row(Text(reveal(host)), Text(reveal(text)))
         self.redraws += 1
         self.lines_drawn += len(shown) + (0 if self.states else 1)
         return table

@@ -63,6 +63,8 @@ def matching_names(text: str, names: Sequence[str]) -> list[str]:
             regex = re.compile(text[1:])
         except re.error as exc:
             raise UsageError(f"-l: {text!r} is not a regular expression: {exc}") from None
+        except (RecursionError, OverflowError):  # nested or repeated past what `re` compiles
+            raise UsageError(f"-l: {text[:40]!r}...: a regular expression too deeply nested or too large") from None
         return [n for n in names if regex.match(n)]
     if _GLOB.search(text):
         return [n for n in names if fnmatch.fnmatchcase(n, text)]

@@ -38,6 +38,15 @@ from patchkit.rollout import SerialField
 from patchkit.yamlsource import load_yaml
 
 K8S_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?")  # RFC 1123: namespaces, pods, containers
+# Groups in groups (children of children ...) at most this deep: the walks over them recurse.
+MAX_GROUP_DEPTH = 100
+
+
+def too_deep(group: str, trail: tuple[str, ...] | frozenset[str]) -> None:
+    """UsageError once a walk from `group` through `trail` passes MAX_GROUP_DEPTH groups."""
+    if len(trail) >= MAX_GROUP_DEPTH:
+        raise UsageError(f"group {group!r}: groups nested deeper than {MAX_GROUP_DEPTH} levels "
+                         "(a group's children's children ...): not read")
 
 
 def split_address(address: str | None) -> tuple[str | None, str]:
@@ -227,6 +236,14 @@ class Inventory(BaseModel):
         return groups
 
     @model_validator(mode="after")
+    def _groups_nest_within_limit(self) -> Inventory:
+        try:
+            self.group_vars()  # walks every chain of groups up from a host
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @model_validator(mode="after")
     def _some_host(self) -> Inventory:
         if not self.hosts and not any(isinstance(g, RESOLVED) for g in self.groups.values()):
             raise ValueError("hosts: an inventory needs at least one host (or a group with a k8s_selector or "
@@ -261,6 +278,7 @@ class Inventory(BaseModel):
 
         def depth_of(group: str, trail: frozenset[str] = frozenset()) -> int:
             if group not in depth:
+                too_deep(group, trail)
                 up = [p for p in parents.get(group, set()) if p not in trail]
                 depth[group] = 1 + max((depth_of(p, trail | {group}) for p in up), default=-1)
             return depth[group]
@@ -294,6 +312,7 @@ class Inventory(BaseModel):
         def members(group: str, trail: tuple[str, ...] = ()) -> list[str]:
             if group in flat:
                 return flat[group]
+            too_deep(group, trail)
             found = self.groups[group]
             names: list[str] = []
             if isinstance(found, RESOLVED):

@@ -24,14 +24,17 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from patchkit.errors import UsageError
 from patchkit.inventory import RESOLVED, Defaults, HostSpec, Inventory, Resolved, members_of
-from patchkit.yamlsource import read_yaml
+from patchkit.yamlsource import parse_yaml
 
 PATCHKIT_KEYS = ("hosts", "groups", "defaults")
 ANSIBLE_INVENTORY_TIMEOUT_S = 120.0  # a dynamic inventory script may ask a cloud API
@@ -39,6 +42,8 @@ _PATCHKIT_TOP = re.compile(r"^(hosts|groups|defaults)[ \t]*:", re.MULTILINE)
 _PATCHKIT_FLOW = re.compile(r"""\s*\{\s*["']?(hosts|groups|defaults)["']?\s*:""")
 _TOP_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:", re.MULTILINE)
 _STDERR_TAIL = 20
+MAX_INVENTORY_BYTES = 64 << 20  # the JSON of a fleet of ~100,000 hosts; anything larger is refused unread
+MAX_JSON_DEPTH = 100  # nesting of objects and lists in an inventory's JSON
 
 
 @dataclass
@@ -66,36 +71,72 @@ def load_inventories(paths: list[str]) -> LoadedInventory:
 
 
 def read_inventory(path: str) -> tuple[Inventory, list[str], bool]:
-    """One `-i`: patchkit's YAML, the JSON of `ansible-inventory --list`, or Ansible's (run)."""
+    """One `-i`: patchkit's YAML, the JSON of `ansible-inventory --list`, or Ansible's (run).
+
+    A file is read once, at most MAX_INVENTORY_BYTES: a pipe (`-i <(script)`, `-i /dev/stdin`)
+    has no second reading, and a device without end (`/dev/zero`) must not fill the memory."""
+    if not path:  # `-i "$INV"` with INV unset: never the current folder
+        raise UsageError("-i '': an empty path (an unset variable?): name an inventory file or folder")
     where = Path(path)
-    if where.is_dir():
-        return _from_ansible(path)
-    if not where.exists():
-        raise UsageError(f"-i {path}: no such file or folder")
     try:
-        text = where.read_text(encoding="utf-8", errors="replace")
+        if where.is_dir():
+            return _from_ansible(path)
+        with where.open("rb") as stream:
+            regular = stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+            raw = stream.read(MAX_INVENTORY_BYTES + 1)
+    except FileNotFoundError:
+        raise UsageError(f"-i {path}: no such file or folder") from None
     except OSError as exc:
         raise UsageError(f"-i {path}: cannot read: {exc.strerror or exc}") from None
-    if text.startswith("#!") and os.access(where, os.X_OK):  # a dynamic inventory script
+    if len(raw) > MAX_INVENTORY_BYTES:
+        raise UsageError(f"-i {path}: larger than {MAX_INVENTORY_BYTES >> 20} MiB: not read (the limit for an inventory)")
+    text = raw.decode("utf-8", errors="replace")
+    if text.startswith("#!") and regular and os.access(where, os.X_OK):  # a dynamic inventory script
         return _from_ansible(path)
     if _PATCHKIT_FLOW.match(text):  # `{"hosts": ...}` or `{hosts: ...}`: patchkit's, JSON or flow YAML
-        return _patchkit(where), [], False
+        return _patchkit(path, raw), [], False
     if text.lstrip().startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+        data = _json(text, path)
         if isinstance(data, dict) and "_meta" in data:
             from patchkit.ansible_inventory import hosts_from_ansible_json
 
             mapped = hosts_from_ansible_json(data, path)
             return mapped.inventory, mapped.notes, True
         if isinstance(data, dict) and set(data) & set(PATCHKIT_KEYS):
-            return _patchkit(where), [], False
+            return _patchkit(path, raw), [], False
+    elif _PATCHKIT_TOP.search(text) or _misspelt_patchkit(text):
+        return _patchkit(path, raw), [], False
+    if regular:  # Ansible reads the file itself: group_vars/ and host_vars/ beside it count
         return _from_ansible(path)
-    if _PATCHKIT_TOP.search(text) or _misspelt_patchkit(text):
-        return _patchkit(where), [], False
-    return _from_ansible(path)
+    with tempfile.TemporaryDirectory(prefix="patchkit-inventory-") as folder:  # what was read, for Ansible
+        copy = Path(folder) / "inventory"
+        copy.write_bytes(raw)
+        return _from_ansible(path, str(copy))
+
+
+def _json(text: str, path: str, printed_by: str | None = None) -> Any:
+    """JSON of an inventory (or what `printed_by` printed for it), nested at most MAX_JSON_DEPTH
+    levels: deeper is no real inventory, and would exhaust the stack of whatever walks it."""
+    where = f"-i {path}: {printed_by}'s JSON" if printed_by else path
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if printed_by:
+            raise UsageError(f"-i {path}: {printed_by} printed no JSON ({exc})") from None
+        raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        data = None
+    else:
+        todo: list[tuple[Any, int]] = [(data, 1)]
+        while todo:
+            value, depth = todo.pop()
+            if depth > MAX_JSON_DEPTH:
+                break
+            children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+            todo.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        else:
+            return data
+    raise UsageError(f"{where}: nested deeper than {MAX_JSON_DEPTH} levels: not read")
 
 
 def _misspelt_patchkit(text: str) -> bool:
@@ -105,8 +146,8 @@ def _misspelt_patchkit(text: str) -> bool:
     return "all" not in keys and any(difflib.get_close_matches(k, PATCHKIT_KEYS, n=1, cutoff=0.8) for k in keys)
 
 
-def _patchkit(path: Path) -> Inventory:
-    loaded = read_yaml(path).build()
+def _patchkit(path: str, raw: bytes) -> Inventory:
+    loaded = parse_yaml(path, raw).build()
     return loaded.validate(Inventory.model_validate)
 
 
@@ -118,7 +159,8 @@ def ansible_inventory_command() -> str | None:
     return shutil.which("ansible-inventory")
 
 
-def _from_ansible(path: str) -> tuple[Inventory, list[str], bool]:
+def _from_ansible(path: str, source: str | None = None) -> tuple[Inventory, list[str], bool]:
+    """`path` read by `ansible-inventory --list` (`source`: a copy of what a pipe gave)."""
     from patchkit.ansible_inventory import hosts_from_ansible_json
 
     command = ansible_inventory_command()
@@ -129,7 +171,7 @@ def _from_ansible(path: str) -> tuple[Inventory, list[str], bool]:
                          f"{path} --list` as a file")
     # One word per value (--inventory=PATH): a path is never read as an option. An inventory
     # Ansible cannot parse is an error, not a warning and an empty list.
-    argv = [command, "--list", f"--inventory={os.path.abspath(path)}"]
+    argv = [command, "--list", f"--inventory={os.path.abspath(source or path)}"]
     env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_NOCOLOR": "True",
            "ANSIBLE_FORCE_COLOR": "False"}
     try:
@@ -143,10 +185,7 @@ def _from_ansible(path: str) -> tuple[Inventory, list[str], bool]:
     if done.returncode != 0:
         tail = "\n".join(line for line in done.stderr.strip().splitlines()[-_STDERR_TAIL:] if line.strip())
         raise UsageError(f"-i {path}: ansible-inventory could not read it (exit {done.returncode}):\n{tail}")
-    try:
-        data = json.loads(done.stdout)
-    except ValueError as exc:
-        raise UsageError(f"-i {path}: ansible-inventory printed no JSON ({exc})") from None
+    data = _json(done.stdout, path, "ansible-inventory")
     mapped = hosts_from_ansible_json(data, path)
     return mapped.inventory, mapped.notes, True
 

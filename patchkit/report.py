@@ -7,6 +7,7 @@ import sys
 from typing import TextIO
 
 from patchkit.results import RunReport
+from patchkit.reveal import Reveal
 
 _HEADER = re.compile(r"^(---|\+\+\+) (?:[ab]/)?(.*)$")
 
@@ -52,29 +53,43 @@ def where_lines(report: RunReport) -> list[str]:
 def print_plain(report: RunReport, out: TextIO = sys.stdout, verbose: bool = False) -> None:
     """For a pipe or a file: no colour, no box, nothing cut; a line per host and step with tabs
     between host, step, status and message; diffs once each, under a `#` line naming where.
-    With `verbose`, a `# via` line per host names its transport and address."""
+    With `verbose`, a `# via` line per host names its transport and address. Hidden characters
+    (a bidi control, a zero-width space) are shown as <U+XXXX>, counted in a `# warning:` line first."""
+    shown = Reveal()  # each text before a line of it is split: U+2028 is a line break to the eye, not to Python
+
+    def one_line(text: str) -> str:
+        return _one_line(shown(text))
+
+    lines: list[str] = []
     for diff, where in shared_diffs(report).values():
-        out.write(f"# {', '.join(where)}\n{diff.rstrip(chr(10))}\n\n")
+        lines.append(f"# {shown(', '.join(where))}\n{shown(diff).rstrip(chr(10))}\n\n")
     for name, why, upstream in _about(report):
-        out.write(" ".join([f"{name}:", *(f"{key}: {_one_line(value)}" for key, value in (
+        lines.append(" ".join([f"{shown(name)}:", *(f"{key}: {one_line(value)}" for key, value in (
             ("why", why), ("upstream", upstream)) if value)]) + "\n")
-    title = f"{report.command} {report.recipe}" + (" (dry run)" if report.dry_run else "") + f" · run {report.run_id}"
-    out.write(f"# {title}\n")
+    lines.append(f"# {one_line(_title(report))}\n")
     if verbose:
-        for line in where_lines(report):
-            out.write(f"# via {line}\n")
+        lines += [f"# via {one_line(line)}\n" for line in where_lines(report)]
     notes: list[str] = []
     for host, result in report.hosts.items():
         if not result.steps:
-            out.write(f"{host}\t-\t{result.status}\t{_one_line(result.message)}\n")
+            lines.append(f"{one_line(host)}\t-\t{result.status}\t{one_line(result.message)}\n")
         elif result.message:
-            notes.append(f"note: {host}: {_one_line(result.message)}")
+            notes.append(f"note: {one_line(host)}: {one_line(result.message)}")
         for step in result.steps:
-            out.write(f"{host}\t{step.name}\t{step.status}\t{_one_line(step.message)}\n")
-        notes += [f"note: {host}: {_one_line(n)}" for n in result.notices]
-    for note in notes:
-        out.write(note + "\n")
-    out.write(_host_counts(report) + "\n")
+            lines.append(f"{one_line(host)}\t{one_line(step.name)}\t{step.status}\t{one_line(step.message)}\n")
+        notes += [f"note: {one_line(host)}: {one_line(n)}" for n in result.notices]
+    lines += [note + "\n" for note in notes]
+    lines.append(_host_counts(report) + "\n")
+    warning = shown.warning(_noun(report))
+    out.write((f"# {warning}\n" if warning else "") + "".join(lines))
+
+
+def _title(report: RunReport) -> str:
+    return f"{report.command} {report.recipe}" + (" (dry run)" if report.dry_run else "") + f" · run {report.run_id}"
+
+
+def _noun(report: RunReport) -> str:
+    return "plan" if report.dry_run else "report"
 
 
 def _about(report: RunReport) -> list[tuple[str, str | None, str | None]]:
@@ -99,21 +114,23 @@ def print_human(report: RunReport, out: TextIO = sys.stdout, verbose: bool = Fal
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(file=out, highlight=False, soft_wrap=True)
+    # Every piece of text is a Text (never parsed as rich markup: a message's `[link=...]` or
+    # `[/b]` is shown as written) and is shown through one Reveal, whose count heads the output.
+    shown = Reveal()
+    items: list[Text | Table] = []
     for diff, where in shared_diffs(report).values():
-        console.print(Text(f"# {', '.join(where)}", style="bold"))
-        for line in diff.splitlines():
+        items.append(Text(shown(f"# {', '.join(where)}"), style="bold"))
+        for line in shown(diff).splitlines():
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
             if line.startswith(("+++", "---")):
                 style = "bold"
-            console.print(Text(line, style=style))
-        console.print()
+            items.append(Text(line, style=style))
+        items.append(Text(""))
 
     for name, why, upstream in _about(report):  # a step's `why:` and `upstream:`
-        console.print(Text(f"{name}:", style="bold"), *(f"{key}: {value}" for key, value in (
-            ("why", why), ("upstream", upstream)) if value))
-    title = f"{report.command} {report.recipe}" + (" (dry run)" if report.dry_run else "") + f" · run {report.run_id}"
-    table = Table(title=title, title_justify="left", show_lines=False)
+        items.append(Text.assemble((f"{shown(name)}:", "bold"), *(f" {key}: {shown(value)}" for key, value in (
+            ("why", why), ("upstream", upstream)) if value)))
+    table = Table(title=Text(shown(_title(report))), title_justify="left", show_lines=False)
     steps = [s.name for r in report.hosts.values() for s in r.steps]
     # Nothing is cut: a step column as wide as its longest name (history's run ids are what
     # rollback --run takes), the rest folded.
@@ -123,17 +140,22 @@ def print_human(report: RunReport, out: TextIO = sys.stdout, verbose: bool = Fal
     table.add_column("message", overflow="fold")
     for host, result in report.hosts.items():
         if not result.steps:
-            table.add_row(host, "-", Text(result.status, style=STATUS_STYLE.get(result.status, "")), result.message)
+            table.add_row(Text(shown(host)), "-", Text(result.status, style=STATUS_STYLE.get(result.status, "")),
+                          Text(shown(result.message)))
         for i, step in enumerate(result.steps):
-            table.add_row(host if i == 0 else "", step.name, Text(step.status, style=STATUS_STYLE.get(step.status, "")),
-                          step.message)
-    console.print(table)
+            table.add_row(Text(shown(host)) if i == 0 else "", Text(shown(step.name)),
+                          Text(step.status, style=STATUS_STYLE.get(step.status, "")), Text(shown(step.message)))
+    items.append(table)
     if verbose:
-        for line in where_lines(report):
-            console.print(Text(f"via {line}", style="dim"))
+        items += [Text(f"via {shown(line)}", style="dim") for line in where_lines(report)]
     for host, result in report.hosts.items():
         if result.steps and result.message:  # the host's own note, not a row that reads as its last step's
-            console.print(Text(f"note: {host}: {result.message}", style="yellow"))
-        for notice in result.notices:
-            console.print(Text(f"note: {host}: {notice}", style="yellow"))
-    console.print(_host_counts(report))
+            items.append(Text(f"note: {shown(host)}: {shown(result.message)}", style="yellow"))
+        items += [Text(f"note: {shown(host)}: {shown(notice)}", style="yellow") for notice in result.notices]
+    items.append(Text(_host_counts(report)))
+    console = Console(file=out, highlight=False, soft_wrap=True)
+    warning = shown.warning(_noun(report))
+    if warning:
+        console.print(Text(warning, style="bold red"))
+    for item in items:
+        console.print(item)

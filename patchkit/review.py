@@ -4,9 +4,11 @@
 hosts, the counts, and per step its outcomes with the hosts sharing each, failures first,
 identical diffs once. `render_html` and `render_markdown` only lay that data out, so both
 say the same thing. Every piece of user text (recipe, diff, message) is escaped: none is
-ever read as markup. The page is one file with no script and nothing fetched (a Content
-Security Policy that allows no source says so to the browser too); the unified/side-by-side
-toggle is two radio buttons and CSS.
+ever read as markup; a character a reader cannot see (a bidi control, a zero-width space) is
+shown as `<U+202E>` and counted in a warning at the top (patchkit/reveal.py); in Markdown a
+mention or a link is shown as code, so a comment pings no one. The page is one file with no
+script and nothing fetched (a Content Security Policy that allows no source says so to the
+browser too); the unified/side-by-side toggle is two radio buttons and CSS.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from patchkit.recipe import LoadedRecipe
 from patchkit.report import diff_key
 from patchkit.results import RunReport, StepResult
+from patchkit.reveal import MARK, Reveal, hidden_warning
 
 ORDER = ("failed", "drifted", "stale", "pending", "changed", "applied", "ok", "skipped", "not-applicable")
 
@@ -72,6 +75,12 @@ class Review:
     counts: dict[str, int]
     steps: list[StepView]
     attention: list[tuple[str, str, str, str]]  # (host, step, status, message): what failed or drifted
+    hidden: int = 0  # characters a reader cannot see, shown as <U+XXXX> in every string above
+
+    @property
+    def warning(self) -> str | None:
+        """The hidden characters' warning, for the top of the page."""
+        return hidden_warning(self.hidden, "plan" if self.dry_run else "report")
 
     @property
     def title(self) -> str:
@@ -199,10 +208,14 @@ def build_review(report: RunReport, loaded: LoadedRecipe | None, where: dict[str
             outcomes=sorted((outcomes.get(name) or {}).values(), key=lambda o: _rank(o.status)),
             diffs=list((diffs.get(name) or {}).values()), facts=facts))
     hosts.sort(key=lambda h: _rank(h.status))
-    return Review(command=report.command, dry_run=report.dry_run, run_id=report.run_id, recipe=report.recipe,
-                  description=loaded.recipe.description if loaded else None,
-                  recipe_sha256=loaded.content_sha256 if loaded else "", hosts=hosts, counts=counts,
-                  steps=steps, attention=attention)
+    review = Review(command=report.command, dry_run=report.dry_run, run_id=report.run_id, recipe=report.recipe,
+                    description=loaded.recipe.description if loaded else None,
+                    recipe_sha256=loaded.content_sha256 if loaded else "", hosts=hosts, counts=counts,
+                    steps=steps, attention=attention)
+    shown = Reveal()  # after grouping, which compares the text: a diff shared by hosts is counted once
+    review = shown.tree(review)
+    review.hidden = shown.found
+    return review
 
 
 def _rank(status: str) -> int:
@@ -274,6 +287,7 @@ td.del{background:var(--del)}td.add{background:var(--add)}td.empty{background:#f
 #view-unified:checked~main label[for=view-unified],#view-split:checked~main label[for=view-split]{
 background:var(--fg);color:var(--bg)}input.view{position:absolute;opacity:0}
 .attention{border-left:4px solid #cf222e;padding:4px 12px;background:#fff8f8}
+.hidden-char{background:#cf222e;color:#fff;border-radius:3px;padding:0 2px}
 @media (max-width:600px){body{font-size:14px}main{padding:8px}td,th{padding:3px 4px}}
 @media print{.toggle,input.view{display:none}.split{display:none!important}.unified{display:block!important}
 section.step{break-inside:avoid-page}pre{white-space:pre-wrap}}
@@ -294,12 +308,22 @@ def _badge(status: str, label: str | None = None) -> str:
 badge = _badge
 
 
+def _marked(text: str) -> str:
+    """Text escaped, each revealed character (<U+202E>) in it marked out: for an element's
+    content only, never an attribute's value."""
+    out, at = [], 0
+    for found in MARK.finditer(text):
+        out += [_e(text[at:found.start()]), f'<span class="hidden-char">{_e(found.group())}</span>']
+        at = found.end()
+    return "".join(out) + _e(text[at:])
+
+
 def _unified(diff: str) -> str:
     lines = []
     for line in diff.splitlines():
         kind = ("u-file" if line.startswith(("--- ", "+++ ")) else "u-hunk" if line.startswith("@@")
                 else "u-add" if line.startswith("+") else "u-del" if line.startswith("-") else "")
-        lines.append(f'<span class="{kind}">{_e(line)}</span>' if kind else _e(line))
+        lines.append(f'<span class="{kind}">{_marked(line)}</span>' if kind else _marked(line))
     return '<div class="unified scroll"><pre>' + "\n".join(lines) + "</pre></div>"
 
 
@@ -307,10 +331,14 @@ def _split(diff: str) -> str:
     rows = []
     for old, new, old_kind, new_kind in split_rows(diff):
         if old_kind == "file":
-            rows.append(f'<tr><td class="code file" colspan="2">{_e(old)}</td></tr>')
+            rows.append(f'<tr><td class="code file" colspan="2">{_marked(old)}</td></tr>')
             continue
-        rows.append(f'<tr><td class="code {old_kind}">{_e(old)}</td><td class="code {new_kind}">{_e(new)}</td></tr>')
+        rows.append(f'<tr><td class="code {old_kind}">{_marked(old)}</td>'
+                    f'<td class="code {new_kind}">{_marked(new)}</td></tr>')
     return '<div class="split scroll"><table>' + "".join(rows) + "</table></div>"
+
+
+marked = _marked
 
 
 def diff_html(diff: str) -> str:
@@ -320,6 +348,11 @@ def diff_html(diff: str) -> str:
 
 TOGGLE = ('<div class="toggle">Diffs: <label for="view-unified">unified</label> '
           '<label for="view-split">side by side</label></div>')
+
+
+def warning_html(warning: str | None) -> list[str]:
+    """The hidden characters' warning as the page shows it, first (nothing without one)."""
+    return [f'<div class="attention hidden-chars" role="alert"><p><b>{_e(warning)}</b></p></div>'] if warning else []
 
 
 def page(title: str, body: list[str]) -> str:
@@ -345,9 +378,9 @@ def render_html(review: Review) -> str:
     bar = "".join(f'<span class="s-{_e(s)}" style="width:{100 * n / total:.2f}%" title="{_e(s)}: {n}"></span>'
                   for s, n in sorted(review.counts.items(), key=lambda kv: _rank(kv[0])))
     summary = ", ".join(f"{n} {_e(s)}" for s, n in sorted(review.counts.items(), key=lambda kv: _rank(kv[0])))
-    out = [f"<h1>{_e(review.title)}</h1>"]
+    out = [f"<h1>{_e(review.title)}</h1>", *warning_html(review.warning)]
     if review.description:
-        out.append(f"<p>{_e(review.description)}</p>")
+        out.append(f"<p>{_marked(review.description)}</p>")
     out.append(f'<p class="muted">{"dry run, nothing written" if review.dry_run else _e(review.command)} · run '
                f"<code>{_e(review.run_id)}</code>"
                + (f" · recipe sha256 <code>{_e(review.recipe_sha256)}</code>" if review.recipe_sha256 else "")
@@ -356,7 +389,7 @@ def render_html(review: Review) -> str:
     if review.attention:
         out.append('<div class="attention"><h3>Needs attention</h3><ul>')
         for host, name, status, message in review.attention:
-            out.append(f"<li>{_badge(status)} <b>{_e(host)}</b>{' / ' + _e(name) if name else ''}: {_e(message)}</li>")
+            out.append(f"<li>{_badge(status)} <b>{_e(host)}</b>{' / ' + _e(name) if name else ''}: {_marked(message)}</li>")
         out.append("</ul></div>")
     out.append('<div class="scroll"><table><tr><th>host</th><th>status</th><th>reached by</th><th>package</th></tr>')
     for h in review.hosts:
@@ -369,20 +402,20 @@ def render_html(review: Review) -> str:
         out.append(f'<section class="step{" bad" if bad else ""}" id="step-{_e(step.name)}">'
                    f"<h2>{_e(step.name)} <span class=\"muted\">({_e(step.kind)})</span></h2>")
         if step.description:
-            out.append(f"<p>{_e(step.description)}</p>")
+            out.append(f"<p>{_marked(step.description)}</p>")
         if step.why:
-            out.append(f"<p><b>why:</b> {_e(step.why)}</p>")
+            out.append(f"<p><b>why:</b> {_marked(step.why)}</p>")
         if step.upstream:
-            out.append(f"<p><b>upstream:</b> <code>{_e(step.upstream)}</code></p>")
+            out.append(f"<p><b>upstream:</b> <code>{_marked(step.upstream)}</code></p>")
         out.append("<table>")
         for outcome in step.outcomes:
             out.append(f"<tr><td>{_badge(outcome.status)}</td><td class=\"hosts\">{_e(', '.join(outcome.hosts))}</td>"
-                       f"<td>{_e(outcome.message)}</td></tr>")
+                       f"<td>{_marked(outcome.message)}</td></tr>")
         out.append("</table>")
         if step.facts:
             out.append('<dl class="facts">')
             for label, text in step.facts:
-                body = f"<pre>{_e(text)}</pre>" if "\n" in text or len(text) > 80 else f"<code>{_e(text)}</code>"
+                body = f"<pre>{_marked(text)}</pre>" if "\n" in text or len(text) > 80 else f"<code>{_marked(text)}</code>"
                 out.append(f"<dt>{_e(label)}</dt><dd>{body}</dd>")
             out.append("</dl>")
         for group in step.diffs:
@@ -396,31 +429,79 @@ def render_html(review: Review) -> str:
 
 # ---------------------------------------------------------------- Markdown
 
+# Outside code, GitHub turns text into pings and links: `@user` and `@org/team` notify them,
+# `#12`, `org/repo#12` and `GH-12` put a reference into that issue, and GFM's autolink
+# extension links bare `http://`, `www.` and e-mail addresses. A backslash does not stop a
+# mention (it is gone from the text GitHub's mention filter reads), an invisible character
+# between `@` and the name would be the very thing reveal.py flags, and an HTML entity is
+# decoded first. A code span stops all of them: the autolink extension does not look inside
+# code spans, and GitHub's mention and reference filters skip <code>. So each such token is
+# shown as code: whole, readable, and inert. A revealed character (<U+202E>) is shown as
+# code too, so it stands out from the text around it. A code span has no escapes and ends at
+# the first backtick run as long as its own (_code takes a longer one); a URL token stops at
+# a backtick and at `|`, which splits a table cell even inside code and stays escaped outside.
+_LIVE = re.compile(
+    r"(?:[a-z][a-z0-9+.-]*://|www\.|mailto:|xmpp:)[^\s<>|`]*[^\s<>|`?!.,:;*_~'\")\]}]"  # a URL, as GFM ends one
+    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # an e-mail address
+    r"|(?<!\w)@[a-z0-9][\w.-]*(?:/[\w.-]+)?"  # a mention, of a user or a team
+    r"|(?<![\w/])(?:[\w.-]+/[\w.-]+)?#\d+|\bgh-\d+"  # an issue or pull request reference
+    r"|<U\+[0-9A-F]{4,6}>",
+    re.IGNORECASE,
+)
+
+
 def _md(text: Any) -> str:
-    """Inline text that GitHub shows as written: no HTML, no emphasis, no table break, one line."""
-    value = html.escape(" ".join(str(text).split()), quote=False)
-    return re.sub(r"([\\`*_\[\]|#~])", r"\\\1", value)
+    """Inline text that GitHub shows as written: no HTML, no emphasis, no table break, one line,
+    no mention or link (shown as code)."""
+    flat = " ".join(str(text).split())
+    out, at = [], 0
+    for found in _LIVE.finditer(flat):
+        out += [_md_plain(flat[at:found.start()]), _code(found.group())]
+        at = found.end()
+    return "".join(out) + _md_plain(flat[at:])
+
+
+def _md_plain(text: str) -> str:
+    return re.sub(r"([\\`*_\[\]|#~])", r"\\\1", html.escape(text, quote=False))
+
+
+def _md_html(text: str) -> str:
+    """Text inside our own HTML (a <summary>): escaped, a mention or link in <code>, as _md."""
+    out, at = [], 0
+    for found in _LIVE.finditer(text):
+        out += [html.escape(text[at:found.start()]), f"<code>{html.escape(found.group())}</code>"]
+        at = found.end()
+    return "".join(out) + html.escape(text[at:])
 
 
 def _fence(text: str, info: str = "") -> str:
+    """A fenced code block no line of `text` can close: longer than any run of backticks in it
+    (a closing fence is a line of at least as many backticks as the opening one)."""
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     ticks = "`" * max(3, longest + 1)
     return f"{ticks}{info}\n{text.rstrip(chr(10))}\n{ticks}"
 
 
 def _code(text: str) -> str:
+    """A code span: its delimiter longer than any run of backticks in `text`; padded where
+    CommonMark would otherwise take a backtick or a space at either end as part of it."""
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     ticks = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    pad = " " if text.startswith("`") or text.endswith("`") or (text.startswith(" ") and text.endswith(" ")) else ""
     return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
-md_text, md_fence, md_code = _md, _fence, _code  # for the other review pages
+md_text, md_fence, md_code, md_html = _md, _fence, _code, _md_html  # for the other review pages
+
+
+def warning_md(warning: str | None) -> list[str]:
+    """The hidden characters' warning as a Markdown alert, first (nothing without one)."""
+    return ["> [!WARNING]", f"> {_md(warning)}", ""] if warning else []
 
 
 def render_markdown(review: Review) -> str:
     summary = ", ".join(f"{n} {s}" for s, n in sorted(review.counts.items(), key=lambda kv: _rank(kv[0])))
-    out = [f"## {_md(review.title)}", ""]
+    out = [f"## {_md(review.title)}", "", *warning_md(review.warning)]
     if review.description:
         out += [_md(review.description), ""]
     out += [f"{'dry run, nothing written' if review.dry_run else _md(review.command)} · run `{review.run_id}`"
@@ -437,7 +518,7 @@ def render_markdown(review: Review) -> str:
     out.append("")
     for step in review.steps:
         where = "; ".join(f"{o.status} on {len(o.hosts)}" for o in step.outcomes)
-        summary_line = f"<summary><b>{html.escape(step.name)}</b> ({html.escape(step.kind)}): {html.escape(where)}</summary>"
+        summary_line = f"<summary><b>{_md_html(step.name)}</b> ({_md_html(step.kind)}): {_md_html(where)}</summary>"
         out += ["<details>", summary_line, ""]
         for label, value in ((None, step.description), ("why", step.why), ("upstream", step.upstream)):
             if value:

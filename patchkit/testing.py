@@ -197,7 +197,8 @@ class FakeAgent:
     # verify_python / variables: the fake runs no programs (tests/agent/test_verify_python.py does)
     def op_apply_files(self, files: list[dict[str, Any]], verify_imports: list[str],
                        import_timeout_s: float, verify_python: dict[str, Any] | None = None,
-                       root: str | None = None) -> dict[str, Any]:  # no symlinks in the fake
+                       root: str | None = None,
+                       package: str | None = None) -> dict[str, Any]:  # no symlinks in the fake
         """A unit: each file checked against its hash, backed up and written, then the unit's
         checks (read-back, syntax of each, the imports once); any failure puts all back."""
         for spec in files:
@@ -246,7 +247,8 @@ class FakeAgent:
         return checks, None
 
     def op_verify(self, files: list[dict[str, Any]], verify_imports: list[str], import_timeout_s: float,
-                  root: str | None, verify_python: dict[str, Any] | None = None) -> dict[str, Any]:
+                  root: str | None, verify_python: dict[str, Any] | None = None,
+                  package: str | None = None) -> dict[str, Any]:
         # no symlinks in the fake: nothing can leave root (tests/agent/test_symlinked_folders.py)
         news: dict[str, bytes | None] = {}
         for spec in files:

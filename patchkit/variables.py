@@ -71,7 +71,11 @@ def _from_file(item: str) -> dict[str, Given]:
     path = Path(item[1:])
     if not item[1:]:
         raise UsageError("-e @: name the file of variables, like -e @vars.yml")
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as exc:  # a name too long
+        raise UsageError(f"-e {item}: {exc.strerror or exc}") from None
+    if not found:
         raise UsageError(f"-e {item}: no such file")
     loaded = read_yaml(path).build()  # the loader's errors name FILE:LINE:COL
     if not isinstance(loaded.data, dict):

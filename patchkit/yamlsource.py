@@ -391,6 +391,11 @@ def read_yaml(path: Path) -> Document:
             raw = stream.read(MAX_BYTES + 1)
     except OSError as exc:
         raise _error(f"{file}: cannot read: {exc.strerror or exc}") from None
+    return parse_yaml(file, raw)
+
+
+def parse_yaml(file: str, raw: bytes) -> Document:
+    """`read_yaml` of bytes read already (a pipe can be read only once); `file` names them."""
     if len(raw) > MAX_BYTES:
         raise _error(f"{file}:1:1: larger than {MAX_BYTES // 1024} KiB: not read (a recipe or inventory is small)")
     try:

@@ -37,8 +37,13 @@ log = get_logger("patchkit")
 # the first requests, each zlib + base64 (argv: nonce, source, requests); the requests are
 # handed to the agent as START_REQUESTS. One line, no newline: any login shell runs it. An
 # older interpreter says so plainly (the agent's source needs 3.8: it would fail to compile).
+# First of all it drops the '' that `-c` put first on sys.path (the working folder: the user's
+# cwd locally, the login's HOME over SSH), so the agent imports and locates what the target
+# loads in a clean process, never a `vllm/` checkout that happens to sit there. Only that entry:
+# none was added under -I, -P or PYTHONSAFEPATH (3.11+), and PYTHONPATH's are absolute by then.
 BOOTSTRAP = (
-    "import sys;sys.version_info<(3,8)and sys.exit('patchkit needs Python >= 3.8 on the host; %s is %d.%d'"
+    "import sys;p=sys.path;p[:1]==['']and not(getattr(sys.flags,'safe_path',0)or sys.flags.isolated)and p.pop(0);"
+    "sys.version_info<(3,8)and sys.exit('patchkit needs Python >= 3.8 on the host; %s is %d.%d'"
     "%(sys.executable,sys.version_info[0],sys.version_info[1]));a=sys.argv;i=sys.stdin.buffer;"
     "u=lambda t:__import__('zlib').decompress(__import__('base64').b64decode(t));"
     "s,START_REQUESTS=(u(a[2]),u(a[3]))if len(a)>3 else(i.read(int(i.readline())),b'');"

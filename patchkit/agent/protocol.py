@@ -99,6 +99,7 @@ class LocateReply(TypedDict):
     version: NotRequired[str | None]
     version_source: NotRequired[str | None]
     files: NotRequired[dict[str, str | None]]  # module -> its file
+    not_source: NotRequired[dict[str, str]]  # module -> what the target loads it from, when that is no .py file
     read: NotRequired[ReadReply]  # read_first: the first module file that exists
 
 
@@ -136,6 +137,7 @@ class VerifyArgs(TypedDict):
     import_timeout_s: float
     root: str | None  # the folder the unit's apply was confined to (StepResult.root; None: an older record)
     verify_python: NotRequired[VerifyProgram | None]
+    package: NotRequired[str | None]  # the package root is; the import check holds the target to both
 
 
 class VerifyPassed(TypedDict):
@@ -182,6 +184,7 @@ class ApplyFilesArgs(TypedDict):
     import_timeout_s: float
     verify_python: NotRequired[VerifyProgram | None]
     root: NotRequired[str | None]  # the package folder every path must stay inside
+    package: NotRequired[str | None]  # the package root is; the import check holds the target to both
 
 
 class ApplyFilesPassed(TypedDict):
@@ -404,6 +407,32 @@ class LaunchStartArgs(TypedDict):
     run_id: NotRequired[str]  # the run starting it: what changed after it is in later runs
 
 
+class PatchedFile(TypedDict):
+    package: str
+    file: str  # a file a patch step wrote (or found in place)
+    root: NotRequired[str | None]  # the package folder it was located in (None: the agent locates it again)
+
+
+class LaunchResolvesArgs(TypedDict):
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    files: list[PatchedFile]
+    timeout_s: NotRequired[float]
+
+
+class OtherCopy(TypedDict):
+    module: str
+    imports: str  # what the server would import for module
+    wrote: str  # what patchkit wrote for it
+
+
+class LaunchResolvesReply(TypedDict):
+    python: str  # the interpreter the server runs (judged from argv)
+    other: list[OtherCopy]  # files the server would import from another copy
+    error: str | None  # the check could not run: why
+
+
 class HttpReply(TypedDict):
     status: int | None  # None: no answer (error says why)
     seconds: float
@@ -498,6 +527,7 @@ REMOVE_FILE: Op[RemoveFileArgs, RemoveFileReply] = Op("remove_file")
 READ_CHECKPOINT: Op[ReadCheckpointArgs, CheckpointView] = Op("read_checkpoint")
 LAUNCH_START: Op[LaunchStartArgs, ServerRecordReply] = Op("launch_start")
 LAUNCH_INSPECT: Op[LaunchInspectArgs, LaunchInspectReply] = Op("launch_inspect")
+LAUNCH_RESOLVES: Op[LaunchResolvesArgs, LaunchResolvesReply] = Op("launch_resolves")
 LAUNCH_STOP: Op[LaunchStopArgs, LaunchStopReply] = Op("launch_stop")
 HTTP: Op[HttpArgs, HttpReply] = Op("http")
 HTTP_BATCH: Op[HttpBatchArgs, HttpBatchReply] = Op("http_batch")
@@ -506,4 +536,4 @@ LOG_TAIL: Op[LogTailArgs, LogTailReply] = Op("log_tail")
 OPS: dict[str, Op[Any, Any]] = {op.name: op for op in (
     HELLO, END, LOAD, LOCATE, READ, HASH, VERIFY, RESTORE, APPLY_FILES, DIST_FILES, CHECK, LOCK, JOURNAL_WRITE, JOURNAL_LIST,
     JOURNAL_PRUNE, MANIFEST, PART_INFO, RECEIVE_FILE, REMOVE_FILE, READ_CHECKPOINT, LAUNCH_START, LAUNCH_INSPECT,
-    LAUNCH_STOP, HTTP, HTTP_BATCH, LOG_TAIL)}
+    LAUNCH_RESOLVES, LAUNCH_STOP, HTTP, HTTP_BATCH, LOG_TAIL)}

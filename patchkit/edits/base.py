@@ -19,6 +19,7 @@ from patchkit.edits.model import (  # re-exported: the edits import them from he
     MODULE_SCOPE as MODULE_SCOPE,
     EditBug as EditBug,
     EditError as EditError,
+    EditRefused as EditRefused,
     EditResult as EditResult,
     EditSpec as EditSpec,
     Scalar as Scalar,

@@ -14,7 +14,7 @@ import libcst as cst
 from patchkit.edits.base import EditResult, parenthesized, quote_style, same_expression
 from patchkit.edits.paths import Edited
 from patchkit.edits.places import CallLocator, run_locator
-from patchkit.edits.values import wanted_node
+from patchkit.edits.values import type_trap, wanted_node
 
 if TYPE_CHECKING:
     from patchkit.edits.specs import CallKwarg
@@ -42,9 +42,10 @@ class _KwargLocator(CallLocator):
             if arg.keyword is not None and arg.keyword.value == self.spec.keyword:
                 if same_expression(arg.value, wanted):
                     return None
+                warning = type_trap(self.spec, arg.value, wanted, f"{self.spec.kind} {self.spec.keyword}")
                 args = list(node.args)
                 args[i] = arg.with_changes(value=wanted)
-                return node.with_changes(args=args), f"set {what}"
+                return node.with_changes(args=args), f"set {what}" + warning
         new_arg = cst.Arg(
             value=wanted,
             keyword=cst.Name(self.spec.keyword),

@@ -32,7 +32,7 @@ from patchkit.edits.paths import (
 )
 from patchkit.edits.places import run_value_edit
 from patchkit.edits.sequence import insert_item
-from patchkit.edits.values import wanted_node
+from patchkit.edits.values import type_trap, wanted_node
 
 if TYPE_CHECKING:
     from patchkit.edits.specs import DictSet
@@ -62,11 +62,12 @@ class DictSetter:
             wanted = wanted_node(self.spec, quote_style([element.value, *strings]), layout)
             if same_expression(element.value, wanted):
                 return None
+            warning = type_trap(self.spec, element.value, wanted, f"{self.spec.kind} key {self.spec.key!r}")
             count = sum(1 for e in pairs if literal_of(e.key)[0] and literal_key(literal_of(e.key)[1]) == key)
             note = f"set key {self.spec.key!r} to {self.spec.describe()}"
             if count > 1:
                 note += f" (the last of its {count} entries: Python keeps the last)"
-            note += _override_warning(value, part, index)
+            note += warning + _override_warning(value, part, index)
             elements = list(part.elements)
             elements[index] = element.with_changes(value=parenthesized(wanted))
             return replace_part(value, part, part.with_changes(elements=elements)), note

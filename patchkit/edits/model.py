@@ -7,6 +7,8 @@ libcst engines are imported only when an edit is computed.
 from __future__ import annotations
 
 import ast
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -16,16 +18,42 @@ Verdict = Literal["changed", "already", "not_found"]
 Scalar = str | int | float | bool | None
 MODULE_SCOPE = "<module>"  # how messages and `within` name the top level of a file
 
+# The types of Python literals, by the names a recipe's `type:` and messages use.
+ValueType = Literal["str", "int", "float", "bool", "None", "bytes", "complex", "list", "tuple", "dict", "set"]
+_TYPE_NAMES: dict[type, ValueType] = {
+    str: "str", int: "int", float: "float", bool: "bool", type(None): "None", bytes: "bytes",
+    complex: "complex", list: "list", tuple: "tuple", dict: "dict", set: "set", frozenset: "set"}
+_A_TYPE = {"str": "a string", "int": "an int", "float": "a float", "bool": "a bool", "None": "None",
+           "complex": "a complex number", "list": "a list", "tuple": "a tuple", "dict": "a dict", "set": "a set"}
+
+
+def type_name(value: object) -> ValueType | None:
+    """The literal type of a value (`True` is a bool, not an int); None for a non-literal."""
+    return _TYPE_NAMES.get(type(value))
+
+
+def a_type(name: str) -> str:
+    """A type's name in a sentence: "a string", "an int", "None"."""
+    return _A_TYPE.get(name, name)
+
 
 @dataclass(frozen=True)
 class EditResult:
     verdict: Verdict
     source: str
     message: str
+    # A `not_found` that is a refusal: the target is there, but what the recipe asks for is
+    # almost surely not what it means (`value: no` for a bool); the step fails on it.
+    refused: bool = False
 
 
 class EditError(Exception):
     """The source cannot be edited as asked (not a parse error of ours: theirs)."""
+
+
+class EditRefused(EditError):
+    """The target is found, but the edit is refused whatever else matches: the recipe asks for
+    what it almost surely does not mean (a place's `refusal`, see places.py)."""
 
 
 class EditBug(EditError):
@@ -42,6 +70,18 @@ class EditSpec(BaseModel):
 
     def apply(self, source: str) -> EditResult:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+BOM = "\ufeff"
+
+
+def keeping_bom(apply: Callable[[str], EditResult], source: str) -> EditResult:
+    """`apply` on the source after its UTF-8 byte order mark, which is not Python (libcst drops
+    it), and the mark kept in front of the result."""
+    if not source.startswith(BOM):
+        return apply(source)
+    result = apply(source[len(BOM):])
+    return dataclasses.replace(result, source=BOM + result.source)
 
 
 def _compiles(source: str, flags: int = 0) -> SyntaxError | None:

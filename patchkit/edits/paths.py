@@ -17,7 +17,7 @@ from typing import Callable, Protocol, Sequence, TypeVar
 
 import libcst as cst
 
-from patchkit.edits.base import EditError, Layout, literal_of, literal_key, python_equal, snippet
+from patchkit.edits.base import EditError, EditRefused, Layout, literal_of, literal_key, python_equal, snippet
 from patchkit.edits.model import Scalar
 
 D = TypeVar("D", bound=cst.BaseExpression)  # a kind of display (list, dict...)
@@ -44,6 +44,8 @@ def edit_at(value: cst.BaseExpression, path: Sequence[Scalar], op: ValueOp, layo
     child, put = _child(value, step)
     try:
         inner = edit_at(child, rest, op, layout)
+    except EditRefused:
+        raise  # says what it refuses whatever the path
     except EditError as exc:
         raise EditError(f"at {step!r}: {exc}") from None
     return None if inner is None else (put(inner[0]), inner[1] + _later_double_stars(value, step))

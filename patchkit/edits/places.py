@@ -25,6 +25,7 @@ import libcst as cst
 
 from patchkit.edits.base import (
     EditError,
+    EditRefused,
     EditResult,
     Layout,
     ScopedTransformer,
@@ -49,6 +50,8 @@ class Place:
     new: cst.CSTNode | None = None  # the rebuilt node; None: nothing to change there
     note: str = ""
     error: str | None = None
+    refusal: str | None = None  # an EditRefused: the edit, if this place is chosen, fails on it
+    dead: str = ""  # the branch it sits in that never runs (`if TYPE_CHECKING:`), else ""
     avoid: str = ""  # quotes of the f-strings it sits in
     where: Location | None = None  # the statement it sits in (path, indentation): how its edit is written
     route: tuple[cst.CSTNode, ...] = ()  # the nodes from that statement down to `node`
@@ -185,7 +188,8 @@ class Locator(ScopedTransformer):
             return
         inside = next(reversed(self._open.values()), None)  # the places still open hold this one
         place = Place(len(self.places), node, where, avoid="".join(sorted(set(self._fstring_quotes))),
-                      where=self.where(), route=self.route(), inside=inside, changes_before=self._changes)
+                      dead=self.never_runs(), where=self.where(), route=self.route(), inside=inside,
+                      changes_before=self._changes)
         self.places.append(place)
         self._open[id(node)] = place
 
@@ -204,16 +208,20 @@ class Locator(ScopedTransformer):
         return place.new
 
     def _edit(self, place: Place, node: cst.CSTNode) -> None:
-        place.new, place.note, place.error = None, "", None
+        place.new, place.note, place.error, place.refusal = None, "", None, None
         self.layout = Layout(self.unit, place.avoid)
         try:
             edited = self.rebuild(node)
+        except EditRefused as exc:
+            place.refusal = str(exc)
+            return
         except EditError as exc:
             place.error = str(exc)
             return
         if edited is not None:
             where = f" in {place.scope}" if place.scope != "<module>" else ""
-            place.new, place.note = edited[0], edited[1] + where
+            done, warning, rest = edited[1].partition(" (warning: ")  # the place, then what it warns of
+            place.new, place.note = edited[0], done + where + warning + rest
 
     def scope_words(self) -> str:
         return f" within {self.within}" if self.within else ""
@@ -293,6 +301,9 @@ def _run_locator(tree: SourceTree, locator: Locator) -> EditResult:
     else:
         return EditResult("not_found", source, ambiguity(what, tree, places))
 
+    refused = [p for p in chosen if p.refusal]
+    if refused:
+        return EditResult("not_found", source, refused[0].refusal or "", refused=True)
     failed = [p for p in chosen if p.error]
     if failed:
         lines = _lines(tree, failed)
@@ -311,6 +322,7 @@ def _run_locator(tree: SourceTree, locator: Locator) -> EditResult:
         message += (f" ({len(kept)} of {len(places)} places changed (all: true)"
                     + (f", {len(covered)} inside a value replaced at another" if covered else "")
                     + (f", {rest} already in place)" if rest else ")"))
+    message += dead_code_warning([p.dead for p in kept])
     # an outer place's new node holds the edits of the places inside it
     edits = [replacement(p.where, p.node, p.new, p.route) for p in outermost if p.new is not None]
     ready = [e for e in edits if e is not None]
@@ -322,6 +334,15 @@ def _run_locator(tree: SourceTree, locator: Locator) -> EditResult:
     else:
         new_module = module.deep_replace(changed[0].node, changed[0].new)  # type: ignore[arg-type]
     return EditResult("changed", tree.adopt(new_module), message)
+
+
+def dead_code_warning(branches: Sequence[str]) -> str:
+    """A warning when every place an edit changed sits in a branch that never runs."""
+    if not branches or not all(branches):
+        return ""
+    distinct = list(dict.fromkeys(branches))
+    return (f" (warning: {'it sits' if len(branches) == 1 else 'they sit'} under {' and '.join(distinct)}, "
+            f"which never run{'s' if len(distinct) == 1 else ''}: the edit has no effect at run time)")
 
 
 def _outermost(changed: Sequence[Place]) -> tuple[list[Place], list[Place]]:

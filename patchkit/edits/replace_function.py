@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from patchkit.edits.base import EditError, EditResult, snippet
-from patchkit.edits.places import how_to_choose
+from patchkit.edits.places import dead_code_warning, how_to_choose
 from patchkit.edits.tree import Location, SourceTree, Walk, replacement
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ def run(spec: ReplaceFunction, source: str) -> EditResult:
         rest = len(matches) - len(notes)
         message += f" ({len(notes)} of {len(matches)} definitions changed (all: true)" + (
             f", {rest} already in place)" if rest else ")")
+    message += dead_code_warning([defs.dead_of[key] for key in replaced])
     edits = [replacement(defs.where_of[key], function, new) for key, (function, new) in replaced.items()]
     if all(edits) and tree.can_replace(edits):  # type: ignore[arg-type]
         return EditResult("changed", tree.replace(edits)[0], message)  # type: ignore[arg-type]
@@ -110,6 +111,7 @@ class _Definitions(Walk, cst.CSTVisitor):
         self.functions: list[tuple[str, str, cst.FunctionDef]] = []  # qualname, enclosing scope, node
         self.classes: set[str] = set()
         self.where_of: dict[int, Location | None] = {}
+        self.dead_of: dict[int, str] = {}  # the branch a def sits in that never runs (Walk.never_runs)
         self.start_walk(tree, [name] if name else [])
 
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -129,6 +131,7 @@ class _Definitions(Walk, cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append((".".join([*self.scope, node.name.value]), ".".join(self.scope) or "<module>", node))
         self.where_of[id(node)] = self.where()
+        self.dead_of[id(node)] = self.never_runs()
         self.scope.append(node.name.value)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:

@@ -21,7 +21,19 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from patchkit.edits.model import MODULE_SCOPE, EditBug, EditError, EditResult, EditSpec, Scalar, compile_error
+from patchkit.edits.model import (
+    MODULE_SCOPE,
+    EditBug,
+    EditError,
+    EditResult,
+    EditSpec,
+    Scalar,
+    ValueType,
+    a_type,
+    compile_error,
+    keeping_bom,
+    type_name,
+)
 from patchkit.edits.unified_diff import FilePatch, ParsedDiff
 
 if TYPE_CHECKING:
@@ -50,6 +62,9 @@ class _Engine(EditSpec):
         raise NotImplementedError(f"edit {self.kind} has no engine")
 
     def apply(self, source: str) -> EditResult:
+        return keeping_bom(self._apply, source)
+
+    def _apply(self, source: str) -> EditResult:
         result = self.compute(source)
         if result.verdict == "changed":
             from patchkit.edits.tree import result_compile_error  # the engines import libcst anyway
@@ -84,6 +99,10 @@ class WantsValue(BaseModel):
 
     value: Any = Field(None, description="a literal (string, number, bool, null, list, dict)")
     expr: str | None = Field(None, description="Python expression source, for non-literals")
+    type: ValueType | None = Field(None, description=(
+        "the new value's type, said outright: replacing a literal of another type (a bool with a string, "
+        "None with an int) is then meant and not warned about, and a string such as \"no\" where the code "
+        "has a bool is kept (without `type: str` that is refused: did you mean false?)"))
 
     @model_validator(mode="after")
     def _one_of_value_or_expr(self) -> WantsValue:
@@ -97,7 +116,26 @@ class WantsValue(BaseModel):
                 raise ValueError(f"expr {self.expr!r} is not a Python expression: {exc.msg}") from None
         else:
             _check_plain(self.value, "value")
+        self._check_type()
         return self
+
+    def _check_type(self) -> None:
+        """`type` is the value's own (or the literal `expr`'s): it states a type, never converts."""
+        if self.type is None:
+            return
+        if self.expr is not None:
+            try:
+                given = ast.literal_eval(self.expr.strip())
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                return  # not a literal: its type is known when it runs
+            what = f"expr {self.expr.strip()!r}"
+        else:
+            given, what = self.value, f"value {self.value!r}"
+        actual = type_name(given)
+        if actual != self.type:
+            hint = f" (write {float(given)!r})" if actual == "int" and self.type == "float" else ""
+            raise ValueError(f"{what} is {a_type(actual or type(given).__name__)}, not {a_type(self.type)} "
+                             f"as `type: {self.type}` says{hint}")
 
     def describe(self) -> str:
         return self.expr if self.expr is not None else repr(self.value)
@@ -508,6 +546,9 @@ class DiffEdit(EditSpec):
 
     def apply(self, source: str) -> EditResult:
         """One file's diff on its source (several files: a patch step applies each by `apply_to`)."""
+        return keeping_bom(self._apply_one, source)
+
+    def _apply_one(self, source: str) -> EditResult:
         targets = self.targets()
         if len(targets) != 1:
             raise EditError(f"the diff changes {len(targets)} files ({', '.join(t[0] for t in targets)}): "

@@ -639,6 +639,34 @@ class Walk:
         """The nodes from the innermost statement down to the node being visited."""
         return tuple(self._walk_path[self._walk_statements[-1]:]) if self._walk_statements else ()
 
+    def never_runs(self) -> str:
+        """The branch around the node being visited that never runs, as a message names it
+        (`if TYPE_CHECKING:`), or "" when it may run. Type checkers read such a branch; the
+        interpreter does not."""
+        path = self._walk_path
+        for node, child in zip(path, path[1:]):
+            if not isinstance(node, cst.If):
+                continue
+            if child is node.body and _never_true(node.test):
+                return f"`if {_code(node.test)}:`"
+            if child is node.orelse and isinstance(child, cst.Else) and _never_true(node.test, negated=True):
+                return f"the `else:` of `if {_code(node.test)}:`"
+        return ""
+
+
+def _never_true(test: cst.BaseExpression, negated: bool = False) -> bool:
+    """`TYPE_CHECKING`, `typing.TYPE_CHECKING` (any module's) and `False` are false when the
+    code runs; `not` turns that round (negated: the test is always true)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _never_true(test.expression, not negated)
+    if isinstance(test, cst.Name):
+        return test.value in (("True",) if negated else ("TYPE_CHECKING", "False"))
+    return not negated and isinstance(test, cst.Attribute) and test.attr.value == "TYPE_CHECKING"
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node).strip()
+
 
 def replacement(where: Location | None, node: cst.CSTNode, new: cst.CSTNode,
                 route: Sequence[cst.CSTNode] = ()) -> Replacement | None:

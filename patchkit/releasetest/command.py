@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit import cache
 from patchkit.errors import HostError, UsageError
 from patchkit.inventory import HostSpec
+from patchkit.outfile import OutputError, write_output
 from patchkit.recipe import LoadedRecipe, Step
 from patchkit.releasetest import index, outcome_cache
 from patchkit.releasetest.matrix import (
@@ -39,6 +40,7 @@ from patchkit.releasetest.matrix import (
 )
 from patchkit.releasetest.plan import StepOutcome, plan_release, version_record
 from patchkit.releasetest.touchable import touchable_paths
+from patchkit.reveal import Reveal
 from patchkit.steps.context import EditCache
 
 
@@ -119,11 +121,21 @@ def run(loaded: LoadedRecipe, options: TestOptions, hosts: Callable[[], list[Hos
         matrices.append(matrix)
     found = verdicts(matrices)
     versions = {dist: [version for _, version, _ in rows] for dist, rows in released.items()}
-    _write_review(loaded, matrices, diffs, found, versions, options)
+    unwritten = None
+    try:
+        _write_review(loaded, matrices, diffs, found, versions, options)
+    except OutputError as exc:  # said after the matrix: what was asked for but not written fails the run
+        unwritten = str(exc)
     if options.json:
         print(json.dumps(as_json(loaded.recipe.name, matrices, diffs, found, versions), indent=2))
     elif options.markdown != "-":
-        print(render(loaded.recipe.name, matrices, diffs, found, versions))
+        shown = Reveal()  # the table shows recipe and diff text: its hidden characters made visible
+        table = shown(render(loaded.recipe.name, matrices, diffs, found, versions))
+        warning = shown.warning("matrix")
+        print((f"{warning}\n" if warning else "") + table)
+    if unwritten:
+        _say(unwritten)
+        return 1
     return exit_code(found, options.strict)
 
 
@@ -140,11 +152,11 @@ def _write_review(loaded: LoadedRecipe, matrices: list[StepMatrix], diffs: dict[
 
     review = build_matrix_review(loaded, matrices, diffs, found, versions)
     if options.html:
-        Path(options.html).write_text(render_html(review), encoding="utf-8")
+        write_output(options.html, render_html(review), "--html")
     if options.markdown == "-":
         sys.stdout.write(render_markdown(review))
     elif options.markdown:
-        Path(options.markdown).write_text(render_markdown(review), encoding="utf-8")
+        write_output(options.markdown, render_markdown(review), "--markdown")
 
 
 Outcomes = dict[tuple[str, str], tuple[dict[str, StepOutcome] | None, str | None]]

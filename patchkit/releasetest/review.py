@@ -6,12 +6,12 @@ not tested) with the reason, each distinct diff once with the releases it holds 
 summary per step (how many releases it applies on, the first and the last, where it stops
 applying and why). `render_html` and `render_markdown` only lay that data out, with the
 frame, diff rendering and escaping of patchkit/review.py: one self-contained file, no
-script, nothing fetched, every piece of recipe, message and diff text escaped.
+script, nothing fetched, every piece of recipe, message and diff text escaped, its hidden
+characters shown and counted in a warning at the top (patchkit/reveal.py).
 """
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 
 from patchkit.recipe import LoadedRecipe
@@ -28,11 +28,16 @@ from patchkit.review import (
     badge,
     diff_html,
     escape,
+    marked,
     md_code,
     md_fence,
+    md_html,
     md_text,
     page,
+    warning_html,
+    warning_md,
 )
+from patchkit.reveal import Reveal, hidden_warning
 
 # A cell's status (as --json says it) in a reviewer's words.
 OUTCOMES = {"changed": "applies", "ok": "already", "failed": "refused", "error": "not tested",
@@ -109,10 +114,16 @@ class MatrixReview:
     failures: list[str]
     warnings: list[str]
     notes: list[str]
+    hidden: int = 0  # characters a reader cannot see, shown as <U+XXXX> in every string above
 
     @property
     def title(self) -> str:
         return f"patchkit test: {self.recipe}"
+
+    @property
+    def warning(self) -> str | None:
+        """The hidden characters' warning, for the top of the page."""
+        return hidden_warning(self.hidden, "page")
 
 
 def _label(cell: Cell) -> str:
@@ -167,10 +178,14 @@ def _step(m: StepMatrix, diffs: dict[str, str]) -> MatrixStep:
 
 def build_matrix_review(loaded: LoadedRecipe, matrices: list[StepMatrix], diffs: dict[str, str], v: Verdicts,
                         released: dict[str, list[str]]) -> MatrixReview:
-    return MatrixReview(recipe=loaded.recipe.name, description=loaded.recipe.description,
-                        recipe_sha256=loaded.content_sha256, released=released,
-                        steps=[_step(m, diffs) for m in matrices], failures=list(v.failures),
-                        warnings=list(v.warnings), notes=list(v.notes))
+    review = MatrixReview(recipe=loaded.recipe.name, description=loaded.recipe.description,
+                          recipe_sha256=loaded.content_sha256, released=released,
+                          steps=[_step(m, diffs) for m in matrices], failures=list(v.failures),
+                          warnings=list(v.warnings), notes=list(v.notes))
+    shown = Reveal()  # after the diffs were told apart by their text
+    review = shown.tree(review)
+    review.hidden = shown.found
+    return review
 
 
 def summary_line(step: MatrixStep) -> str:
@@ -213,9 +228,9 @@ def _cell_html(step: MatrixStep, found: ReleaseOutcome) -> str:
 
 
 def render_html(review: MatrixReview) -> str:
-    out = [f"<h1>{escape(review.title)}</h1>"]
+    out = [f"<h1>{escape(review.title)}</h1>", *warning_html(review.warning)]
     if review.description:
-        out.append(f"<p>{escape(review.description)}</p>")
+        out.append(f"<p>{marked(review.description)}</p>")
     tried = "; ".join(f"{len(v)} release{'s' if len(v) != 1 else ''} of {escape(d)}"
                       + (f" ({escape(v[0])}..{escape(v[-1])})" if len(v) > 1 else "")
                       for d, v in review.released.items())
@@ -224,8 +239,8 @@ def render_html(review: MatrixReview) -> str:
                + "</p>")
     if review.failures or review.warnings:
         out.append('<div class="attention"><h3>Needs attention</h3><ul>')
-        out += [f"<li>{badge('failed', 'FAILED')} {escape(t)}</li>" for t in review.failures]
-        out += [f"<li>{badge('changed', 'warning')} {escape(t)}</li>" for t in review.warnings]
+        out += [f"<li>{badge('failed', 'FAILED')} {marked(t)}</li>" for t in review.failures]
+        out += [f"<li>{badge('changed', 'warning')} {marked(t)}</li>" for t in review.warnings]
         out.append("</ul></div>")
     if review.notes:
         out.append("<ul>" + "".join(f"<li>note: {escape(t)}</li>" for t in review.notes) + "</ul>")
@@ -260,7 +275,7 @@ def render_html(review: MatrixReview) -> str:
                    f'<h2>{escape(step.name)} <span class="muted">({escape(step.kind)})</span></h2>')
         for label, value in (("", step.description), ("why", step.why), ("upstream", step.upstream)):
             if value:
-                out.append(f"<p>{'<b>' + label + ':</b> ' if label else ''}{escape(value)}</p>")
+                out.append(f"<p>{'<b>' + label + ':</b> ' if label else ''}{marked(value)}</p>")
         if step.tested:
             out.append(f"<p>range <code>{escape(step.versions or 'any version')}</code>, releases of "
                        f"{escape(step.dist)}: {escape(summary_line(step))}</p>")
@@ -268,7 +283,7 @@ def render_html(review: MatrixReview) -> str:
             for where, found in step.rows:
                 out.append(f"<tr><td class=\"hosts\">{escape(where)}</td>"
                            f"<td>{badge(_COLOUR.get(found.status, found.status), found.outcome)}</td>"
-                           f"<td>{escape(found.reason)}</td></tr>")
+                           f"<td>{marked(found.reason)}</td></tr>")
             out.append("</table>")
         else:
             out.append(f'<p class="muted">{escape(step.not_tested)}</p>')
@@ -300,7 +315,7 @@ def _cell_md(found: ReleaseOutcome) -> str:
 
 
 def render_markdown(review: MatrixReview) -> str:
-    out = [f"## {md_text(review.title)}", ""]
+    out = [f"## {md_text(review.title)}", "", *warning_md(review.warning)]
     if review.description:
         out += [md_text(review.description), ""]
     tried = "; ".join(f"{len(v)} release{'s' if len(v) != 1 else ''} of {md_text(d)}"
@@ -334,8 +349,7 @@ def render_markdown(review: MatrixReview) -> str:
                                                              for found in by_step) + " |" for label in labels]
         out.append("")
     for step in review.steps:
-        head = f"<summary><b>{html.escape(step.name)}</b> ({html.escape(step.kind)}): " \
-               f"{html.escape(summary_line(step))}</summary>"
+        head = f"<summary><b>{md_html(step.name)}</b> ({md_html(step.kind)}): {md_html(summary_line(step))}</summary>"
         out += ["<details>", head, ""]
         for label, value in ((None, step.description), ("why", step.why), ("upstream", step.upstream)):
             if value:

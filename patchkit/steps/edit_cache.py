@@ -82,7 +82,7 @@ def compute(spec: PatchStep, text: str, redactor: Redactor | None = None) -> Edi
     except EditError as exc:
         return EditResult("not_found", text, str(exc))
     params = _params(spec)
-    if params is None:
+    if params is None or result.refused:  # a refusal is cheap to find again, and fixed soon
         return result
     source = result.source if result.verdict == "changed" else ""
     if redactor and any(redactor.text(part) != part for part in (params, result.message, source)):

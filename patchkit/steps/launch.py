@@ -36,6 +36,7 @@ from patchkit.agent.protocol import (
     HTTP,
     HTTP_BATCH,
     LAUNCH_INSPECT,
+    LAUNCH_RESOLVES,
     LAUNCH_START,
     LAUNCH_STOP,
     LOG_TAIL,
@@ -44,6 +45,7 @@ from patchkit.agent.protocol import (
     HttpRequest,
     LaunchInspectReply,
     LaunchStopReply,
+    PatchedFile,
 )
 from patchkit.errors import HostError
 from patchkit.recipe import Health, LaunchStep, SpecDecodeGate, Step
@@ -371,6 +373,40 @@ async def staleness(ctx: HostContext, step: Step, record: dict[str, Any]) -> tup
     return stale_change(record, step.name, journaled, current), last_change(journaled, current)
 
 
+async def patched_files(ctx: HostContext) -> list[PatchedFile]:
+    """The files the recipe's patch steps keep patched on this host: those this run wrote or found
+    in place so far, then those its journal names as still changed."""
+    from patchkit.steps.unit import unit_files
+
+    packages = {s.name: s.patch.package for s in ctx.loaded.recipe.steps if s.patch and s.patch.package}
+    found: dict[str, PatchedFile] = {}
+    journaled = [(s, True) for r in sorted(await ctx.records(), key=lambda r: r.run_id) for s in r.live_steps()]
+    for done, _ in [(s, False) for s in ctx.done] + journaled:
+        package = packages.get(done.name)
+        if done.kind != "patch" or package is None or done.status not in ("changed", "ok"):
+            continue
+        for change in unit_files(done):
+            if change.sha256_after is not None and change.file.endswith(".py"):
+                found.setdefault(change.file, {"package": package, "file": change.file, "root": done.root})
+    return list(found.values())
+
+
+async def other_copies(ctx: HostContext, cmd: ServerCommand) -> str | None:
+    """Why the server would not run what the patch steps wrote (it imports another copy), or None."""
+    files = await patched_files(ctx)
+    if not files:
+        return None
+    seen = await ctx.agent.call(LAUNCH_RESOLVES({"argv": cmd.argv, "env": cmd.env, "cwd": cmd.cwd, "files": files}),
+                                reply_wait=180)
+    if seen["error"]:
+        return f"cannot tell which files the server would import ({seen['error']})"
+    if not seen["other"]:
+        return None
+    where = f" (its interpreter {seen['python']}, env {', '.join(sorted(cmd.env)) or 'none'}, cwd {cmd.cwd or 'the agent'})"
+    return "; ".join(f"the server would import {o['module']} from {o['imports']}; patchkit wrote {o['wrote']}"
+                     for o in seen["other"]) + where
+
+
 async def plan_launch(ctx: HostContext, step: Step, spec: LaunchStep) -> LaunchPlan:
     result = StepResult(name=step.name, kind="launch", status="changed", file=spec.health.url)
     info = await _inspect(ctx.agent, ctx.journal.state_dir, step.name, spec.health)
@@ -396,6 +432,9 @@ async def plan_launch(ctx: HostContext, step: Step, spec: LaunchStep) -> LaunchP
     result.details = {"pid": record.get("pid"), "running": info["running"], "healthy": healthy,
                       "same_command": record.get("command_hash") == wanted, "log": record.get("log"),
                       "command_hash": wanted}
+    other = await other_copies(ctx, cmd)
+    if other:
+        result.details["other_copy"] = other
     if info["running"]:
         result.details["started"] = record.get("started")
         result.details["stale"] = stale.describe(record.get("pid"), when(record.get("started"))) if stale else None
@@ -407,6 +446,14 @@ async def plan_launch(ctx: HostContext, step: Step, spec: LaunchStep) -> LaunchP
 async def apply_launch(ctx: HostContext, step: Step, spec: LaunchStep, planned: LaunchPlan) -> StepResult:
     result, info, cmd = planned
     result = result.model_copy(deep=True)
+    record = info.get("record") or {}
+    other = (result.details or {}).get("other_copy")
+    if other:  # the patch is not what it would run: started, it would serve the old code as "applied"
+        result.status = "failed"
+        running = f"; the running server (pid {record.get('pid')}) was left as it is" if info["running"] else ""
+        result.message = (f"{other}: {'would not start' if ctx.dry_run else 'not started'}{running} (patchkit "
+                          "does not patch a second copy: point the launch's PYTHONPATH/cwd at the patched one)")
+        return result
     if result.status == "ok" or ctx.dry_run:
         if ctx.dry_run and result.status == "changed":
             result.message = ("would " if result.message.startswith("restart") else "would start: ") + result.message
@@ -718,7 +765,9 @@ def launch_state(planned: StepResult) -> StepResult:
     command running, unhealthy -> drifted; another command running or none -> pending."""
     out = planned.model_copy(deep=True)
     details = planned.details or {}
-    if details.get("stale") and details.get("same_command"):
+    if details.get("other_copy") and details.get("running") and details.get("same_command"):
+        out.status, out.message = "stale", f"stale: {details['other_copy']}"
+    elif details.get("stale") and details.get("same_command"):
         out.status, out.message = "stale", f"stale: {details['stale']}"
     elif planned.status == "ok":
         last = details.get("last_change")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from patchkit.agent.protocol import LOCATE, READ, Request
 from patchkit.edits import EditError, EditResult
+from patchkit.edits.encoding import decode_source, encode_source
 from patchkit.edits.specs import DiffEdit
 from patchkit.errors import HostError
 from patchkit.journal import PATCHED, UNEXPLAINED, explain
@@ -76,22 +77,30 @@ def _edit(ctx: HostContext, step: Step, spec: PatchStep, source: bytes, sha: str
         ctx.edits.hits += 1
         return cached
     try:
-        text = source.decode("utf-8")
-    except UnicodeDecodeError:
-        result = EditResult("not_found", "", "the file is not UTF-8 text")
+        text = decode_source(source)  # as the interpreter reads it: its PEP 263 declaration, else UTF-8
+    except EditError as exc:
+        result = EditResult("not_found", "", str(exc))
     else:
         # A UTF-8 byte order mark is not Python: edit what follows it, then put it back.
         bom = "\ufeff" if text.startswith("\ufeff") else ""
         body = text[len(bom):]
         result = edit_cache.load(spec, body) or edit_cache.compute(spec, body, ctx.loaded.redactor)
         if bom:
-            result = EditResult(result.verdict, bom + result.source, result.message)
+            result = EditResult(result.verdict, bom + result.source, result.message, result.refused)
     ctx.edits.results[key] = result
     return result
 
 
 def _start(step: Step) -> StepResult:
     return StepResult(name=step.name, kind=PatchKind.name, status="failed", upstream=step.upstream, why=step.why)
+
+
+def _refused(result: StepResult, path: str, why: str, one_file: bool = True) -> UnitPlan:
+    """The target is there, but the edit cannot be made as asked: the step fails on that file."""
+    result.message = f"{path}: {why}"
+    if one_file:  # a diff's unit is recorded in `files`
+        result.file = path
+    return UnitPlan(result)
 
 
 def _not_found(result: StepResult, spec: PatchStep, version: str | None, misses: list[str]) -> None:
@@ -113,6 +122,10 @@ async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> Uni
     misses: list[str] = []
     for module in spec.modules:
         path = located["files"].get(module)
+        loaded = located.get("not_source", {}).get(module)
+        if loaded is not None:
+            misses.append(f"{module}: the target imports it from {loaded}, not from Python source patchkit could edit")
+            continue
         if path is None:
             misses.append(f"{module}: no such module")
             continue
@@ -129,6 +142,8 @@ async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> Uni
             return UnitPlan(result)
         content = base64.b64decode(read["content_b64"])
         edit = _edit(ctx, step, spec, content, read["sha256"])
+        if edit.refused:
+            return _refused(result, path, edit.message)
         if edit.verdict == "not_found":
             misses.append(f"{path}: {edit.message}")
             continue
@@ -137,10 +152,13 @@ async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> Uni
             result.status, result.message = "ok", "already in place"
             set_unit(result, [change], many=False)
             return UnitPlan(result)
-        new_content = edit.source.encode("utf-8")
+        try:
+            new_content = encode_source(edit.source)  # in the encoding the new text declares
+        except EditError as exc:
+            return _refused(result, path, str(exc))
         result.status, result.message = "changed", edit.message
         change.sha256_after = hashlib.sha256(new_content).hexdigest()
-        change.diff = _diff(ctx, path, content.decode("utf-8"), edit.source, (read["sha256"], change.sha256_after))
+        change.diff = _diff(ctx, path, decode_source(content), edit.source, (read["sha256"], change.sha256_after))
         set_unit(result, [change], many=False)
         return UnitPlan(result, {path: new_content}, located["root"])
 
@@ -177,7 +195,10 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
                 continue
             change = FileChange(file=path, message=outcome.message)
             if outcome.verdict == "changed" and outcome.source is not None:  # an empty file too
-                new = outcome.source.encode("utf-8")
+                try:
+                    new = encode_source(outcome.source)
+                except EditError as exc:
+                    return _refused(result, path, str(exc), one_file=False)
                 change.sha256_after = hashlib.sha256(new).hexdigest()
                 change.diff = unified_diff(path, "", outcome.source).replace(f"--- a{path}", "--- /dev/null", 1) \
                     or f"--- /dev/null\n+++ b{path}\n"  # an empty new file: no hunk, the header says it
@@ -189,9 +210,9 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
             continue
         content = base64.b64decode(read["content_b64"])
         try:
-            text = content.decode("utf-8")
-        except UnicodeDecodeError:
-            misses.append(f"{path}: not UTF-8 text")
+            text = decode_source(content)
+        except EditError as exc:
+            misses.append(f"{path}: {exc}")
             continue
         bom = "\ufeff" if text.startswith("\ufeff") else ""
         key = f"diff-file:{ctx.loaded.render_key}:{step.name}:{rel}:{read['sha256']}"
@@ -217,7 +238,10 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
             change.diff = unified_diff(path, text, "").replace(f"+++ b{path}", "+++ /dev/null", 1)
             contents[path] = None
         elif outcome.verdict == "changed" and outcome.source is not None:
-            new = (bom + outcome.source).encode("utf-8")
+            try:
+                new = encode_source(bom + outcome.source)
+            except EditError as exc:
+                return _refused(result, path, str(exc), one_file=False)
             change.sha256_after = hashlib.sha256(new).hexdigest()
             change.diff = unified_diff(path, text, bom + outcome.source)
             contents[path] = new

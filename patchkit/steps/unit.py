@@ -166,6 +166,7 @@ async def _write(ctx: HostContext, step: Step, result: StepResult, contents: dic
             "import_timeout_s": verify.timeout_s,
             "verify_python": verify_program(ctx, step),
             "root": root,
+            "package": step.patch.package if step.patch else None,
         }), reply_wait=checks_wait(step))
     except HostError as exc:
         result.status, result.message = "failed", str(exc)
@@ -223,6 +224,7 @@ async def settle(ctx: HostContext, step: Step, result: StepResult, record: RunRe
             "files": [{"path": c.file, "expected_sha256": c.sha256_after} for c in files],
             "verify_imports": verify.import_, "import_timeout_s": verify.timeout_s, "root": done.root,
             "verify_python": verify_program(ctx, step),
+            "package": step.patch.package if step.patch else None,
         }), reply_wait=checks_wait(step))
     except HostError as exc:
         result.status, result.message = "failed", f"pending verification of run {record.run_id}: {exc}"
@@ -288,6 +290,14 @@ def unit_state(planned: StepResult, records: list[RunRecord]) -> StepResult:
             out.message = (f"{_cut_off_mid_write(record, done, now)}; apply puts them back and writes the whole "
                            "unit, rollback puts them back")
             return out
+    moved_away = _journaled_elsewhere(records, planned.name, now) if ours is None else None
+    if moved_away is not None and planned.status in ("changed", "ok"):
+        out.status = "drifted"
+        loads = ", ".join(c.file for c in now)
+        out.message = (f"patched by patchkit in {', '.join(moved_away)}, but the target now loads {loads} instead "
+                       f"(what runs is not the file patchkit changed; rollback undoes only that change): "
+                       f"{planned.message}")
+        return out
     if planned.status == "failed":
         if any(s.name == planned.name for r in records for s in r.live_steps()):
             out.status, out.message = "drifted", f"patched by patchkit, but now: {planned.message}"
@@ -315,6 +325,17 @@ def unit_state(planned: StepResult, records: list[RunRecord]) -> StepResult:
     else:
         out.status, out.message = "applied", f"applied by patchkit (backup {ours.backup})"
     return out
+
+
+def _journaled_elsewhere(records: list[RunRecord], name: str, now: list[FileChange]) -> list[str] | None:
+    """The files of the step's live journaled change when none of them is a file the target
+    resolves now (`now`, what the plan located): patchkit's change sits in a copy that no longer
+    runs (another copy first on the path, a package folder or extension beside the module)."""
+    seen = {c.file for c in now}
+    live = [s for r in sorted(records, key=lambda r: r.run_id) for s in r.live_steps()
+            if s.name == name and s.kind == "patch"]
+    files = [c.file for c in unit_files(live[-1])] if live else []
+    return files if files and seen and not seen & set(files) else None
 
 
 # ---------------------------------------------------------------- undo

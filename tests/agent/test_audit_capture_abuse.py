@@ -190,17 +190,23 @@ def test_capture_works_on_the_hand_made_dist(edited: tuple[Path, Path, Path], tm
 @pytest.mark.parametrize("planted", ["r.yaml", "r-handpkg.patch"])
 def test_capture_never_writes_through_a_dangling_symlink(edited: tuple[Path, Path, Path], tmp_path: Path,
                                                          planted: str) -> None:
-    """Issue 21 item 7: the recipe (or its .patch) was created at the link's target, outside -o."""
+    """Issue 21 item 7: the recipe (or its .patch) was created at the link's target, outside -o.
+    A link at -o itself is refused before the host is read (exit 2); one at a .patch, whose name
+    the capture decides, when it is written (the host fails, nothing written)."""
     python, state, wheel = edited
     out, victim = tmp_path / "out", tmp_path / "elsewhere" / "planted.txt"
     out.mkdir()
     victim.parent.mkdir()
     (out / planted).symlink_to(victim)
     done = patchkit(python, state, "capture", "handpkg", "-o", str(out / "r.yaml"), "--wheel", str(wheel), "--json")
-    assert done.returncode == 1, done
-    message = done.hosts()["local"]["message"]
-    assert f"{out / planted} is a symlink (to {victim}): capture does not write through a symlink" in message, message
-    assert "nothing written" in message
+    refusal = f"{out / planted} is a symlink (to {victim}): patchkit does not write through a symlink"
+    if planted == "r.yaml":
+        assert done.returncode == 2, done
+        assert refusal in done.stderr and done.stderr.count("\n") == 1, done
+    else:
+        assert done.returncode == 1, done
+        message = done.hosts()["local"]["message"]
+        assert refusal in message and "nothing written" in message, message
     assert not victim.exists() and sorted(os.listdir(out)) == [planted]
 
 

@@ -226,7 +226,8 @@ def test_capture_never_writes_over_a_file_and_says_where_it_cannot_write(box: di
     kept = box["work"] / "mine.yaml"
     kept.write_text("my own recipe\n")
     over = run_patchkit(*args(box, "capture", "vllm", "-o", str(kept), "--json"), timeout=120)
-    assert over.returncode == 1 and "already exists" in over.hosts()["local"]["message"], over
+    assert over.returncode == 2 and "already exists" in over.stderr, over  # refused before the host is read
+    assert over.json()["error"]["kind"] == "usage"
     assert kept.read_text() == "my own recipe\n"
     nowhere = run_patchkit(*args(box, "capture", "vllm", "-o", str(box["work"] / "no" / "r.yaml")))
     assert nowhere.returncode == 2 and "no folder" in nowhere.stderr and "Traceback" not in nowhere.stderr

@@ -81,7 +81,7 @@ def test_a_small_fleet_shows_every_host_and_its_state() -> None:
     progress.started("a")
     now[0] += 1
     progress.note("a", "deploy: 5 MiB / 9 MiB")
-    rows = progress._render().columns[0]._cells, progress._render().columns[1]._cells
+    rows = [map(str, column._cells) for column in progress._render().columns]
     assert list(zip(*rows)) == [("a", "deploy: 5 MiB / 9 MiB"), ("b", "waiting"), ("c", "waiting")]
     progress.finished("a", HostResult(status="ok"))
     progress.close()

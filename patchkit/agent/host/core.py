@@ -426,16 +426,26 @@ def stat_dict(st):
     return {"mode": st.st_mode & 0o7777, "uid": st.st_uid, "gid": st.st_gid, "size": st.st_size}
 
 
-def run_python(code_or_args, timeout_s, env_extra=None):
-    """A fresh target interpreter (never through a shell), cwd / so nothing shadows imports."""
+# A fresh interpreter's start (its program and arguments follow in argv): the '' that `-c` put
+# first on sys.path dropped, as the agent's own start drops it (client.BOOTSTRAP), then the
+# program run as `python -c PROGRAM ARGS` would run it (sys.argv ['-c', ARGS...], <string>), so the
+# checks import what a server of the target imports, never what their working folder holds.
+CLEAN_START = ("import sys as _s;_p=_s.path;_p[:1]==['']and not(getattr(_s.flags,'safe_path',0)or _s.flags.isolated)"
+               "and _p.pop(0);del _s,_p;exec(compile(__import__('sys').argv.pop(1),'<string>','exec'))")
+
+
+def run_python(code, timeout_s, args=(), env_extra=None, python=None, env=None, cwd="/"):
+    """A fresh target interpreter (never through a shell) running `code` with `args`, cwd / and
+    no working folder on its sys.path (CLEAN_START), so nothing shadows imports. python, env,
+    cwd: another interpreter, its whole environment, its folder (a launch's, processes.py)."""
     import subprocess
 
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     env.update(env_extra or {})
-    argv = [sys.executable] + list(code_or_args)
+    argv = [python or sys.executable, "-c", CLEAN_START, code] + list(args)
     started = time.monotonic()
     try:
-        proc = subprocess.run(argv, cwd="/", env=env, stdin=subprocess.DEVNULL,
+        proc = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         out = (exc.stderr or b"").decode("utf-8", "replace")
@@ -452,17 +462,91 @@ def run_python(code_or_args, timeout_s, env_extra=None):
 
 # ---------------------------------------------------------------- locating packages
 
-def find_package_root(package):
-    """Where `import package` would come from, found by scanning sys.path, not importing."""
-    from importlib.machinery import PathFinder
+# How the import system finds a package and its modules, without importing any of them: the
+# top level through sys.meta_path (the path finder, and any finder a .pth installed: an editable
+# install's), each level below in its parent's folders by the path finder, which prefers a
+# package folder and then a compiled extension to a same-named x.py, as `import` does. Source
+# text, run here and sent as the program of the children that ask the same of another
+# environment (a launch's: processes.py): one way to resolve, wherever it runs.
+RESOLVE_SOURCE = r"""
+def locations(spec):
+    found = spec.submodule_search_locations
+    if found is None:
+        return None
+    try:
+        return list(found)
+    except KeyError:  # a namespace package's path is recomputed from its parent's, which is not imported
+        return list(getattr(found, "_path", []))
 
-    spec = PathFinder.find_spec(package)
+
+def module_spec(module, search=None, skip=0):
+    import importlib.util
+    from importlib.machinery import PathFinder
+    parts = module.split(".")
+    spec = None
+    for i in range(skip, len(parts)):
+        name = ".".join(parts[:i + 1])
+        try:
+            spec = importlib.util.find_spec(name) if search is None else PathFinder.find_spec(name, search)
+        except KeyError:  # a namespace package (no __init__.py): its path is asked of its parent's, not imported
+            search = [os.path.join(d, parts[i]) for d in search or [] if os.path.isdir(os.path.join(d, parts[i]))]
+            if not search or i == len(parts) - 1:
+                return None
+            continue
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+        search = locations(spec)
+        if search is None and i < len(parts) - 1:
+            return None
+    return spec
+
+
+def find_package_root(package):
+    spec = module_spec(package.split(".")[0])
+    if spec is not None and "." in package:
+        spec = module_spec(package, list(spec.submodule_search_locations or []), 1)
     if spec is None:
         return None
-    if spec.submodule_search_locations:
-        locations = list(spec.submodule_search_locations)
-        return locations[0] if locations else None
+    found = locations(spec)
+    if found is not None:
+        return found[0] if found else None
     return spec.origin
+
+
+def module_origin(root, package, module):
+    parts, top = module.split("."), package.split(".")
+    if parts[:len(top)] != top:
+        return None
+    if len(parts) == len(top):
+        if os.path.isfile(root):
+            return root
+        init = os.path.join(root, "__init__.py")
+        return init if os.path.isfile(init) else None
+    spec = module_spec(module, [root], len(top))
+    return spec.origin if spec is not None and spec.has_location else None
+"""
+RESOLVER = {"os": os}
+exec(compile(RESOLVE_SOURCE, "core.py:RESOLVE_SOURCE", "exec"), RESOLVER)
+module_spec, find_package_root, module_origin = (RESOLVER[n] for n in ("module_spec", "find_package_root",
+                                                                       "module_origin"))
+
+
+def module_name(root, package, path):
+    """The module `path` is, its package found at root (None: not a module file under it)."""
+    if os.path.normpath(path) == os.path.normpath(root):
+        return package
+    rel = os.path.relpath(path, root)
+    parts = rel.split(os.sep)
+    if not rel.endswith(".py") or os.pardir in parts:
+        return None
+    parts[-1] = parts[-1][:-3]
+    if parts[-1] == "__init__":
+        parts.pop()
+    if not all(p.isidentifier() for p in parts):
+        return None
+    return ".".join([package] + parts)
 
 
 # `__version__ = version = '0.16.0'` (setuptools-scm), `__version__: str = "1.2"`, at column 0.
@@ -523,18 +607,11 @@ def package_version(package, root):
 
 
 def module_file(root, package, module):
-    parts = module.split(".")
-    if parts[0] != package:
-        return None
-    base = os.path.join(root, *parts[1:])
-    candidates = [os.path.join(base, "__init__.py")]
-    if parts[1:]:  # the package itself is only its __init__.py: root + ".py" is beside its folder
-        candidates.insert(0, base + ".py")
-    for candidate in candidates:
-        refuse_path_escape(root, candidate)
-        if os.path.isfile(candidate):
-            return candidate
-    return None
+    """The file the target loads `module` from (module_origin), held inside root."""
+    origin = module_origin(root, package, module)
+    if origin is not None:
+        refuse_path_escape(root, origin)
+    return origin
 
 
 @op
@@ -545,10 +622,15 @@ def op_locate(package, modules, read_first=False):
     if root is None:
         return {"found": False, "sys_path": [p for p in sys.path if p]}
     version, version_source = package_version(package, root)
-    files = {}
+    files, not_source = {}, {}
     for module in modules:
-        files[module] = module_file(root, package, module) if os.path.isdir(root) else None
+        found = module_file(root, package, module) if os.path.isdir(root) else None
+        if found is not None and not found.endswith(".py"):
+            not_source[module], found = found, None  # a compiled extension, bytecode only: nothing to edit
+        files[module] = found
     out = {"found": True, "root": root, "version": version, "version_source": version_source, "files": files}
+    if not_source:
+        out["not_source"] = not_source
     first = next((files[m] for m in modules if files[m]), None)
     if read_first and first:
         out["read"] = dict(op_read(first, root), path=first)
@@ -608,7 +690,7 @@ def op_hash(paths, confined=False, root=None):
 
 
 @op(mutating=True)
-def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None, root=None):
+def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None, root=None, package=None):
     """A unit of files changed as one (a patch step: one file, or the files of a diff): every
     file backed up, then written, then the unit verified (verify_unit); any failure, a write
     error too, puts back every file written (each only if it still holds what this run wrote).
@@ -617,7 +699,8 @@ def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None, 
     expected_sha256 None (it must not exist; its folder must); one it deletes has content_b64
     None (backed up, removed). The files' folders are locked (flock) for the whole of it, in
     sorted order: two runs with different state dirs never interleave on one file, nor deadlock.
-    root: the package folder every path must stay inside (refuse_path_escape)."""
+    root: the package folder every path must stay inside (refuse_path_escape); package: its name (the
+    import check holds the target to both: written_modules)."""
     paths = [expand(f["path"]) for f in files]
     for path in paths:  # by names first: the readable refusal, before anything is opened
         refuse_path_escape(root, path)
@@ -625,7 +708,7 @@ def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None, 
     with locked_folders(paths, import_timeout_s + 60) as folders:
         for path in paths:  # then the folders the unit goes through, as opened
             refuse_path_escape(root, path, folders.fd(path))
-        return apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, verify_python)
+        return apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, verify_python, package, root)
 
 
 class locked_folders:
@@ -656,7 +739,8 @@ class locked_folders:
         self.entered = []
 
 
-def apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, verify_python=None):
+def apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, verify_python=None, package=None,
+                      root=None):
     """op_apply_files under its locks (folders): nothing is written until every file was read,
     checked against the hash the plan saw and backed up (a refusal then leaves the host as it was)."""
     olds = [read_original(spec, path, folders.fd(path)) for spec, path in zip(files, paths)]
@@ -669,7 +753,7 @@ def apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, v
         failure = write_unit(paths, olds, news, written, folders)
         if failure is None:
             failure = verify_unit(list(zip(paths, news)), verify_imports, import_timeout_s, checks, verify_python,
-                                  folders)
+                                  folders, package, root)
     except Exception as exc:  # whatever went wrong, the files written so far go back
         failure = "%s: %s" % (type(exc).__name__, exc)
     if failure is None:
@@ -762,13 +846,15 @@ def holds(path, wanted, dir_fd=None):
         return False
 
 
-def verify_unit(files, verify_imports, import_timeout_s, checks, verify_python=None, folders=None):
+def verify_unit(files, verify_imports, import_timeout_s, checks, verify_python=None, folders=None, package=None,
+                root=None):
     """The checks of a unit, in this order: read-back of every file, syntax of each Python
     file, then the import check once, then the recipe's verify program (verify_python:
     {code, variables, timeout_s}, or None) once. files: [(path, bytes it must hold, or None: it must be
     absent)]. Appends to checks; returns the first failure, None when all pass. The one place
     a unit is verified: after its write (op_apply_files) and when a cut-off run's change is
-    settled (op_verify); folders: their locked_folders, the read-back goes through them."""
+    settled (op_verify); folders: their locked_folders, the read-back goes through them. package,
+    root: what the files were located as; the import check holds the target to them."""
     for path, data in files:
         dir_fd = folders.fd(path) if folders is not None else None
         if not holds(path, None if data is None else sha256_bytes(data), dir_fd):
@@ -786,7 +872,8 @@ def verify_unit(files, verify_imports, import_timeout_s, checks, verify_python=N
         if failure is not None:
             return failure
     if verify_imports:
-        failure = check_imports(verify_imports, import_timeout_s, checks)
+        wrote = written_modules([path for path, _ in present], package, root)
+        failure = check_imports(verify_imports, import_timeout_s, checks, wrote)
         if failure is not None:
             return failure
     if verify_python:
@@ -847,10 +934,42 @@ def undo_own_change(path, original, wanted, st, st_before, dir_fd=None):
     return sha256_at(path, dir_fd) == sha256_bytes(original), ""
 
 
-def check_imports(verify_imports, import_timeout_s, checks):
-    """The import check in a fresh target interpreter; appends to checks, returns the failure."""
-    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
-    result = run_python(["-c", code] + list(verify_imports), import_timeout_s)
+# The import check's program (sys.argv: what patchkit wrote as JSON, then the modules): import
+# each module, then hold what was imported to what was written. A file patchkit wrote that the
+# target does not load (a same-named copy first on its path, a __path__ changed at run time)
+# would pass every other check while every server runs the old code.
+IDENTITY_MARK = "patchkit-identity: "
+IMPORT_CHECK = "import importlib, json, os, sys\n" + RESOLVE_SOURCE + r"""
+wrote = json.loads(sys.argv.pop(1))
+for m in sys.argv[1:]:
+    importlib.import_module(m)
+if wrote:
+    real = os.path.realpath
+    now = find_package_root(wrote["package"])
+    if now is None or real(now) != real(wrote["root"]):
+        sys.exit("%sthe target imports %s from %s; patchkit patched the copy at %s"
+                 % (IDENTITY_MARK, wrote["package"], now or "nowhere (it is not importable)", wrote["root"]))
+    for m, path in sorted(wrote["files"].items()):
+        loaded = sys.modules.get(m)
+        where = getattr(loaded, "__file__", None)
+        if loaded is not None and (where is None or real(where) != real(path)):
+            sys.exit("%sthe target imports %s from %s; patchkit wrote %s" % (IDENTITY_MARK, m, where, path))
+""".replace("IDENTITY_MARK", repr(IDENTITY_MARK))
+
+
+def written_modules(paths, package, root):
+    """What the import check holds the target to: the package's folder and each written module's file."""
+    if not package or not root:
+        return None
+    files = dict((module_name(root, package, p), p) for p in paths)
+    files.pop(None, None)
+    return {"package": package, "root": root, "files": files}
+
+
+def check_imports(verify_imports, import_timeout_s, checks, wrote=None):
+    """The import check in a fresh target interpreter, with the identity of what it imported
+    (IMPORT_CHECK; wrote: written_modules); appends to checks, returns the failure."""
+    result = run_python(IMPORT_CHECK, import_timeout_s, [json.dumps(wrote)] + list(verify_imports))
     ok = result["returncode"] == 0
     checks.append({"name": "import", "ok": ok, "detail": "%s in %ss" % (", ".join(verify_imports), result["seconds"])})
     if ok:
@@ -858,7 +977,11 @@ def check_imports(verify_imports, import_timeout_s, checks):
     checks[-1]["detail"] = result["stderr"]
     if result["timed_out"]:
         return "import check timed out after %ss: %s" % (import_timeout_s, ", ".join(verify_imports))
-    last = result["stderr"].splitlines()[-1] if result["stderr"] else "exit %s" % result["returncode"]
+    lines = result["stderr"].splitlines()
+    last = lines[-1] if lines else "exit %s" % result["returncode"]
+    if last.startswith(IDENTITY_MARK):
+        checks[-1]["detail"] = last[len(IDENTITY_MARK):]
+        return last[len(IDENTITY_MARK):]
     return "import check failed: %s" % last
 
 
@@ -870,7 +993,7 @@ def check_program(code, variables, timeout_s, checks):
     check): it passes on exit 0. The recipe's variables reach it as a JSON object in the
     environment variable PATCHKIT_VARS (secrets too: the host gets real values; the control
     side redacts what it journals). Appends to checks, returns the failure (None on a pass)."""
-    result = run_python(["-c", code], timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables)})
+    result = run_python(code, timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables)})
     ok = result["returncode"] == 0
     said = result["stdout"].splitlines()
     checks.append({"name": "python", "ok": ok,
@@ -885,7 +1008,7 @@ def check_program(code, variables, timeout_s, checks):
 
 
 @op
-def op_verify(files, verify_imports, import_timeout_s, root, verify_python=None):
+def op_verify(files, verify_imports, import_timeout_s, root, verify_python=None, package=None):
     """Re-run the checks of a unit whose verification was cut off (verify_unit); every file
     must still be what that run wrote (expected_sha256 None: absent). Nothing is written.
     files: [{path, expected_sha256}]; root: the folder that run was confined to (refuse_leaving_root)."""
@@ -910,7 +1033,7 @@ def op_verify(files, verify_imports, import_timeout_s, root, verify_python=None)
                                  (spec["expected_sha256"] or "absent")[:12]))
             unit.append((path, data))
         checks = []
-        failure = verify_unit(unit, verify_imports, import_timeout_s, checks, verify_python, folders)
+        failure = verify_unit(unit, verify_imports, import_timeout_s, checks, verify_python, folders, package, root)
     return {"ok": failure is None, "failure": failure, "checks": checks}
 
 
@@ -1072,7 +1195,7 @@ def restore_locked(path, backup_path, expected_current, original_sha256, force, 
 @op
 def op_check(code, timeout_s, variables=None):
     """A check step's program; the recipe's variables in PATCHKIT_VARS, as for check_program."""
-    return run_python(["-c", code], timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables or {})})
+    return run_python(code, timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables or {})})
 
 
 # ---------------------------------------------------------------- journal and lock

@@ -13,7 +13,9 @@ log's header, error messages) shows the argv the control side redacted and env n
 
 import json
 import os
+import re
 import signal
+import sys
 import time
 
 
@@ -119,6 +121,104 @@ def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash, sho
               "salt": salt, "started": time.time(), "run_id": run_id}
     _write_record(state_dir, name, record)
     return record
+
+
+# PRE-START CHECK. Which file a server imports for a module is decided by its own start: its
+# interpreter, its env (PYTHONPATH), its cwd and how it runs (`python -m` and `-c` put the cwd
+# first on sys.path, a script its folder). A patch in site-packages is no patch for a server whose
+# PYTHONPATH or cwd holds another copy: before a server starts, and for status, the files the
+# recipe's patch steps wrote are resolved as that server would (RESOLVE_SOURCE, in a process with
+# its interpreter, env and cwd; nothing imported).
+LAUNCH_RESOLVE = "import json, os, sys\n" + RESOLVE_SOURCE + r"""
+asked = json.loads(sys.argv[1])
+if asked["path0"] is not None and not getattr(sys.flags, "safe_path", 0):
+    sys.path.insert(0, asked["path0"] or os.getcwd())
+found = []
+for f in asked["files"]:
+    root = find_package_root(f["package"])
+    found.append(module_origin(root, f["package"], f["module"]) if root else None)
+print(json.dumps(found))
+"""
+PYTHON_NAME = re.compile(r"^python[0-9.]*$")
+PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
+def _is_python(path):
+    return bool(PYTHON_NAME.match(os.path.basename(path))) or os.path.realpath(path) == os.path.realpath(sys.executable)
+
+
+def _python_start(argv, cwd):
+    """What `python ARGS` puts first on sys.path: "" (its cwd: -m, -c, stdin), a script's folder,
+    or None (-I, -P: nothing)."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-", "-m", "-c"):
+        word = argv[i]
+        if word in PYTHON_OPTIONS_WITH_VALUE:
+            i += 1
+        elif not word.startswith("--") and ("I" in word or "P" in word) and word[1:2] not in ("W", "X"):
+            return None
+        i += 1
+    if i >= len(argv) or argv[i] in ("-", "-m", "-c"):
+        return ""
+    return os.path.dirname(os.path.realpath(os.path.join(cwd, argv[i])))
+
+
+def launch_interpreter(argv, path, cwd):
+    """(interpreter, path0) of a server started as argv: a python, or a script whose #! names one
+    (its folder first on sys.path); anything else is judged with the target interpreter and no
+    entry of its own (path0 None). path: the PATH the server gets."""
+    import shutil
+
+    exe = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=path)
+    if exe is None:
+        return sys.executable, None
+    exe = os.path.join(cwd, exe)
+    if _is_python(exe):
+        return exe, _python_start(argv[1:], cwd)
+    try:
+        with open(exe, "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return sys.executable, None
+    words = first[2:].decode("utf-8", "replace").split() if first.startswith(b"#!") else []
+    if words and os.path.basename(words[0]) == "env" and len(words) > 1:
+        words = [shutil.which(words[1], path=path) or words[1]] + words[2:]
+    if words and _is_python(words[0]):
+        return words[0], os.path.dirname(os.path.realpath(exe))
+    return sys.executable, None
+
+
+@op
+def op_launch_resolves(argv, env, cwd, files, timeout_s=120.0):
+    """For each file patchkit wrote ({package, file, root?}), the file a server started with this
+    argv, env and cwd would import for its module; `other`: those that are not the file written."""
+    cwd = os.path.expanduser(cwd) if cwd else os.getcwd()
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    python, path0 = launch_interpreter(argv, full_env.get("PATH", os.defpath), cwd)
+    asked = []
+    for f in files:
+        root = f.get("root") or find_package_root(f["package"])
+        module = module_name(root, f["package"], f["file"]) if root else None
+        if module is not None:
+            asked.append({"package": f["package"], "module": module, "file": f["file"]})
+    out = {"python": python, "other": [], "error": None}
+    if not asked:
+        return out
+    result = run_python(LAUNCH_RESOLVE, timeout_s, [json.dumps({"path0": path0, "files": asked})], python=python,
+                        env=full_env, cwd=cwd)
+    try:
+        found = json.loads(result["stdout"].splitlines()[-1]) if result["returncode"] == 0 else None
+    except (ValueError, IndexError):
+        found = None
+    if found is None:
+        lines = result["stderr"].splitlines()
+        out["error"] = "%s could not tell: %s" % (python, lines[-1] if lines else "exit %s" % result["returncode"])
+        return out
+    for f, origin in zip(asked, found):
+        if origin is not None and os.path.realpath(origin) != os.path.realpath(f["file"]):
+            out["other"].append({"module": f["module"], "imports": origin, "wrote": f["file"]})
+    return out
 
 
 @op
