@@ -101,14 +101,36 @@ def _release_dir(dist: str, version: str) -> Path:
     return cache.cache_dir() / "release-files" / canonicalize_name(dist) / version
 
 
-def _missing(folder: Path, wanted: list[str]) -> list[str] | None:
-    """Wanted members the cache lacks though the wheel has them; None: never fetched (or an
-    index.json that is not the shape written here: fetched again)."""
-    index = cache.read_json(folder / "index.json")
-    members = index.get("py") if isinstance(index, dict) else None
-    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+def _index(folder: Path) -> tuple[list[str], dict[str, str]] | None:
+    """index.json, when this user's key sealed it for this folder: the wheel's `.py` members and
+    the sha256 of each file kept; None otherwise (never fetched, or an entry not to trust)."""
+    data = cache.read_json(folder / "index.json")
+    body = {k: data.get(k) for k in ("wheel", "py", "kept")} if isinstance(data, dict) else None
+    if body is None or not cache.sealed(data.get("seal"), *_seal_parts(folder, body)):
         return None
-    return [rel for rel in wanted if rel in set(members) and not (folder / "files" / rel).is_file()]
+    members, kept = body["py"], body["kept"]
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members) or not isinstance(kept, dict):
+        return None
+    return members, {rel: sha for rel, sha in kept.items() if isinstance(sha, str)}
+
+
+def _seal_parts(folder: Path, body: dict[str, object]) -> tuple[str, ...]:
+    return ("release-files", str(folder.relative_to(cache.cache_dir())), json.dumps(body, sort_keys=True))
+
+
+def _intact(folder: Path, rel: str, kept: dict[str, str]) -> bool:
+    """The kept file is there with the bytes it was kept with."""
+    data = cache.read_bytes(folder / "files" / rel)
+    return data is not None and rel in kept and hmac.compare_digest(hashlib.sha256(data).hexdigest(), kept[rel])
+
+
+def _missing(folder: Path, wanted: list[str]) -> list[str] | None:
+    """Wanted members the cache lacks (or holds changed) though the wheel has them; None: never fetched."""
+    index = _index(folder)
+    if index is None:
+        return None
+    members, kept = set(index[0]), index[1]
+    return [rel for rel in wanted if rel in members and not _intact(folder, rel, kept)]
 
 
 def cached(dist: str, version: str, wanted: list[str]) -> ReleaseFiles | None:
@@ -166,16 +188,24 @@ def _open_if_hash(path: Path, sha256: str) -> BinaryIO | None:
 
 
 def _keep(wheel: Path | BinaryIO, folder: Path, wanted: list[str], name: str) -> None:
-    """The wanted members of `wheel` into folder/files, then index.json (last: it marks them complete)."""
+    """The wanted members of `wheel` into folder/files, then index.json (last: it marks them
+    complete), sealed with the hash of every file kept (those of earlier runs that are intact too)."""
+    earlier = _index(folder)
+    kept = {rel: sha for rel, sha in earlier[1].items() if _intact(folder, rel, earlier[1])} if earlier else {}
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         for rel in wanted:
             if rel in names:
                 target = folder / "files" / rel
                 cache.folder(*target.parent.relative_to(cache.cache_dir()).parts)
-                cache.write_bytes(target, archive.read(rel))
-    cache.write_bytes(folder / "index.json",
-                      json.dumps({"wheel": name, "py": sorted(n for n in names if n.endswith(".py"))}).encode())
+                data = archive.read(rel)
+                cache.write_bytes(target, data)
+                kept[rel] = hashlib.sha256(data).hexdigest()
+    body: dict[str, object] = {"wheel": name, "py": sorted(n for n in names if n.endswith(".py")), "kept": kept}
+    mac = cache.seal(*_seal_parts(folder, body))
+    if mac is None:
+        raise OSError("no key to seal the kept files with")
+    cache.write_bytes(folder / "index.json", json.dumps({**body, "seal": mac}).encode())
 
 
 async def fetch(dist: str, version: str, wanted: list[str],

@@ -410,3 +410,25 @@ def test_a_release_without_a_version_file_is_judged_by_its_own_version(tmp_path:
     assert result.returncode == 0, result
     cell = result.json()["steps"]["whitelist"]["releases"]["0.22.0"]
     assert cell["status"] == "skipped" and "toyllm 0.22.0 is outside >=0.10.1,<0.22" in cell["message"], cell
+
+
+@pytest.mark.parametrize("damage", ["kept file", "index.json []", "index.json edited"])
+def test_a_changed_kept_file_or_index_is_fetched_again(tmp_path: Path, own_index: dict[str, str], damage: str) -> None:
+    """The kept files are checked against the sealed index of the release: 0.16.0's speculative.py
+    swapped for 0.18.0's (the names already listed) must not make 0.16.0 look patched."""
+    recipe_file = write_recipe(tmp_path, ">=0.10.1,<0.22")
+    first = run_patchkit("test", recipe_file, "--versions", "0.16.0", "--json", env=own_index, timeout=180)
+    assert first.returncode == 0, first
+    folder = Path(own_index["PATCHKIT_CACHE_DIR"]) / "release-files" / "toyllm" / "0.16.0"
+    if damage == "kept file":
+        (folder / "files" / "toyllm" / "config" / "speculative.py").write_text(shaped("0.18.0"))
+    elif damage == "index.json []":
+        (folder / "index.json").write_text("[]")
+    else:
+        index = json.loads((folder / "index.json").read_text())
+        index["py"] = []  # "the wheel has none of the files": nothing would ever be fetched
+        (folder / "index.json").write_text(json.dumps(index))
+    again = run_patchkit("test", recipe_file, "--versions", "0.16.0", "--json", env=own_index, timeout=180)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again
+    assert "fetched toyllm 0.16.0" in again.stderr
+    assert again.json()["steps"] == first.json()["steps"]
