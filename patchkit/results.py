@@ -27,6 +27,9 @@ class FileChange(BaseModel):
     backup: str | None = None
     diff: str | None = None
     message: str = ""
+    # A file the diff adds: the folders patchkit made for it, deepest first (rollback removes
+    # them again when they are empty). Empty: none were made, or a record from before this field.
+    created_dirs: list[str] = Field(default_factory=list)
 
 
 class StepResult(BaseModel):
