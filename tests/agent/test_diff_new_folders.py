@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import subprocess
 from pathlib import Path
 
 from tests.helpers import Sandbox, sandbox_fixture, sha256, step  # noqa: F401 - the `sandbox` fixture
@@ -37,6 +38,12 @@ def tree(folder: Path) -> dict[str, bytes | None]:
     """Every folder (None) and file (its bytes) under folder, bytecode aside."""
     return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes()
             for p in sorted(folder.rglob("*")) if "__pycache__" not in p.parts}
+
+
+def import_as_a_server_would(sb: Sandbox, module: str) -> None:
+    """The target interpreter imports module, writing its bytecode (as a server started later does)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([str(sb.python), "-c", f"import {module}"], check=True, env=env, cwd="/", timeout=60)
 
 
 def test_a_diff_adding_a_file_in_new_folders_makes_them_and_rollback_removes_them(sandbox: Sandbox,
@@ -64,6 +71,8 @@ def test_a_diff_adding_a_file_in_new_folders_makes_them_and_rollback_removes_the
     again = sandbox.run("apply", recipe, json_out=True)
     assert again.returncode == 0 and step(again, "new-module")["status"] == "ok", again
     assert step(sandbox.run("status", recipe, json_out=True), "new-module")["status"] == "applied"
+    import_as_a_server_would(sandbox, "toyllm.newdir.sub.x")
+    assert list((sub / "__pycache__").glob("x.*.pyc"))
 
     back = sandbox.run("rollback", recipe, json_out=True)
     assert back.returncode == 0, back
@@ -83,6 +92,7 @@ def test_rollback_leaves_a_made_folder_that_gained_another_file(sandbox: Sandbox
     newdir = package / "newdir"
     assert files == {str(newdir / "sub" / "x.py"): [str(newdir / "sub"), str(newdir)],
                      str(newdir / "y.py"): [str(newdir)]}
+    import_as_a_server_would(sandbox, "toyllm.newdir.y")
     notes = newdir / "notes.txt"
     notes.write_text("mine\n")  # someone else's file in a folder patchkit made
 
@@ -114,11 +124,13 @@ def test_a_failing_verification_leaves_no_folder_it_made(sandbox: Sandbox, tmp_p
 
 def test_a_folder_that_cannot_be_made_is_one_line_naming_it(sandbox: Sandbox, tmp_path: Path) -> None:
     """A file where the folder must go, and a name the file system refuses: each named with why
-    (no `FileNotFoundError`, no `NotADirectoryError`), nothing made, nothing written."""
+    (no `FileNotFoundError`, no `NotADirectoryError`), nothing made, nothing written (the folder
+    made for the diff's first file is removed again)."""
     package = sandbox.pkgs / "toyllm"
     (package / "newdir").write_text("a file, not a folder\n")
     before = tree(package)
-    recipe = write_recipe(tmp_path, adding(("toyllm/newdir/sub/x.py", "VALUE = 42\n")), "toyllm")
+    recipe = write_recipe(tmp_path, adding(("toyllm/first/ok.py", "VALUE = 1\n"),
+                                           ("toyllm/newdir/sub/x.py", "VALUE = 42\n")), "toyllm")
     failed = sandbox.run("apply", recipe, json_out=True)
     assert failed.returncode == 1, failed
     message = step(failed, "new-module")["message"]
