@@ -28,8 +28,8 @@ class FileChange(BaseModel):
     diff: str | None = None
     message: str = ""
     # A file the diff adds: the folders patchkit made for it, deepest first (rollback removes
-    # them again when they are empty). Empty: none were made, or a record from before this field.
-    created_dirs: list[str] = Field(default_factory=list)
+    # them again when they are empty). None: a file the diff changes, or a record from before it.
+    created_dirs: list[str] | None = None
 
 
 class StepResult(BaseModel):

@@ -173,7 +173,8 @@ async def _write(ctx: HostContext, step: Step, result: StepResult, contents: dic
     result.checks = [Check.model_validate(c) for c in outcome["checks"]]
     made = outcome.get("created_dirs", {})
     for change in ordered:
-        change.created_dirs = made.get(change.file, [])
+        if change.sha256_before is None:  # a file the unit adds
+            change.created_dirs = made.get(change.file, [])
     set_unit(result, changes, many)
     passed = ", ".join(c.name for c in result.checks)
     if outcome["ok"]:
@@ -384,7 +385,7 @@ async def _put_back(ctx: HostContext, change: FileChange, force: bool, root: str
         assert change.sha256_after is not None  # a file the diff added: what it holds now
         removed = await ctx.agent.call(REMOVE_FILE({"path": change.file, "expected_sha256": change.sha256_after,
                                                     "root": root, "force": force,
-                                                    "remove_dirs": change.created_dirs}))
+                                                    "remove_dirs": change.created_dirs or []}))
         return bool(removed["removed"])
     assert change.backup is not None  # a file the run changed or deleted was backed up first
     outcome = await ctx.agent.call(RESTORE({"path": change.file, "backup_path": change.backup,

@@ -640,8 +640,9 @@ def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None, 
         raise
     if not out["ok"]:
         created = remove_empty_folders(root, created)  # those still holding a file not put back stay
-    out["created_dirs"] = dict((spec["path"], [d for d in created if is_under(path, d)])
-                               for spec, path in zip(files, paths) if spec["expected_sha256"] is None)
+    added = [(spec["path"], path) for spec, path in zip(files, paths) if spec["expected_sha256"] is None]
+    if added:  # per file added (as the control side named it): the folders made for it, still there
+        out["created_dirs"] = dict((named, [d for d in created if is_under(path, d)]) for named, path in added)
     return out
 
 
