@@ -11,12 +11,18 @@ made is one line naming it and why, never an exception's name.
 
 from __future__ import annotations
 
+import base64
 import difflib
 import os
+import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
-from tests.helpers import Sandbox, sandbox_fixture, sha256, step  # noqa: F401 - the `sandbox` fixture
+import pytest
+
+from tests.agent.test_symlinked_folders import agent_fixture, listing, put_back, swap_right_after_the_check  # noqa: F401
+from tests.helpers import PKGS, Sandbox, sandbox_fixture, sha256, step  # noqa: F401 - the `sandbox` fixture
 
 
 def adding(*files: tuple[str, str]) -> str:
@@ -163,3 +169,29 @@ def test_a_symlink_on_the_way_to_a_new_folder_is_never_followed(sandbox: Sandbox
     assert not (package / "config" / "newdir").exists()
     assert tree(package) == before
     assert os.path.islink(package / "link")
+
+
+def test_a_folder_swapped_for_a_symlink_right_after_the_check_gets_no_new_folder(
+        agent: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unit adds pkg/config/newdir/x.py; right after the agent's by-name check passes,
+    pkg/config becomes a symlink to a copy outside the package. The folders are made from the
+    package folder's descriptor down, never through a symlink: refused, naming it; nothing is
+    made out there or in the real folder, nothing backed up."""
+    pkg, state_dir, outside = tmp_path / "site" / "toyllm", tmp_path / "state", tmp_path / "outside"
+    shutil.copytree(PKGS / "toyllm" / "toyllm", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    config = pkg / "config"
+    added = config / "newdir" / "x.py"
+    unit = [{"path": str(added), "expected_sha256": None, "content_b64": base64.b64encode(b"X = 1\n").decode(),
+             "backup_path": str(state_dir / "backups" / "run-1" / "x.py")}]
+    before = listing(config)
+    raced = swap_right_after_the_check(monkeypatch, agent, "refuse_path_escape", config, outside, swap_back=False)
+
+    with pytest.raises(agent.Refused) as refused:
+        agent.op_apply_files(unit, [], 30, root=str(pkg))
+    assert "aside" in raced, "the race did not happen"
+    assert str(refused.value) == (f"cannot make folder {config / 'newdir'} for {added}, which the diff adds: "
+                                  f"{config} is a symlink; patchkit does not write through it; nothing written")
+    assert listing(outside) == before  # no folder made out there
+    put_back(config, raced["aside"])
+    assert listing(config) == before
+    assert not state_dir.exists()
