@@ -378,9 +378,9 @@ async def _put_back_all(ctx: HostContext, files: list[FileChange], force: bool, 
 
 async def _put_back(ctx: HostContext, change: FileChange, force: bool, root: str | None) -> bool:
     """One file as it was before the change: its backup back, or removed (a file the diff
-    added, with the folders made for it, those left empty); True when something changed. Refused when the file drifted (unless force), and
-    when it is no longer inside `root`, the package folder its apply was confined to (force
-    or not)."""
+    added, then the folders made for it, those left empty); True when something changed.
+    Refused when the file drifted (unless force), and when it is no longer inside `root`, the
+    package folder its apply was confined to (force or not)."""
     if change.sha256_before is None:
         assert change.sha256_after is not None  # a file the diff added: what it holds now
         removed = await ctx.agent.call(REMOVE_FILE({"path": change.file, "expected_sha256": change.sha256_after,

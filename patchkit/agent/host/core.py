@@ -713,7 +713,7 @@ def make_folders(root, path, created):
 
 def remove_empty_folders(root, folders):
     """Remove each of folders (made by patchkit for files a diff added, deepest first) that is
-    empty but for an empty __pycache__ (the import check makes one), through its parent's
+    empty but for an empty __pycache__ (an import of its modules makes one), through its parent's
     descriptor opened from the package folder root down (open_below: no symlink followed).
     A folder that holds anything else (a file someone added), is gone, or is not strictly
     inside root is left. Returns those still there."""
