@@ -172,6 +172,11 @@ async def _write(ctx: HostContext, step: Step, result: StepResult, contents: dic
         result.status, result.message = "failed", str(exc)
         return result
     result.checks = [Check.model_validate(c) for c in outcome["checks"]]
+    made = outcome.get("created_dirs", {})
+    for change in ordered:
+        if change.sha256_before is None:  # a file the unit adds
+            change.created_dirs = made.get(change.file, [])
+    set_unit(result, changes, many)
     passed = ", ".join(c.name for c in result.checks)
     if outcome["ok"]:
         result.verified = True
@@ -394,13 +399,14 @@ async def _put_back_all(ctx: HostContext, files: list[FileChange], force: bool, 
 
 async def _put_back(ctx: HostContext, change: FileChange, force: bool, root: str | None) -> bool:
     """One file as it was before the change: its backup back, or removed (a file the diff
-    added); True when something changed. Refused when the file drifted (unless force), and
-    when it is no longer inside `root`, the package folder its apply was confined to (force
-    or not)."""
+    added, then the folders made for it, those left empty); True when something changed.
+    Refused when the file drifted (unless force), and when it is no longer inside `root`, the
+    package folder its apply was confined to (force or not)."""
     if change.sha256_before is None:
         assert change.sha256_after is not None  # a file the diff added: what it holds now
         removed = await ctx.agent.call(REMOVE_FILE({"path": change.file, "expected_sha256": change.sha256_after,
-                                                    "root": root, "force": force}))
+                                                    "root": root, "force": force,
+                                                    "remove_dirs": change.created_dirs or []}))
         return bool(removed["removed"])
     assert change.backup is not None  # a file the run changed or deleted was backed up first
     outcome = await ctx.agent.call(RESTORE({"path": change.file, "backup_path": change.backup,

@@ -696,19 +696,145 @@ def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None, 
     error too, puts back every file written (each only if it still holds what this run wrote).
 
     files: [{path, expected_sha256, content_b64, backup_path}]. A file the unit adds has
-    expected_sha256 None (it must not exist; its folder must); one it deletes has content_b64
-    None (backed up, removed). The files' folders are locked (flock) for the whole of it, in
-    sorted order: two runs with different state dirs never interleave on one file, nor deadlock.
-    root: the package folder every path must stay inside (refuse_path_escape); package: its name (the
-    import check holds the target to both: written_modules)."""
+    expected_sha256 None (it must not exist); the folders it needs below root are made first
+    (make_folders), and removed again, when empty, if the unit fails. One it deletes has
+    content_b64 None (backed up, removed). The files' folders are locked (flock) for the whole
+    of it, in sorted order: two runs with different state dirs never interleave on one file,
+    nor deadlock. root: the package folder every path must stay inside (refuse_path_escape);
+    package: its name (the import check holds the target to both: written_modules). Every
+    refusal and failure names the file (or folder) and why, never an exception's repr."""
     paths = [expand(f["path"]) for f in files]
     for path in paths:  # by names first: the readable refusal, before anything is opened
         refuse_path_escape(root, path)
         refuse_symlink(path, "patch")
-    with locked_folders(paths, import_timeout_s + 60) as folders:
-        for path in paths:  # then the folders the unit goes through, as opened
-            refuse_path_escape(root, path, folders.fd(path))
-        return apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, verify_python, package, root)
+    created = []  # the folders made for the files the unit adds, deepest first
+    try:
+        for spec, path in zip(files, paths):
+            if spec["expected_sha256"] is None:
+                make_folders(root, path, created)
+        with locked_folders(paths, import_timeout_s + 60) as folders:
+            for path in paths:  # then the folders the unit goes through, as opened
+                refuse_path_escape(root, path, folders.fd(path))
+            out = apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, verify_python,
+                                    package, root)
+    except BaseException as exc:
+        remove_empty_folders(root, created)  # nothing was written: the host as it was
+        if isinstance(exc, OSError):
+            raise Refused("%s; nothing written" % os_error_text(exc))
+        raise
+    if not out["ok"]:
+        created = remove_empty_folders(root, created)  # those still holding a file not put back stay
+    added = [(spec["path"], path) for spec, path in zip(files, paths) if spec["expected_sha256"] is None]
+    if added:  # per file added (as the control side named it): the folders made for it, still there
+        out["created_dirs"] = dict((named, [d for d in created if is_under(path, d)]) for named, path in added)
+    return out
+
+
+def os_error_text(exc):
+    """An OSError as the user reads it: the file it names and why (the errno's words)."""
+    why = exc.strerror or str(exc) or type(exc).__name__
+    return "%s: %s" % (exc.filename, why) if exc.filename is not None else why
+
+
+def open_below(root, folder, created=None):
+    """A descriptor of `folder`, a folder inside the package folder root (or root itself),
+    opened from root's descriptor down one component at a time, never following a symlink.
+    With `created` (a list), a missing component is made (0777 less the umask, as mkdir makes
+    it) and noted there, deepest first. Refused, naming the component: a symlink or anything
+    but a folder on the way (it would steer a write elsewhere), a folder outside root."""
+    root, folder = os.path.normpath(expand(root)), os.path.normpath(expand(folder))
+    rel = os.path.relpath(folder, root)
+    parts = [] if rel == os.curdir else rel.split(os.sep)
+    if os.pardir in parts:
+        raise Refused("%s is outside the package folder %s" % (folder, root))
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # root as located (fd_escape holds files to its real path)
+    here = root
+    try:
+        for part in parts:
+            here = os.path.join(here, part)
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if created is None:
+                    raise
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                    created.insert(0, here)
+                except FileExistsError:
+                    pass  # made meanwhile by another run: not ours to remove
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # Linux says ENOTDIR for a symlink with O_DIRECTORY
+                    what = "a symlink" if os.path.islink(here) else "not a folder"
+                    raise Refused("%s is %s; patchkit does not write through it" % (here, what))
+                raise
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_folders(root, path, created):
+    """The folders below the package folder root that the file path (one a diff adds) needs,
+    made where missing (open_below: from root's descriptor down, no symlink followed) and
+    noted in created, deepest first. Refused with the folder, the file and why."""
+    folder = os.path.dirname(path)
+    if os.path.isdir(folder):
+        return  # there already: locked_folders opens it, fd_escape holds it to root
+    if root is None:
+        raise Refused("folder %s does not exist (the diff adds %s in it), and no package folder is named to "
+                      "make it in; nothing written" % (folder, os.path.basename(path)))
+    try:
+        os.close(open_below(root, folder, created))
+    except Refused as exc:
+        raise Refused("cannot make folder %s for %s, which the diff adds: %s; nothing written" % (folder, path, exc))
+    except OSError as exc:
+        raise Refused("cannot make folder %s for %s, which the diff adds: %s; nothing written"
+                      % (folder, path, os_error_text(exc)))
+
+
+def remove_empty_folders(root, folders):
+    """Remove each of folders (made by patchkit for files a diff added, deepest first) that is
+    empty but for an empty __pycache__ (an import of its modules makes one), through its parent's
+    descriptor opened from the package folder root down (open_below: no symlink followed).
+    A folder that holds anything else (a file someone added), is gone, or is not strictly
+    inside root is left. Returns those still there."""
+    left = []
+    for folder in folders:
+        folder = os.path.normpath(expand(folder))
+        parent, name = os.path.split(folder)
+        try:
+            fd = open_below(root, parent)
+        except FileNotFoundError:
+            continue  # its parent is gone, and it with it
+        except (OSError, Refused):
+            left.append(folder)
+            continue
+        try:
+            try:
+                inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                left.append(folder)  # a symlink or a file put there since: not ours
+                continue
+            try:
+                os.rmdir("__pycache__", dir_fd=inner)
+            except OSError:
+                pass  # none, or it holds bytecode of someone else's module: the rmdir below says
+            finally:
+                os.close(inner)
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(folder)
+        finally:
+            os.close(fd)
+    return left
 
 
 class locked_folders:
@@ -743,10 +869,18 @@ def apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, v
                       root=None):
     """op_apply_files under its locks (folders): nothing is written until every file was read,
     checked against the hash the plan saw and backed up (a refusal then leaves the host as it was)."""
-    olds = [read_original(spec, path, folders.fd(path)) for spec, path in zip(files, paths)]
-    for spec, (original, _, _) in zip(files, olds):
+    olds = []
+    for spec, path in zip(files, paths):
+        try:
+            olds.append(read_original(spec, path, folders.fd(path)))
+        except OSError as exc:
+            raise Refused("reading %s failed: %s; nothing written" % (path, os_error_text(exc)))
+    for spec, path, (original, _, _) in zip(files, paths, olds):
         if original is not None:
-            back_up(expand(spec["backup_path"]), original, spec["expected_sha256"])
+            try:
+                back_up(expand(spec["backup_path"]), original, spec["expected_sha256"])
+            except OSError as exc:
+                raise Refused("backing up %s failed: %s; nothing written" % (path, os_error_text(exc)))
     news = [None if spec["content_b64"] is None else base64.b64decode(spec["content_b64"]) for spec in files]
     written, checks = [], []
     try:
@@ -755,7 +889,7 @@ def apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, v
             failure = verify_unit(list(zip(paths, news)), verify_imports, import_timeout_s, checks, verify_python,
                                   folders, package, root)
     except Exception as exc:  # whatever went wrong, the files written so far go back
-        failure = "%s: %s" % (type(exc).__name__, exc)
+        failure = os_error_text(exc) if isinstance(exc, OSError) else "%s: %s" % (type(exc).__name__, exc)
     if failure is None:
         return {"ok": True, "checks": checks,
                 "sha256_after": dict((spec["path"], None if new is None else sha256_bytes(new))
