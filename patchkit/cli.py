@@ -384,7 +384,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             print_json(report)
         else:
             print_human(report, verbose=args.verbose)
-    return 130 if runner.interrupt.requested else _exit_code(args.command, report)
+    if runner.interrupt.requested:
+        return 130
+    return EXIT_USAGE if runner.untrusted_state else _exit_code(args.command, report)
 
 
 def _import_run_code(command: str) -> None:

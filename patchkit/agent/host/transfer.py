@@ -39,11 +39,17 @@ def _part_path(final):
 
 
 def _load_cache(cache_file):
+    """The hash cache, read only when it is ours and no other user may write it (open_state_file):
+    a planted one would name a file's old hash as current, and the deploy would skip it."""
     try:
-        with open(cache_file) as f:
-            return json.load(f)
+        f = open_state_file(cache_file)
+        if f is None:
+            return {}
+        with f:
+            cache = json.loads(f.read().decode("utf-8"))
     except (OSError, ValueError):
         return {}
+    return cache if isinstance(cache, dict) else {}
 
 
 def _save_cache(cache_file, cache):
