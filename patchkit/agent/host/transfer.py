@@ -606,8 +606,12 @@ def op_remove_file(path, expected_sha256, root, force=False, remove_dirs=()):
                 os.unlink(at(path, dir_fd), dir_fd=dir_fd)
                 removed = True
     for folder in remove_dirs or ():
+        folder = os.path.normpath(expand(folder))
+        # only the file's own folders inside root: a record names them, and may name any
+        if root is None or not path.startswith(folder.rstrip(os.sep) + os.sep) or path_escape(root, folder):
+            continue
         try:
-            os.rmdir(expand(folder))
+            os.rmdir(folder)
         except OSError:
             pass  # not empty (someone else's files, or a file we could not remove) or gone already
     return {"removed": removed, "already": not removed}
