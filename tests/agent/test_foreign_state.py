@@ -115,15 +115,6 @@ def test_a_state_dir_of_ours_that_others_may_write_is_refused(sandbox: Sandbox, 
     assert list(state.iterdir()) == [] and state.stat().st_mode & 0o777 == 0o777
 
 
-def test_a_missing_state_dir_is_made_0700_with_its_parents(sandbox: Sandbox, tmp_path: Path) -> None:
-    state = tmp_path / "new" / "deeper" / "state"
-    result = run_patchkit("apply", recipe(TOY), "-e", f"python={sandbox.python}", "--state-dir", str(state))
-    assert result.returncode == 0, result
-    for folder in (state, state / "runs", state / "runs" / "toyllm_eagle3", state / "backups"):
-        st = folder.stat()
-        assert (st.st_uid, st.st_mode & 0o777) == (0, 0o700), folder
-
-
 # ---------------------------------------------------------------- planted records and backups
 
 def plant_restore_of(sb: Sandbox, victim: Path, planted: bytes, record_root: str | None) -> dict[str, Any]:
@@ -178,11 +169,11 @@ def test_a_record_naming_a_file_outside_the_package_located_now_is_refused(sandb
     plant_restore_of(sandbox, victim, PLANTED, str(victim.parent) if record_root != "none" else None)
     package = listing(sandbox.pkgs)
     result = sandbox.run("rollback", recipe(TOY), "--force", json_out=True)
+    assert victim.read_bytes() == b"SAFE = True\n"
+    assert listing(sandbox.pkgs) == package
     assert result.returncode == 1, result
     message = step(result, "eagle3-whitelist")["message"]
     assert f"names {victim}, outside {sandbox.pkgs / 'toyllm'}, the package folder the step locates" in message
-    assert victim.read_bytes() == b"SAFE = True\n"
-    assert listing(sandbox.pkgs) == package
 
 
 @pytest.mark.parametrize("planted", ["backup", "record", "runs folder", "backups folder"])
@@ -246,11 +237,15 @@ def running(proc: subprocess.Popen[bytes]) -> bool:
 
 @pytest.fixture
 def sleeper(request: pytest.FixtureRequest, other_user: pwd.struct_passwd) -> Iterator[subprocess.Popen[bytes]]:
-    """A real sleeping process group: the other user's (its own session), or ours inside the
-    test's own group and session (no session of its own), as the parameter says."""
+    """A real sleeping process group leader: the other user's (in a session of its own, as a
+    server patchkit starts is), or ours in the test's session (a group of its own only)."""
     theirs = request.param == "theirs"
-    proc = subprocess.Popen(["sleep", "300"], user=other_user.pw_uid if theirs else None,
-                            group=other_user.pw_gid if theirs else None, start_new_session=theirs)
+    if theirs:
+        proc = subprocess.Popen(["sleep", "300"], user=other_user.pw_uid, group=other_user.pw_gid,
+                                start_new_session=True)
+    else:
+        proc = subprocess.Popen(["sleep", "300"], process_group=0)
+    assert os.getpgid(proc.pid) == proc.pid
     try:
         yield proc
     finally:
@@ -276,14 +271,15 @@ def plant_launch_record(state: Path, proc: subprocess.Popen[bytes], owner: pwd.s
 
 @pytest.mark.parametrize(("sleeper", "record_owner"), [("theirs", "theirs"), ("theirs", "ours"), ("ours", "ours")],
                          indirect=["sleeper"], ids=["their-record", "our-record-their-process",
-                                                    "our-record-our-process-not-a-session-leader"])
+                                                    "our-record-our-group-not-a-session-leader"])
 def test_a_planted_launch_record_never_signals_a_process(tmp_path: Path, sleeper: subprocess.Popen[bytes],
                                                         record_owner: str, other_user: pwd.struct_passwd) -> None:
     """apply stops the server a launch record names before it starts its own: a record naming
     a process patchkit did not start (with the start time /proc shows, so it passes for alive)
     is refused in one line, and the process lives on. Their record: the owner check; ours naming
     their process, or one of ours that does not lead its own group and session (what every
-    server patchkit starts does): the identity check before any signal."""
+    server patchkit starts does): the identity check before any signal (each would have been
+    SIGTERM'ed through its process group before)."""
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     plant_launch_record(state, sleeper, other_user if record_owner == "theirs" else None)
