@@ -313,3 +313,39 @@ def test_a_server_patchkit_started_is_still_stopped(tmp_path: Path) -> None:
     assert stopped.returncode == 0 and "stopped web" in step(stopped, "web")["message"], stopped
     time.sleep(0.2)
     assert not alive(server["pid"])
+
+
+# ---------------------------------------------------------------- a deploy's removal
+
+@pytest.mark.parametrize("planted", ["file outside dest", "folder outside dest"])
+def test_a_deploy_rollback_removes_only_inside_the_dest_the_recipe_names(tmp_path: Path, planted: str) -> None:
+    """A deploy's rollback removes the files it created, and the folders it made for them when
+    empty: a record naming a file elsewhere (with that file's hash, so no drift shows) or an
+    empty folder elsewhere removes neither; only the dest the recipe names now is touched."""
+    src, dest, state = tmp_path / "src", tmp_path / "dest", tmp_path / "state"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"new a\n")
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(f"name: artifact\nsteps:\n  - name: sync\n    deploy: {{src: {src}, dest: {dest}}}\n")
+    assert run_patchkit("apply", str(deploy), "--state-dir", str(state)).returncode == 0
+    victim, empty = tmp_path / "etc" / "keep.conf", tmp_path / "var" / "empty"
+    victim.parent.mkdir()
+    victim.write_text("keep me\n")
+    empty.mkdir(parents=True)
+    (record_path,) = sorted((state / "runs" / "artifact").glob("*.json"))
+    record = json.loads(record_path.read_text())
+    (item,) = record["steps"][0]["details"]["files"]
+    if planted == "file outside dest":
+        item.update(rel=victim.name, path=str(victim), sha256_after=hashlib.sha256(victim.read_bytes()).hexdigest())
+    else:
+        item["created_dirs"] = [str(empty)]
+    record_path.write_text(json.dumps(record))
+    result = run_patchkit("rollback", str(deploy), "--state-dir", str(state), "--json")
+    assert victim.read_text() == "keep me\n" and empty.is_dir(), result
+    if planted == "file outside dest":
+        assert result.returncode == 1, result
+        assert f"{victim} is outside the change's folder {dest}" in step(result, "sync")["message"]
+        assert (dest / "a.bin").read_bytes() == b"new a\n"
+    else:
+        assert result.returncode == 0, result
+        assert not (dest / "a.bin").exists()
