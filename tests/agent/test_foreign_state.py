@@ -176,7 +176,7 @@ def test_a_record_naming_a_file_outside_the_package_located_now_is_refused(sandb
     assert f"names {victim}, outside {sandbox.pkgs / 'toyllm'}, the package folder the step locates" in message
 
 
-@pytest.mark.parametrize("planted", ["backup", "record", "runs folder", "backups folder"])
+@pytest.mark.parametrize("planted", ["backup", "record", "runs folder", "backups folder", "lock"])
 def test_a_state_file_of_another_user_in_our_state_dir_is_never_read(sandbox: Sandbox, planted: str,
                                                                       other_user: pwd.struct_passwd) -> None:
     """Our state dir, but one thing in it the other user's (made while it was open to them, or
@@ -192,7 +192,7 @@ def test_a_state_file_of_another_user_in_our_state_dir_is_never_read(sandbox: Sa
     done["sha256_before"] = hashlib.sha256(PLANTED).hexdigest()
     record_path.write_text(json.dumps(record))
     target = {"backup": backup, "record": record_path, "runs folder": sandbox.state / "runs",
-              "backups folder": sandbox.state / "backups"}[planted]
+              "backups folder": sandbox.state / "backups", "lock": sandbox.state / "lock"}[planted]
     chown_tree(target, other_user)
     patched = sandbox.file(SPECULATIVE).read_bytes()
     result = sandbox.run("rollback", toy)
