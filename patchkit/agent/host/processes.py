@@ -61,11 +61,11 @@ def _proc_uid(pid):
     return None
 
 
-def _not_ours(record, pid, fields=None):
+def _not_ours(record, pid):
     """Why process pid is not one the record's server (or what is left of its group) may be:
     None when it is. A server patchkit starts leads its own session and process group
     (start_new_session) as the user the agent runs as; the record keeps both ids."""
-    fields = _proc_stat(pid) if fields is None else fields
+    fields = _proc_stat(pid)
     if fields is None:
         return None  # gone: nothing to signal
     pgid, sid = record.get("pgid", record["pid"]), record.get("sid", record["pid"])
