@@ -86,21 +86,115 @@ def tail(text, lines=TAIL_LINES):
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+class UntrustedState(Refused):
+    """A folder or file where patchkit keeps its state (journal, backups, launch records, the
+    lock) that another user owns or may write: refused before anything in it is read or
+    written. The control side reports it as a usage error (exit 2): the state dir given is
+    wrong, not the host."""
+
+    kind = "untrusted_state"
+
+
+def user_name(uid):
+    """The user's name for uid where the host has one, else `uid N`."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return "uid %d" % uid
+
+
+def refuse_untrusted(path, st, what="state folder"):
+    """Refuse a state folder or file (st: its lstat or the fstat of what was opened without
+    following a symlink) that is not ours, or that group or others may write: whoever can
+    plant a run record and a backup there steers what rollback writes, a launch record what
+    apply signals."""
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise UntrustedState("%s %s belongs to %s, not to %s who runs patchkit: refusing to keep or read state "
+                             "there; nothing done (give a state dir of this user's own: --state-dir or the "
+                             "inventory's state_dir)" % (what, path, user_name(st.st_uid), user_name(uid)))
+    if st.st_mode & 0o022:
+        raise UntrustedState("%s %s is writable by %s (mode %03o): refusing to keep or read state there; nothing "
+                             "done (chmod go-w it, or give another state dir)"
+                             % (what, path, "others" if st.st_mode & 0o002 else "its group", st.st_mode & 0o777))
+
+
+def open_state_dir(path):
+    """A descriptor of the folder at path, opened without following a symlink, checked to be a
+    folder of ours no other user may write (refuse_untrusted); None when nothing is there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            refuse_unless_dir(path)  # says which: a symlink, or not a folder
+        raise
+    try:
+        refuse_untrusted(path, os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def state_dir_exists(path):
+    """Is there a state folder of ours at path (checked as open_state_dir checks)? False when
+    nothing is there; refused when something untrusted is."""
+    fd = open_state_dir(path)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
 def ensure_private_dir(path):
-    """A 0700 folder of ours at path: made if missing; a symlink or a non-folder there is
-    refused, never followed (anyone who could plant one would steer our writes)."""
+    """A 0700 folder of ours at path: made if missing; a symlink, a non-folder, or a folder
+    another user owns or may write is refused, never followed nor chmod'ed (anyone who could
+    plant one would steer our writes). Folders above it that are missing are made (the
+    user's own); existing ones are left as they are."""
     if not os.path.lexists(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)  # above the state dir: the user's own folders
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
             pass
-    refuse_unless_dir(path)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    fd = open_state_dir(path)
+    if fd is None:  # removed since it was made: as if never made
+        raise Refused("%s vanished while patchkit made it; nothing done" % path)
     try:
-        os.fchmod(fd, 0o700)
+        if os.fstat(fd).st_mode & 0o777 != 0o700:
+            os.fchmod(fd, 0o700)  # ours, and no one else could write it: only narrowed
     finally:
         os.close(fd)
+
+
+def open_state_file(path):
+    """A state file (run record, backup, launch record) opened for reading, never through a
+    symlink, checked to be a regular file of ours no other user may write (refuse_untrusted);
+    None when none is there."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedState("state file %s is a symlink (to %s): patchkit never reads state through one; "
+                                 "nothing done" % (path, os.readlink(path)))
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedState("state file %s is not a regular file; nothing done" % path)
+        refuse_untrusted(path, st, "state file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def refuse_unless_dir(path):
@@ -240,8 +334,11 @@ def refuse_leaving_root(root, path, what, fd=None, opened=None):
 
 
 def refuse_backup_escape(state_dir, backup_path):
-    """A backup is read only from the state folder's backups/, and never through a symlink:
-    patchkit makes none there, and one planted would feed a restore bytes from elsewhere."""
+    """A backup is read only from the state folder's backups/, never through a symlink, and
+    only through folders of ours no other user may write (refuse_untrusted): patchkit makes
+    no symlink there, and a backup planted would feed a restore bytes from elsewhere."""
+    import stat
+
     state_dir = os.path.normpath(expand(state_dir))
     backups = os.path.join(state_dir, "backups")
     backup = os.path.normpath(expand(backup_path))
@@ -250,11 +347,16 @@ def refuse_backup_escape(state_dir, backup_path):
         raise Refused("backup %s is outside %s: patchkit restores only from its own backups; nothing was "
                       "read or written" % (backup, backups))
     here = state_dir
-    for part in [""] + ["backups"] + parts:
+    for i, part in enumerate([""] + ["backups"] + parts):
         here = os.path.join(here, part) if part else here
-        if os.path.islink(here):
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return  # missing: the restore says so
+        if stat.S_ISLNK(st.st_mode):
             raise Refused("backup %s: %s is a symlink (to %s); patchkit never reads a backup through a symlink; "
                           "nothing was read or written" % (backup, here, os.readlink(here)))
+        refuse_untrusted(here, st, "state file" if i == len(parts) + 1 else "state folder")
 
 
 # dir_fd, below: the descriptor of the folder holding path (locked_folder's), which the file
@@ -1297,24 +1399,27 @@ def restore_locked(path, backup_path, expected_current, original_sha256, force, 
                 os.fchmod(f.fileno(), mode)
     if current == original_sha256:  # never changed (a run that died first) or put back already
         return {"ok": True, "already": True}
-    if not os.path.isfile(backup_path):
+    src = open_state_file(backup_path)  # ours, no one else's to write (refuse_untrusted)
+    if src is None:
         raise Refused("backup %s is missing; cannot restore %s" % (backup_path, path))
-    if current != expected_current and not force:
-        raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to restore "
-                      "(--force restores anyway)" % (path, (current or "missing")[:12], expected_current[:12]))
-    st = stat_dict(st_before) if st_before is not None else {"mode": 0o644, "uid": None, "gid": None}
+    with src:
+        if current != expected_current and not force:
+            raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to restore "
+                          "(--force restores anyway)" % (path, (current or "missing")[:12], expected_current[:12]))
+        st = stat_dict(st_before) if st_before is not None else {"mode": 0o644, "uid": None, "gid": None}
 
-    def copy_checked(f):
-        digest = hashlib.sha256()
-        with open(backup_path, "rb") as src:
+        def copy_checked(f):
+            # only bytes the run record holds the hash of: else the temp file goes, nothing changes
+            digest = hashlib.sha256()
             for chunk in iter(lambda: src.read(CHUNK), b""):
                 digest.update(chunk)
                 f.write(chunk)
-        if digest.hexdigest() != original_sha256:
-            raise Refused("backup %s is corrupt (hash mismatch); not restoring" % backup_path)
+            if digest.hexdigest() != original_sha256:
+                raise Refused("backup %s does not hash to %s, the original the run record names (corrupt, or "
+                              "not patchkit's); not restoring, nothing written" % (backup_path, original_sha256[:12]))
 
-    sweep_temps(path, dir_fd)
-    atomic_fill(path, copy_checked, st["mode"] if mode is None else mode, st["uid"], st["gid"], dir_fd=dir_fd)
+        sweep_temps(path, dir_fd)
+        atomic_fill(path, copy_checked, st["mode"] if mode is None else mode, st["uid"], st["gid"], dir_fd=dir_fd)
     if st_before is not None:
         settle_bytecode(path, st_before, dir_fd)
     else:
@@ -1387,9 +1492,15 @@ def open_private_file(path):
         if exc.errno == errno.ELOOP:
             raise Refused("%s is a symlink; refusing to follow it" % path)
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise Refused("%s is not a regular file; refusing to use it" % path)
+    try:
+        refuse_untrusted(path, st, "state file")  # an existing one too: what it says is shown to the user
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -1413,6 +1524,7 @@ def op_journal_write(state_dir, recipe, run_id, record):
     folder = runs_dir(state_dir, recipe)
     path = os.path.join(folder, run_id + ".json")
     try:
+        ensure_private_dir(expand(state_dir))
         ensure_private_dir(os.path.join(expand(state_dir), "runs"))
         ensure_private_dir(folder)
         sweep_temps(path)
@@ -1425,18 +1537,26 @@ def op_journal_write(state_dir, recipe, run_id, record):
 
 @op
 def op_journal_list(state_dir, recipe=None):
-    base = os.path.join(expand(state_dir), "runs")
-    recipes = [recipe] if recipe else (sorted(os.listdir(base)) if os.path.isdir(base) else [])
+    """Every run record (of recipe), each read only from folders and files of ours that no other
+    user may write (open_state_dir, open_state_file): a record planted there is refused, not read."""
+    state_dir = expand(state_dir)
+    base = os.path.join(state_dir, "runs")
+    if not state_dir_exists(state_dir) or not state_dir_exists(base):
+        return []
+    recipes = [recipe] if recipe else sorted(os.listdir(base))
     out = []
     for name in recipes:
         folder = os.path.join(base, name)
-        if not os.path.isdir(folder):
+        if not state_dir_exists(folder):
             continue
         for entry in sorted(os.listdir(folder)):
             if entry.endswith(".json"):
                 try:
-                    with open(os.path.join(folder, entry)) as f:
-                        out.append(json.load(f))
+                    f = open_state_file(os.path.join(folder, entry))
+                    if f is None:
+                        continue
+                    with f:
+                        out.append(json.loads(f.read().decode("utf-8")))
                 except (OSError, ValueError):
                     continue
     return out
@@ -1444,13 +1564,18 @@ def op_journal_list(state_dir, recipe=None):
 
 @op(mutating=True)
 def op_journal_prune(state_dir, recipe, drop_run_ids):
-    """Delete the named runs' records and backups (the control side picks which)."""
+    """Delete the named runs' records and backups (the control side picks which), only in
+    folders of ours no other user may write."""
+    state_dir = expand(state_dir)
+    for folder in (state_dir, os.path.join(state_dir, "runs"), runs_dir(state_dir, recipe),
+                   os.path.join(state_dir, "backups")):
+        state_dir_exists(folder)
     for run_id in drop_run_ids:
         record = os.path.join(runs_dir(state_dir, recipe), run_id + ".json")
-        if os.path.exists(record):
+        if os.path.lexists(record):
             os.unlink(record)
-        backups = os.path.join(expand(state_dir), "backups", run_id)
-        if os.path.isdir(backups):
+        backups = os.path.join(state_dir, "backups", run_id)
+        if state_dir_exists(backups):
             import shutil
 
             shutil.rmtree(backups)
@@ -1525,7 +1650,7 @@ def serve(stdin, stdout, nonce=None, first=b""):
                 result = handler(**request.get("args", {}))
             reply = {"id": request.get("id"), "ok": True, "result": result}
         except Refused as exc:
-            reply = {"id": request.get("id"), "ok": False, "error": str(exc), "kind": "refused"}
+            reply = {"id": request.get("id"), "ok": False, "error": str(exc), "kind": getattr(exc, "kind", "refused")}
         except Exception as exc:  # reported to the control side, which decides
             reply = {"id": request.get("id"), "ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
                      "kind": "error"}

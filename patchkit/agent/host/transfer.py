@@ -39,11 +39,17 @@ def _part_path(final):
 
 
 def _load_cache(cache_file):
+    """The hash cache, read only when it is ours and no other user may write it (open_state_file):
+    a planted one would name a file's old hash as current, and the deploy would skip it."""
     try:
-        with open(cache_file) as f:
-            return json.load(f)
+        f = open_state_file(cache_file)
+        if f is None:
+            return {}
+        with f:
+            cache = json.loads(f.read().decode("utf-8"))
     except (OSError, ValueError):
         return {}
+    return cache if isinstance(cache, dict) else {}
 
 
 def _save_cache(cache_file, cache):
@@ -606,8 +612,8 @@ def op_remove_file(path, expected_sha256, root, force=False, remove_dirs=()):
     inside = expand(root) if root is not None else None
     for folder in remove_dirs or ():
         folder = os.path.normpath(expand(folder))
-        if not is_under(path, folder) or folder == path:
-            continue  # not a folder holding the file: nothing this change made for it
+        if root is None or not is_under(path, folder) or folder == path:
+            continue  # only folders on the file's own way (held to root above): a record may name any
         if inside is not None and is_under(folder, inside) and folder != inside:
             remove_empty_folders(inside, [folder])
             continue
