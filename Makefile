@@ -7,7 +7,7 @@ SHELL  := bash
 # pip here warns about every configured index folder it cannot use; keep real errors only.
 QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true
 
-.PHONY: setup system-deps test-inputs demo typecheck test test-unit test-fast test-lowest test-releases collection clean
+.PHONY: setup system-deps test-inputs demo typecheck test test-unit test-fast test-lowest test-newest test-releases collection clean
 
 # Every package at the version CI has run (constraints.txt); a new release comes in by editing it.
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -35,9 +35,10 @@ demo: setup
 typecheck: setup
 	$(PY) -m mypy
 
-## The whole test suite (what .ci/run calls), after the type check. Builds and caches the
-## real vLLM environment under $${PATCHKIT_CACHE_DIR:-~/.cache/patchkit} on first use.
-test: setup typecheck system-deps test-inputs
+## The whole test suite (what .ci/run calls), after the type check and the pure tier at the newest
+## allowed versions (test-newest: before the suite, whose report .ci/run reads). Builds and caches
+## the real vLLM environment under $${PATCHKIT_CACHE_DIR:-~/.cache/patchkit} on first use.
+test: setup typecheck test-newest system-deps test-inputs
 	$(PY) -m pytest
 
 ## The pure tier (tests/unit): no sshd, podman, vLLM or wheel download; for your own loop.
@@ -54,6 +55,20 @@ test-unit: setup
 test-lowest: .venv-lowest/.installed
 	.venv-lowest/bin/python -m pytest tests/unit -m "unit and not wheels and not realenv" -q -p no:cacheprovider
 
+## The pure tier against the newest versions pyproject.toml's bounds allow, dependencies of
+## dependencies too (cryptography, through asyncssh): installed without constraints.txt, in a
+## venv of its own (.venv-newest), upgraded on every run, so a new release within the bounds
+## is met here before a user meets it.
+.venv-newest/.created: pyproject.toml
+	rm -rf .venv-newest
+	$(PYTHON) -m venv .venv-newest
+	touch $@
+
+test-newest: .venv-newest/.created
+	.venv-newest/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[test]' 2>&1 | { $(QUIET_PIP); }
+	.venv-newest/bin/python -c "import importlib.metadata as m; print('newest:', *(d + ' ' + m.version(d) for d in ('asyncssh', 'cryptography', 'libcst', 'pydantic', 'PyYAML', 'rich')))" >&2
+	.venv-newest/bin/python -m pytest tests/unit -m "unit and not wheels and not realenv" -q -p no:cacheprovider
+
 ## Every tier but the real-vLLM one (still starts sshd and podman).
 test-fast: setup system-deps
 	$(PY) -m pytest -m "not realenv and not wheels"
@@ -69,4 +84,4 @@ collection: setup
 	$(VENV)/bin/ansible-galaxy collection build ansible_collections/patchkit/fleet --output-path dist --force
 
 clean:
-	rm -rf $(VENV) .venv-lowest .demo dist
+	rm -rf $(VENV) .venv-lowest .venv-newest .demo dist

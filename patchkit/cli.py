@@ -436,8 +436,12 @@ def _dispatch(args: argparse.Namespace) -> int:
             print_human(report, verbose=args.verbose)
     if unwritten:
         print(f"patchkit: {unwritten}", file=sys.stderr)
-        return 130 if runner.interrupt.requested else max(_exit_code(args.command, report), EXIT_FAILED)
-    return 130 if runner.interrupt.requested else _exit_code(args.command, report)
+    if runner.interrupt.requested:
+        return 130
+    if runner.untrusted_state:
+        return EXIT_USAGE
+    code = _exit_code(args.command, report)
+    return max(code, EXIT_FAILED) if unwritten else code
 
 
 def _import_run_code(command: str) -> None:

@@ -27,6 +27,9 @@ class FileChange(BaseModel):
     backup: str | None = None
     diff: str | None = None
     message: str = ""
+    # A file the diff adds: the folders patchkit made for it, deepest first (rollback removes
+    # them again when they are empty). None: a file the diff changes, or a record from before it.
+    created_dirs: list[str] | None = None
 
 
 class StepResult(BaseModel):

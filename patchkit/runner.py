@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from patchkit import __version__
 from patchkit.agent import AgentClient
-from patchkit.agent.client import Pending
+from patchkit.agent.client import Pending, UntrustedState
 from patchkit.agent.protocol import LOCK
 from patchkit.errors import HostError
 from patchkit.fanout import FanOutPolicy, Interrupt, Progress, fan_out, progress_for
@@ -125,6 +125,9 @@ class Runner:
     # host -> the recipe rendered with that host's variables too (variables.py); a host not
     # here gets `loaded`. Hosts with the same variables share one rendering (and its caches).
     per_host: dict[str, LoadedRecipe] = field(default_factory=dict)
+    # hosts whose state dir the agent refused (another user's, or writable by others): the
+    # run exits 2, as for a usage error, since the state dir given is what is wrong
+    untrusted_state: set[str] = field(default_factory=set)
 
     def recipe_for(self, host: str) -> LoadedRecipe | None:
         return self.per_host.get(host, self.loaded)
@@ -146,6 +149,8 @@ class Runner:
                     result = await work(s)
                     result.exec_requests = s.transport.exec_requests
             except HostError as exc:
+                if isinstance(exc, UntrustedState):
+                    self.untrusted_state.add(host.name)
                 result = HostResult(status="failed", message=str(exc))
             except Exception as exc:  # a bug must fail its host, not the fleet
                 where = traceback.extract_tb(exc.__traceback__)[-1]

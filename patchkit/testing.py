@@ -218,16 +218,19 @@ class FakeAgent:
             else:
                 self.files[path] = new
         checks, failure = self._unit_checks(news, verify_imports)
+        # files added: the folders made for them (the fake has no folders, so none)
+        added = [path for path, original in originals.items() if original is None]
+        made: dict[str, Any] = {"created_dirs": {path: [] for path in added}} if added else {}
         if failure is None:
             return {"ok": True, "checks": checks,
-                    "sha256_after": {p: None if n is None else sha256(n) for p, n in news.items()}}
+                    "sha256_after": {p: None if n is None else sha256(n) for p, n in news.items()}, **made}
         for path, original in originals.items():
             if original is None:
                 self.files.pop(path, None)
             else:
                 self.files[path] = original
         return {"ok": False, "failure": failure, "restored": True, "checks": checks,
-                "written": list(news), "restored_files": list(news)}
+                "written": list(news), "restored_files": list(news), **made}
 
     def _unit_checks(self, news: dict[str, bytes | None],
                      verify_imports: list[str]) -> tuple[list[dict[str, Any]], str | None]:

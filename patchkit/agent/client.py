@@ -201,6 +201,11 @@ class AgentRefused(HostError):
     """The agent declined a request for a reason the user should read (drift, lock...)."""
 
 
+class UntrustedState(AgentRefused):
+    """The agent refused the state dir (or a folder or file in it) because another user owns it
+    or may write it: the state dir given is wrong, so the run exits as for a usage error (2)."""
+
+
 class AgentStartFailed(HostError):
     """The agent's process was gone before its start could be written: the message says why."""
 
@@ -435,6 +440,8 @@ class AgentClient:
             reply = self._replies.pop(request_id)
         if reply["ok"]:
             return reply.get("result")
+        if reply.get("kind") == "untrusted_state":
+            raise UntrustedState(reply.get("error", "refused"))
         if reply.get("kind") == "refused":
             raise AgentRefused(reply.get("error", "refused"))
         raise HostError(f"{self._host}: {op} failed: {reply.get('error', 'no reason given')}")

@@ -191,6 +191,7 @@ class ApplyFilesPassed(TypedDict):
     ok: Literal[True]
     checks: list[CheckResult]
     sha256_after: dict[str, str | None]  # path as sent -> what landed (None: removed)
+    created_dirs: NotRequired[dict[str, list[str]]]  # path as sent of a file added -> folders made for it
 
 
 class ApplyFilesFailed(TypedDict):
@@ -200,6 +201,7 @@ class ApplyFilesFailed(TypedDict):
     restored: bool  # is every file written back as it was?
     written: list[str]  # paths (as sent) this run changed before the failure, in order
     restored_files: list[str]  # those of them put back
+    created_dirs: NotRequired[dict[str, list[str]]]  # as ApplyFilesPassed's: those still there
 
 
 ApplyFilesReply = ApplyFilesPassed | ApplyFilesFailed

@@ -169,7 +169,7 @@ async def apply_deploy(ctx: HostContext, step: Step, spec: DeployStep, planned: 
                 raise HostError(f"{spec.dest} on the host is not a valid {spec.validate_as}:\n" + "\n".join(problems))
     except HostError as exc:
         sent = _bytes_sent(todo, written)
-        undone = await undo_files(ctx.agent, written, force=False, state_dir=ctx.journal.state_dir)
+        undone = await undo_files(ctx.agent, written, force=False, state_dir=ctx.journal.state_dir, root=root)
         result.status = "failed"
         result.message = f"{exc}; {undone.message}"
         result.details = {**(result.details or {}), "files": [], "bytes_sent": sent}
@@ -341,25 +341,32 @@ async def _resume_offset(ctx: HostContext, root: str, rel: str, local: Path, ent
     return 0
 
 
-def dest_root(item: DeployedFile) -> str | None:
-    """The folder the deploy wrote item in (its dest; a single file's folder), as the agent's
-    receive_file confined it: every record names the file's path and its path relative to that
-    folder, journals from before this was asked included. None if the two disagree (a record
-    not written by a deploy): the agent then refuses any symlinked folder on the way."""
-    tail = "/" + item.rel
-    return (item.path[:-len(tail)] or "/") if item.path.endswith(tail) else None
+def _undo_root(ctx: HostContext, spec: DeployStep, files: list[DeployedFile]) -> str:
+    """The folder a rollback of this deploy is held to: its dest's as _dest_root says, from the
+    source as it is now; a source gone since: dest itself, or dest's folder when the record
+    is one file named as dest is (a single-file deploy)."""
+    src = source_path(ctx, spec.src)
+    if src.exists():
+        return _dest_root(spec, src)
+    name = posixpath.basename(spec.dest.rstrip("/"))
+    if len(files) == 1 and files[0].rel == name and posixpath.basename(files[0].path) == name:
+        return posixpath.dirname(spec.dest.rstrip("/")) or "/"
+    return spec.dest
 
 
-async def undo_files(agent: AgentClient, written: list[DeployedFile], force: bool, state_dir: str) -> Undone:
+async def undo_files(agent: AgentClient, written: list[DeployedFile], force: bool, state_dir: str,
+                     root: str) -> Undone:
     """Put back what a deploy replaced and remove what it created (newest first), with the
     folders it created. Unless forced, all or nothing: if any file changed since the deploy
     wrote it, or left its folder through a symlink, nothing is touched (a half-undone
-    checkpoint is worse than either version). Forced, a file outside its folder is refused still."""
-    roots = {dest_root(item) for item in written}
+    checkpoint is worse than either version). `root`: the folder the files land in as the
+    recipe's dest says now (_dest_root), every file held to it on the host (what a record
+    says is where to write, not where writing is allowed); forced or not, a file outside
+    it is refused."""
     if written and not force:
         try:
-            current = await agent.call(HASH({"paths": [item.path for item in written], "confined": len(roots) == 1,
-                                             "root": roots.pop() if len(roots) == 1 else None}), reply_wait=3600)
+            current = await agent.call(HASH({"paths": [item.path for item in written], "confined": True,
+                                             "root": root}), reply_wait=3600)
         except HostError as exc:
             return Undone(False, f"NOT put back (nothing was changed): cannot hash the deployed files: {exc}")
         drifted = []
@@ -379,15 +386,15 @@ async def undo_files(agent: AgentClient, written: list[DeployedFile], force: boo
             if item.backup:
                 await agent.call(RESTORE({"path": item.path, "backup_path": item.backup,
                                           "expected_current": item.sha256_after, "original_sha256": item.sha256_before,
-                                          "force": force, "mode": item.mode_before, "root": dest_root(item),
+                                          "force": force, "mode": item.mode_before, "root": root,
                                           "state_dir": state_dir}), reply_wait=3600)
             else:
                 await agent.call(REMOVE_FILE({"path": item.path, "expected_sha256": item.sha256_after, "force": force,
-                                              "remove_dirs": item.created_dirs, "root": dest_root(item)}))
+                                              "remove_dirs": item.created_dirs, "root": root}))
             if item.planned:  # the run died mid-transfer: its unfinished part file goes too
                 folder, name = posixpath.split(item.path)
                 await agent.call(REMOVE_FILE({"path": posixpath.join(folder, f".{name}{PART_SUFFIX}"),
-                                              "expected_sha256": "", "force": True, "root": dest_root(item)}))
+                                              "expected_sha256": "", "force": True, "root": root}))
         except HostError as exc:
             problems.append(str(exc))
     if problems:
@@ -439,7 +446,14 @@ class DeployKind(StepKind[DeployStep, DeployPlan]):
         return await status_deploy(step, planned.data, records)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
-        undone = await undo_files(ctx.agent, deployed_files(done), force=ctx.force, state_dir=ctx.journal.state_dir)
+        step = self.step_now(ctx, done)
+        if step is None:
+            return StepResult(name=done.name, kind=self.name, status="failed", file=done.file, message=(
+                f"the recipe has no deploy step {done.name} now: rollback writes and removes only inside the dest "
+                "the step names, so nothing was put back (roll back with the recipe that deployed it)"))
+        files = deployed_files(done)
+        undone = await undo_files(ctx.agent, files, force=ctx.force, state_dir=ctx.journal.state_dir,
+                                  root=_undo_root(ctx, self.spec_of(step), files))
         message = undone.message if not undone.ok else f"{undone.message} (deployed by run {target.run_id})"
         return StepResult(name=done.name, kind=self.name, status="changed" if undone.ok else "failed",
                           file=done.file, message=message)

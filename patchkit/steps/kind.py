@@ -71,6 +71,15 @@ class StepKind(ABC, Generic[Spec, Data]):
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         """Undo `done`, a step of journaled run `target` (ctx.force: even if it drifted)."""
 
+    def step_now(self, ctx: HostContext, done: StepResult) -> Step | None:
+        """The recipe's step of `done`'s name and this kind, as rendered for this run: what an
+        undo confines its writes to (the package or dest it resolves to now, not what the
+        journaled record says). None when the recipe has no such step any more."""
+        for step in ctx.loaded.recipe.steps:
+            if step.name == done.name and step.kind == self.name:
+                return step
+        return None
+
     @abstractmethod
     def changed(self, done: StepResult) -> bool:
         """Did this journaled result change the host (so rollback has something to undo)?"""

@@ -26,6 +26,7 @@ from patchkit.steps.kind import Planned, StepKind
 from patchkit.steps.unit import (
     UnitPlan,
     apply_unit,
+    refused_undo,
     set_unit,
     undo_unit,
     unit_files,
@@ -332,8 +333,19 @@ class PatchKind(StepKind[PatchStep, UnitPlan]):
         return with_upstream_note(out, step, spec)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
-        """Every file's backup back in place, only if each still holds what the run wrote (or forced)."""
-        return await undo_unit(ctx, done, target)
+        """Every file's backup back in place, only if each still holds what the run wrote (or
+        forced), and only inside the package folder the recipe's step locates on the host now."""
+        step = self.step_now(ctx, done)
+        if step is None:
+            return refused_undo(done, f"the recipe has no patch step {done.name} now: rollback writes only inside "
+                                      "the package folder the step locates on the host, so nothing was restored "
+                                      "(roll back with the recipe that applied it)")
+        package = self.spec_of(step).package
+        located = await ctx.agent.call(LOCATE(locate_args(package, [])))
+        if not located["found"]:
+            return refused_undo(done, f"package {package} is not found on the host now: rollback writes only "
+                                      "inside the package folder the step locates, so nothing was restored")
+        return await undo_unit(ctx, done, target, located["root"])
 
     def changed(self, done: StepResult) -> bool:
         """A change in place, or a failure that could not put every file back (restored False):

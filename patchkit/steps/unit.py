@@ -16,6 +16,7 @@ earlier versions included.
 from __future__ import annotations
 
 import base64
+import posixpath
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -121,7 +122,7 @@ async def apply_unit(ctx: HostContext, step: Step, plan: UnitPlan,
         record, done = live
         where = standing(done, unit_files(result))
         if where == "holds" and result.status == "ok":
-            return await settle(ctx, step, result, record, done)
+            return await settle(ctx, step, result, record, done, plan.root)
         if where == "untouched" and result.status == "changed":
             await void(ctx, record, step.name)  # it never wrote: nothing of it to undo
             note = f" (run {record.run_id} was cut off before its write; this run makes it)"
@@ -129,7 +130,7 @@ async def apply_unit(ctx: HostContext, step: Step, plan: UnitPlan,
             # Part of that run's unit is on the host: put it back first, so this run's record holds
             # every file's original and one rollback undoes the whole unit.
             cut = _cut_off_mid_write(record, done, unit_files(result))
-            problem = await _put_back_all(ctx, unit_files(done), force=False, root=done.root)
+            problem = await _put_back_all(ctx, unit_files(done), force=False, root=plan.root)
             if problem:
                 result.status, result.message = "failed", f"{cut}; putting them back failed: {problem}"
                 return result
@@ -172,6 +173,11 @@ async def _write(ctx: HostContext, step: Step, result: StepResult, contents: dic
         result.status, result.message = "failed", str(exc)
         return result
     result.checks = [Check.model_validate(c) for c in outcome["checks"]]
+    made = outcome.get("created_dirs", {})
+    for change in ordered:
+        if change.sha256_before is None:  # a file the unit adds
+            change.created_dirs = made.get(change.file, [])
+    set_unit(result, changes, many)
     passed = ", ".join(c.name for c in result.checks)
     if outcome["ok"]:
         result.verified = True
@@ -213,16 +219,17 @@ def _b64(content: bytes | None) -> str | None:
 # ---------------------------------------------------------------- settle
 
 async def settle(ctx: HostContext, step: Step, result: StepResult, record: RunRecord,
-                 done: StepResult) -> StepResult:
+                 done: StepResult, root: str | None) -> StepResult:
     """The unit holds what run `record` wrote, but that run was cut off before its checks were
-    recorded: run them now; on failure put every original back, as that run would have."""
+    recorded: run them now; on failure put every original back, as that run would have, inside
+    `root`, the package folder this run's plan located (not the one the record names)."""
     verify = step.checks
     files = unit_files(done)
     cut = f"run {record.run_id} was cut off before its checks were recorded"
     try:
         outcome = await ctx.agent.call(VERIFY({
             "files": [{"path": c.file, "expected_sha256": c.sha256_after} for c in files],
-            "verify_imports": verify.import_, "import_timeout_s": verify.timeout_s, "root": done.root,
+            "verify_imports": verify.import_, "import_timeout_s": verify.timeout_s, "root": root,
             "verify_python": verify_program(ctx, step),
             "package": step.patch.package if step.patch else None,
         }), reply_wait=checks_wait(step))
@@ -237,7 +244,7 @@ async def settle(ctx: HostContext, step: Step, result: StepResult, record: RunRe
         return result
     result.status = "failed"
     many = _many(result)
-    problem = await _put_back_all(ctx, files, force=False, root=done.root)
+    problem = await _put_back_all(ctx, files, force=False, root=root)
     if problem:
         lost = "NOT ALL FILES RESTORED" if many else "ORIGINAL NOT RESTORED"
         result.message = f"{cut}, and its change fails: {outcome['failure']}; {lost}: {problem}"
@@ -340,16 +347,43 @@ def _journaled_elsewhere(records: list[RunRecord], name: str, now: list[FileChan
 
 # ---------------------------------------------------------------- undo
 
-async def undo_unit(ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
-    """Every file back from its backup, as a unit: if one drifted, none is touched (unless --force);
-    if one left the package folder its apply was confined to (`done.root`), none is, forced or not."""
+def refused_undo(done: StepResult, message: str) -> StepResult:
+    """A journaled unit that rollback does not touch, failed with why (its files as recorded, swapped)."""
     many = _many(done)
     files = unit_files(done)
     changed = [c for c in files if c.sha256_before != c.sha256_after]
-    result = StepResult(name=done.name, kind=done.kind, status="failed", upstream=done.upstream, why=done.why)
+    result = StepResult(name=done.name, kind=done.kind, status="failed", upstream=done.upstream, why=done.why,
+                        message=message)
     swapped = [c.model_copy(update={"sha256_before": c.sha256_after, "sha256_after": c.sha256_before})
                for c in (changed if many else files)]
-    set_unit(result, swapped, many)
+    if swapped:
+        set_unit(result, swapped, many)
+    return result
+
+
+def outside_root(root: str, file: str) -> bool:
+    """Is `file` (as a run record names it) outside the package folder `root`, by names? The
+    agent checks again by real paths, through what it opens (refuse_leaving_root)."""
+    root, file = posixpath.normpath(root), posixpath.normpath(file)
+    return file != root and not file.startswith(root.rstrip("/") + "/")
+
+
+async def undo_unit(ctx: HostContext, done: StepResult, target: RunRecord, root: str) -> StepResult:
+    """Every file back from its backup, as a unit: if one drifted, none is touched (unless --force);
+    if one is outside `root`, the package folder the step locates on the host now (never the
+    folder the record names: a record says where to write, the host says where the package
+    is), none is, forced or not."""
+    many = _many(done)
+    files = unit_files(done)
+    changed = [c for c in files if c.sha256_before != c.sha256_after]
+    result = refused_undo(done, "")
+    outside = [c.file for c in files if outside_root(root, c.file)]
+    if outside:
+        result.message = (f"run {target.run_id} names {', '.join(outside)}, outside {root}, the package folder the "
+                          "step locates on the host now: rollback writes only inside it; nothing was restored "
+                          "(--force does not override this)")
+        return result
+    done = done.model_copy(update={"root": root})
     if len(changed) > 1:  # one file: the agent's restore makes the same check, in the same step
         try:
             now = await ctx.agent.call(HASH({"paths": [c.file for c in changed], "confined": True, "root": done.root}))
@@ -394,13 +428,14 @@ async def _put_back_all(ctx: HostContext, files: list[FileChange], force: bool, 
 
 async def _put_back(ctx: HostContext, change: FileChange, force: bool, root: str | None) -> bool:
     """One file as it was before the change: its backup back, or removed (a file the diff
-    added); True when something changed. Refused when the file drifted (unless force), and
-    when it is no longer inside `root`, the package folder its apply was confined to (force
-    or not)."""
+    added, then the folders made for it, those left empty); True when something changed.
+    Refused when the file drifted (unless force), and when it is no longer inside `root`, the
+    package folder its apply was confined to (force or not)."""
     if change.sha256_before is None:
         assert change.sha256_after is not None  # a file the diff added: what it holds now
         removed = await ctx.agent.call(REMOVE_FILE({"path": change.file, "expected_sha256": change.sha256_after,
-                                                    "root": root, "force": force}))
+                                                    "root": root, "force": force,
+                                                    "remove_dirs": change.created_dirs or []}))
         return bool(removed["removed"])
     assert change.backup is not None  # a file the run changed or deleted was backed up first
     outcome = await ctx.agent.call(RESTORE({"path": change.file, "backup_path": change.backup,

@@ -12,6 +12,12 @@ keys (RFC 6187, `x509v3-*` algorithms), ~20% of its import time (issue 27). patc
 reaches hosts with OpenSSH keys, certificates and known_hosts only, and asyncssh treats
 X.509 as optional (it catches the ImportError): an `x509v3-*` known_hosts line is then
 skipped, so such a host's key is unknown and refused, never accepted unchecked.
+
+And without cryptography's deprecation warnings about asyncssh's own code: cryptography 51
+deprecates DSA, and asyncssh names DSA types at import (five warnings, ten lines on stderr for
+every command that reads an inventory). They are for asyncssh's authors, not for patchkit's
+users: muted for that category from asyncssh's modules only, for the whole process (asyncssh
+also reaches DSA when it loads keys); every other warning is shown as before.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import ctypes.util
 import glob
 import os
 import sys
+import warnings
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -73,6 +80,13 @@ def without_x509() -> Iterator[None]:
             del sys.modules[X509_MODULE]
 
 
+def mute_asyncssh_deprecations() -> None:
+    from cryptography.utils import CryptographyDeprecationWarning
+
+    warnings.filterwarnings("ignore", category=CryptographyDeprecationWarning, module=r"asyncssh(\.|$)")
+
+
+mute_asyncssh_deprecations()
 with quick_liboqs_probe(), without_x509():
     import asyncssh  # noqa: E402
 

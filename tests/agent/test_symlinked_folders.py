@@ -158,10 +158,10 @@ def test_rollback_refuses_a_backup_reached_through_a_symlink(sandbox: Sandbox, t
     rolls_back_once_put_back(sandbox, toy, backups, aside)
 
 
-def test_an_old_record_without_a_root_is_held_to_the_package_folder_of_the_import_path(sandbox: Sandbox,
-                                                                                      tmp_path: Path) -> None:
-    """The fixture's record (written before roots were journaled) names none: the agent takes
-    the package folder the interpreter's import path gives the file (pkgs/toyllm here)."""
+def test_an_old_record_without_a_root_is_held_to_the_package_folder_located_now(sandbox: Sandbox,
+                                                                                tmp_path: Path) -> None:
+    """The fixture's record (written before roots were journaled) names none: rollback holds it
+    to the package folder the step locates on the host now (pkgs/toyllm here), as every record."""
     toy = recipe(TOY)
     assert sandbox.run("apply", toy).returncode == 0
     record = plant(sandbox, "patch-single-apply.json", "toyllm_eagle3")
@@ -173,7 +173,7 @@ def test_an_old_record_without_a_root_is_held_to_the_package_folder_of_the_impor
     refused = sandbox.run("rollback", toy, "--force", json_out=True)
     assert refused.returncode == 1, refused
     message = step(refused, "eagle3-whitelist")["message"]
-    assert f"{config} is a symlink to {outside}, outside the package folder (derived from the import path" in message
+    assert f"{config} is a symlink to {outside}, outside the change's folder {sandbox.pkgs / 'toyllm'}" in message
     assert snapshot(outside) == before
 
     rolls_back_once_put_back(sandbox, toy, config, aside)

@@ -25,7 +25,9 @@ def test_a_journal_written_before_the_models_loads_and_writes_back_byte_for_byte
     raw = json.loads(path.read_text())
     record = RunRecord.model_validate(raw)
     dumped = record.model_dump(mode="json")
-    for old, new in zip(raw["steps"], dumped["steps"]):  # fields added to steps since: at their defaults
+    olds = raw["steps"] + [f for s in raw["steps"] for f in s.get("files") or []]
+    news = dumped["steps"] + [f for s in dumped["steps"] for f in s.get("files") or []]
+    for old, new in zip(olds, news):  # fields added to steps (and their files) since: at their defaults
         added = set(new) - set(old)
         assert all(new[key] is None for key in added), added
         for key in added:

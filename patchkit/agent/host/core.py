@@ -86,21 +86,115 @@ def tail(text, lines=TAIL_LINES):
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+class UntrustedState(Refused):
+    """A folder or file where patchkit keeps its state (journal, backups, launch records, the
+    lock) that another user owns or may write: refused before anything in it is read or
+    written. The control side reports it as a usage error (exit 2): the state dir given is
+    wrong, not the host."""
+
+    kind = "untrusted_state"
+
+
+def user_name(uid):
+    """The user's name for uid where the host has one, else `uid N`."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return "uid %d" % uid
+
+
+def refuse_untrusted(path, st, what="state folder"):
+    """Refuse a state folder or file (st: its lstat or the fstat of what was opened without
+    following a symlink) that is not ours, or that group or others may write: whoever can
+    plant a run record and a backup there steers what rollback writes, a launch record what
+    apply signals."""
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise UntrustedState("%s %s belongs to %s, not to %s who runs patchkit: refusing to keep or read state "
+                             "there; nothing done (give a state dir of this user's own: --state-dir or the "
+                             "inventory's state_dir)" % (what, path, user_name(st.st_uid), user_name(uid)))
+    if st.st_mode & 0o022:
+        raise UntrustedState("%s %s is writable by %s (mode %03o): refusing to keep or read state there; nothing "
+                             "done (chmod go-w it, or give another state dir)"
+                             % (what, path, "others" if st.st_mode & 0o002 else "its group", st.st_mode & 0o777))
+
+
+def open_state_dir(path):
+    """A descriptor of the folder at path, opened without following a symlink, checked to be a
+    folder of ours no other user may write (refuse_untrusted); None when nothing is there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            refuse_unless_dir(path)  # says which: a symlink, or not a folder
+        raise
+    try:
+        refuse_untrusted(path, os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def state_dir_exists(path):
+    """Is there a state folder of ours at path (checked as open_state_dir checks)? False when
+    nothing is there; refused when something untrusted is."""
+    fd = open_state_dir(path)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
 def ensure_private_dir(path):
-    """A 0700 folder of ours at path: made if missing; a symlink or a non-folder there is
-    refused, never followed (anyone who could plant one would steer our writes)."""
+    """A 0700 folder of ours at path: made if missing; a symlink, a non-folder, or a folder
+    another user owns or may write is refused, never followed nor chmod'ed (anyone who could
+    plant one would steer our writes). Folders above it that are missing are made (the
+    user's own); existing ones are left as they are."""
     if not os.path.lexists(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)  # above the state dir: the user's own folders
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
             pass
-    refuse_unless_dir(path)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    fd = open_state_dir(path)
+    if fd is None:  # removed since it was made: as if never made
+        raise Refused("%s vanished while patchkit made it; nothing done" % path)
     try:
-        os.fchmod(fd, 0o700)
+        if os.fstat(fd).st_mode & 0o777 != 0o700:
+            os.fchmod(fd, 0o700)  # ours, and no one else could write it: only narrowed
     finally:
         os.close(fd)
+
+
+def open_state_file(path):
+    """A state file (run record, backup, launch record) opened for reading, never through a
+    symlink, checked to be a regular file of ours no other user may write (refuse_untrusted);
+    None when none is there."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedState("state file %s is a symlink (to %s): patchkit never reads state through one; "
+                                 "nothing done" % (path, os.readlink(path)))
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedState("state file %s is not a regular file; nothing done" % path)
+        refuse_untrusted(path, st, "state file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def refuse_unless_dir(path):
@@ -240,8 +334,11 @@ def refuse_leaving_root(root, path, what, fd=None, opened=None):
 
 
 def refuse_backup_escape(state_dir, backup_path):
-    """A backup is read only from the state folder's backups/, and never through a symlink:
-    patchkit makes none there, and one planted would feed a restore bytes from elsewhere."""
+    """A backup is read only from the state folder's backups/, never through a symlink, and
+    only through folders of ours no other user may write (refuse_untrusted): patchkit makes
+    no symlink there, and a backup planted would feed a restore bytes from elsewhere."""
+    import stat
+
     state_dir = os.path.normpath(expand(state_dir))
     backups = os.path.join(state_dir, "backups")
     backup = os.path.normpath(expand(backup_path))
@@ -250,11 +347,16 @@ def refuse_backup_escape(state_dir, backup_path):
         raise Refused("backup %s is outside %s: patchkit restores only from its own backups; nothing was "
                       "read or written" % (backup, backups))
     here = state_dir
-    for part in [""] + ["backups"] + parts:
+    for i, part in enumerate([""] + ["backups"] + parts):
         here = os.path.join(here, part) if part else here
-        if os.path.islink(here):
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return  # missing: the restore says so
+        if stat.S_ISLNK(st.st_mode):
             raise Refused("backup %s: %s is a symlink (to %s); patchkit never reads a backup through a symlink; "
                           "nothing was read or written" % (backup, here, os.readlink(here)))
+        refuse_untrusted(here, st, "state file" if i == len(parts) + 1 else "state folder")
 
 
 # dir_fd, below: the descriptor of the folder holding path (locked_folder's), which the file
@@ -696,19 +798,145 @@ def op_apply_files(files, verify_imports, import_timeout_s, verify_python=None, 
     error too, puts back every file written (each only if it still holds what this run wrote).
 
     files: [{path, expected_sha256, content_b64, backup_path}]. A file the unit adds has
-    expected_sha256 None (it must not exist; its folder must); one it deletes has content_b64
-    None (backed up, removed). The files' folders are locked (flock) for the whole of it, in
-    sorted order: two runs with different state dirs never interleave on one file, nor deadlock.
-    root: the package folder every path must stay inside (refuse_path_escape); package: its name (the
-    import check holds the target to both: written_modules)."""
+    expected_sha256 None (it must not exist); the folders it needs below root are made first
+    (make_folders), and removed again, when empty, if the unit fails. One it deletes has
+    content_b64 None (backed up, removed). The files' folders are locked (flock) for the whole
+    of it, in sorted order: two runs with different state dirs never interleave on one file,
+    nor deadlock. root: the package folder every path must stay inside (refuse_path_escape);
+    package: its name (the import check holds the target to both: written_modules). Every
+    refusal and failure names the file (or folder) and why, never an exception's repr."""
     paths = [expand(f["path"]) for f in files]
     for path in paths:  # by names first: the readable refusal, before anything is opened
         refuse_path_escape(root, path)
         refuse_symlink(path, "patch")
-    with locked_folders(paths, import_timeout_s + 60) as folders:
-        for path in paths:  # then the folders the unit goes through, as opened
-            refuse_path_escape(root, path, folders.fd(path))
-        return apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, verify_python, package, root)
+    created = []  # the folders made for the files the unit adds, deepest first
+    try:
+        for spec, path in zip(files, paths):
+            if spec["expected_sha256"] is None:
+                make_folders(root, path, created)
+        with locked_folders(paths, import_timeout_s + 60) as folders:
+            for path in paths:  # then the folders the unit goes through, as opened
+                refuse_path_escape(root, path, folders.fd(path))
+            out = apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, verify_python,
+                                    package, root)
+    except BaseException as exc:
+        remove_empty_folders(root, created)  # nothing was written: the host as it was
+        if isinstance(exc, OSError):
+            raise Refused("%s; nothing written" % os_error_text(exc))
+        raise
+    if not out["ok"]:
+        created = remove_empty_folders(root, created)  # those still holding a file not put back stay
+    added = [(spec["path"], path) for spec, path in zip(files, paths) if spec["expected_sha256"] is None]
+    if added:  # per file added (as the control side named it): the folders made for it, still there
+        out["created_dirs"] = dict((named, [d for d in created if is_under(path, d)]) for named, path in added)
+    return out
+
+
+def os_error_text(exc):
+    """An OSError as the user reads it: the file it names and why (the errno's words)."""
+    why = exc.strerror or str(exc) or type(exc).__name__
+    return "%s: %s" % (exc.filename, why) if exc.filename is not None else why
+
+
+def open_below(root, folder, created=None):
+    """A descriptor of `folder`, a folder inside the package folder root (or root itself),
+    opened from root's descriptor down one component at a time, never following a symlink.
+    With `created` (a list), a missing component is made (0777 less the umask, as mkdir makes
+    it) and noted there, deepest first. Refused, naming the component: a symlink or anything
+    but a folder on the way (it would steer a write elsewhere), a folder outside root."""
+    root, folder = os.path.normpath(expand(root)), os.path.normpath(expand(folder))
+    rel = os.path.relpath(folder, root)
+    parts = [] if rel == os.curdir else rel.split(os.sep)
+    if os.pardir in parts:
+        raise Refused("%s is outside the package folder %s" % (folder, root))
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # root as located (fd_escape holds files to its real path)
+    here = root
+    try:
+        for part in parts:
+            here = os.path.join(here, part)
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if created is None:
+                    raise
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                    created.insert(0, here)
+                except FileExistsError:
+                    pass  # made meanwhile by another run: not ours to remove
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # Linux says ENOTDIR for a symlink with O_DIRECTORY
+                    what = "a symlink" if os.path.islink(here) else "not a folder"
+                    raise Refused("%s is %s; patchkit does not write through it" % (here, what))
+                raise
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_folders(root, path, created):
+    """The folders below the package folder root that the file path (one a diff adds) needs,
+    made where missing (open_below: from root's descriptor down, no symlink followed) and
+    noted in created, deepest first. Refused with the folder, the file and why."""
+    folder = os.path.dirname(path)
+    if os.path.isdir(folder):
+        return  # there already: locked_folders opens it, fd_escape holds it to root
+    if root is None:
+        raise Refused("folder %s does not exist (the diff adds %s in it), and no package folder is named to "
+                      "make it in; nothing written" % (folder, os.path.basename(path)))
+    try:
+        os.close(open_below(root, folder, created))
+    except Refused as exc:
+        raise Refused("cannot make folder %s for %s, which the diff adds: %s; nothing written" % (folder, path, exc))
+    except OSError as exc:
+        raise Refused("cannot make folder %s for %s, which the diff adds: %s; nothing written"
+                      % (folder, path, os_error_text(exc)))
+
+
+def remove_empty_folders(root, folders):
+    """Remove each of folders (made by patchkit for files a diff added, deepest first) that is
+    empty but for an empty __pycache__ (an import of its modules makes one), through its parent's
+    descriptor opened from the package folder root down (open_below: no symlink followed).
+    A folder that holds anything else (a file someone added), is gone, or is not strictly
+    inside root is left. Returns those still there."""
+    left = []
+    for folder in folders:
+        folder = os.path.normpath(expand(folder))
+        parent, name = os.path.split(folder)
+        try:
+            fd = open_below(root, parent)
+        except FileNotFoundError:
+            continue  # its parent is gone, and it with it
+        except (OSError, Refused):
+            left.append(folder)
+            continue
+        try:
+            try:
+                inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                left.append(folder)  # a symlink or a file put there since: not ours
+                continue
+            try:
+                os.rmdir("__pycache__", dir_fd=inner)
+            except OSError:
+                pass  # none, or it holds bytecode of someone else's module: the rmdir below says
+            finally:
+                os.close(inner)
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(folder)
+        finally:
+            os.close(fd)
+    return left
 
 
 class locked_folders:
@@ -743,10 +971,18 @@ def apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, v
                       root=None):
     """op_apply_files under its locks (folders): nothing is written until every file was read,
     checked against the hash the plan saw and backed up (a refusal then leaves the host as it was)."""
-    olds = [read_original(spec, path, folders.fd(path)) for spec, path in zip(files, paths)]
-    for spec, (original, _, _) in zip(files, olds):
+    olds = []
+    for spec, path in zip(files, paths):
+        try:
+            olds.append(read_original(spec, path, folders.fd(path)))
+        except OSError as exc:
+            raise Refused("reading %s failed: %s; nothing written" % (path, os_error_text(exc)))
+    for spec, path, (original, _, _) in zip(files, paths, olds):
         if original is not None:
-            back_up(expand(spec["backup_path"]), original, spec["expected_sha256"])
+            try:
+                back_up(expand(spec["backup_path"]), original, spec["expected_sha256"])
+            except OSError as exc:
+                raise Refused("backing up %s failed: %s; nothing written" % (path, os_error_text(exc)))
     news = [None if spec["content_b64"] is None else base64.b64decode(spec["content_b64"]) for spec in files]
     written, checks = [], []
     try:
@@ -755,7 +991,7 @@ def apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, v
             failure = verify_unit(list(zip(paths, news)), verify_imports, import_timeout_s, checks, verify_python,
                                   folders, package, root)
     except Exception as exc:  # whatever went wrong, the files written so far go back
-        failure = "%s: %s" % (type(exc).__name__, exc)
+        failure = os_error_text(exc) if isinstance(exc, OSError) else "%s: %s" % (type(exc).__name__, exc)
     if failure is None:
         return {"ok": True, "checks": checks,
                 "sha256_after": dict((spec["path"], None if new is None else sha256_bytes(new))
@@ -1163,24 +1399,27 @@ def restore_locked(path, backup_path, expected_current, original_sha256, force, 
                 os.fchmod(f.fileno(), mode)
     if current == original_sha256:  # never changed (a run that died first) or put back already
         return {"ok": True, "already": True}
-    if not os.path.isfile(backup_path):
+    src = open_state_file(backup_path)  # ours, no one else's to write (refuse_untrusted)
+    if src is None:
         raise Refused("backup %s is missing; cannot restore %s" % (backup_path, path))
-    if current != expected_current and not force:
-        raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to restore "
-                      "(--force restores anyway)" % (path, (current or "missing")[:12], expected_current[:12]))
-    st = stat_dict(st_before) if st_before is not None else {"mode": 0o644, "uid": None, "gid": None}
+    with src:
+        if current != expected_current and not force:
+            raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to restore "
+                          "(--force restores anyway)" % (path, (current or "missing")[:12], expected_current[:12]))
+        st = stat_dict(st_before) if st_before is not None else {"mode": 0o644, "uid": None, "gid": None}
 
-    def copy_checked(f):
-        digest = hashlib.sha256()
-        with open(backup_path, "rb") as src:
+        def copy_checked(f):
+            # only bytes the run record holds the hash of: else the temp file goes, nothing changes
+            digest = hashlib.sha256()
             for chunk in iter(lambda: src.read(CHUNK), b""):
                 digest.update(chunk)
                 f.write(chunk)
-        if digest.hexdigest() != original_sha256:
-            raise Refused("backup %s is corrupt (hash mismatch); not restoring" % backup_path)
+            if digest.hexdigest() != original_sha256:
+                raise Refused("backup %s does not hash to %s, the original the run record names (corrupt, or "
+                              "not patchkit's); not restoring, nothing written" % (backup_path, original_sha256[:12]))
 
-    sweep_temps(path, dir_fd)
-    atomic_fill(path, copy_checked, st["mode"] if mode is None else mode, st["uid"], st["gid"], dir_fd=dir_fd)
+        sweep_temps(path, dir_fd)
+        atomic_fill(path, copy_checked, st["mode"] if mode is None else mode, st["uid"], st["gid"], dir_fd=dir_fd)
     if st_before is not None:
         settle_bytecode(path, st_before, dir_fd)
     else:
@@ -1253,9 +1492,15 @@ def open_private_file(path):
         if exc.errno == errno.ELOOP:
             raise Refused("%s is a symlink; refusing to follow it" % path)
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise Refused("%s is not a regular file; refusing to use it" % path)
+    try:
+        refuse_untrusted(path, st, "state file")  # an existing one too: what it says is shown to the user
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -1279,6 +1524,7 @@ def op_journal_write(state_dir, recipe, run_id, record):
     folder = runs_dir(state_dir, recipe)
     path = os.path.join(folder, run_id + ".json")
     try:
+        ensure_private_dir(expand(state_dir))
         ensure_private_dir(os.path.join(expand(state_dir), "runs"))
         ensure_private_dir(folder)
         sweep_temps(path)
@@ -1291,18 +1537,26 @@ def op_journal_write(state_dir, recipe, run_id, record):
 
 @op
 def op_journal_list(state_dir, recipe=None):
-    base = os.path.join(expand(state_dir), "runs")
-    recipes = [recipe] if recipe else (sorted(os.listdir(base)) if os.path.isdir(base) else [])
+    """Every run record (of recipe), each read only from folders and files of ours that no other
+    user may write (open_state_dir, open_state_file): a record planted there is refused, not read."""
+    state_dir = expand(state_dir)
+    base = os.path.join(state_dir, "runs")
+    if not state_dir_exists(state_dir) or not state_dir_exists(base):
+        return []
+    recipes = [recipe] if recipe else sorted(os.listdir(base))
     out = []
     for name in recipes:
         folder = os.path.join(base, name)
-        if not os.path.isdir(folder):
+        if not state_dir_exists(folder):
             continue
         for entry in sorted(os.listdir(folder)):
             if entry.endswith(".json"):
                 try:
-                    with open(os.path.join(folder, entry)) as f:
-                        out.append(json.load(f))
+                    f = open_state_file(os.path.join(folder, entry))
+                    if f is None:
+                        continue
+                    with f:
+                        out.append(json.loads(f.read().decode("utf-8")))
                 except (OSError, ValueError):
                     continue
     return out
@@ -1310,13 +1564,18 @@ def op_journal_list(state_dir, recipe=None):
 
 @op(mutating=True)
 def op_journal_prune(state_dir, recipe, drop_run_ids):
-    """Delete the named runs' records and backups (the control side picks which)."""
+    """Delete the named runs' records and backups (the control side picks which), only in
+    folders of ours no other user may write."""
+    state_dir = expand(state_dir)
+    for folder in (state_dir, os.path.join(state_dir, "runs"), runs_dir(state_dir, recipe),
+                   os.path.join(state_dir, "backups")):
+        state_dir_exists(folder)
     for run_id in drop_run_ids:
         record = os.path.join(runs_dir(state_dir, recipe), run_id + ".json")
-        if os.path.exists(record):
+        if os.path.lexists(record):
             os.unlink(record)
-        backups = os.path.join(expand(state_dir), "backups", run_id)
-        if os.path.isdir(backups):
+        backups = os.path.join(state_dir, "backups", run_id)
+        if state_dir_exists(backups):
             import shutil
 
             shutil.rmtree(backups)
@@ -1391,7 +1650,7 @@ def serve(stdin, stdout, nonce=None, first=b""):
                 result = handler(**request.get("args", {}))
             reply = {"id": request.get("id"), "ok": True, "result": result}
         except Refused as exc:
-            reply = {"id": request.get("id"), "ok": False, "error": str(exc), "kind": "refused"}
+            reply = {"id": request.get("id"), "ok": False, "error": str(exc), "kind": getattr(exc, "kind", "refused")}
         except Exception as exc:  # reported to the control side, which decides
             reply = {"id": request.get("id"), "ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
                      "kind": "error"}

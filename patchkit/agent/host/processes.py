@@ -4,8 +4,11 @@ Sent with the first launch or HTTP op of a run and run in the core's namespace (
 `Refused`, `expand`, `atomic_write` are the core's). Stdlib only, Python >= 3.8.
 
 A server runs in its own session, detached from the agent and the SSH connection, its output appended to a
-log file (0600). Its record (pid, start time, command hash, log) lives in the journal, and
-the start time read from /proc tells a live server from a recycled pid.
+log file (0600). Its record (pid, start time, process group and session, command hash, log)
+lives in the journal's launch/ folder, read only when it is ours and no other user may write
+it (open_state_file). The start time read from /proc tells a live server from a recycled
+pid; no signal goes to a process unless /proc shows the one the record names: its start
+time, its own process group and session, our user (_refuse_unless_ours).
 
 Only the server gets its real argv and env values: what is written here (the record, the
 log's header, error messages) shows the argv the control side redacted and env names.
@@ -20,8 +23,11 @@ import time
 
 
 def _launch_dir(state_dir):
-    folder = os.path.join(expand(state_dir), "launch")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+    """STATE/launch/, a folder of ours no other user may write (ensure_private_dir), made if missing."""
+    state_dir = expand(state_dir)
+    ensure_private_dir(state_dir)
+    folder = os.path.join(state_dir, "launch")
+    ensure_private_dir(folder)
     return folder
 
 
@@ -29,15 +35,61 @@ def _record_path(state_dir, name):
     return os.path.join(_launch_dir(state_dir), name + ".json")
 
 
-def _proc_start_time(pid):
-    """Field 22 of /proc/PID/stat (clock ticks since boot), or None if no such process."""
+def _proc_stat(pid):
+    """The fields of /proc/PID/stat after the command's name (state first), or None if no such process."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             data = f.read()
     except OSError:
         return None
-    fields = data.rsplit(")", 1)[1].split()
-    return int(fields[19])
+    return data.rsplit(")", 1)[1].split()
+
+
+def _proc_start_time(pid):
+    """Field 22 of /proc/PID/stat (clock ticks since boot), or None if no such process."""
+    fields = _proc_stat(pid)
+    return None if fields is None else int(fields[19])
+
+
+def _proc_uid(pid):
+    """The real uid of process pid (/proc/PID/status), or None if no such process."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _not_ours(record, pid):
+    """Why process pid is not one the record's server (or what is left of its group) may be:
+    None when it is. A server patchkit starts leads its own session and process group
+    (start_new_session) as the user the agent runs as; the record keeps both ids."""
+    fields = _proc_stat(pid)
+    if fields is None:
+        return None  # gone: nothing to signal
+    pgid, sid = record.get("pgid", record["pid"]), record.get("sid", record["pid"])
+    if pgid != record["pid"] or sid != record["pid"]:
+        return "the record says process group %s, session %s, not the group and session pid %s leads as patchkit " \
+               "starts servers" % (pgid, sid, record["pid"])
+    if int(fields[2]) != pgid or int(fields[3]) != sid:  # pgrp, session: fields 5 and 6 of stat
+        return "pid %d is in process group %s, session %s, not %s as recorded" % (pid, fields[2], fields[3], pgid)
+    uid = _proc_uid(pid)
+    if uid is not None and uid != os.getuid():
+        return "pid %d runs as %s, not as %s who started the server" % (pid, user_name(uid), user_name(os.getuid()))
+    return None
+
+
+def _refuse_unless_ours(state_dir, name, record, pids):
+    """Before any signal: every process in pids must be the record's server or its group's (_not_ours)."""
+    for pid in pids:
+        why = _not_ours(record, pid)
+        if why:
+            raise Refused("launch record %s names pid %s, which is not a server patchkit started (%s): no signal "
+                          "sent; nothing done (remove the record if it is stale)"
+                          % (_record_path(state_dir, name), record["pid"], why))
 
 
 def _alive(record):
@@ -55,11 +107,20 @@ def _alive(record):
 
 
 def _read_record(state_dir, name):
+    """The server's record, None if there is none or it cannot be read; refused when another
+    user owns it or may write it (open_state_file): a record planted there names the process
+    that stop would signal."""
     try:
-        with open(_record_path(state_dir, name)) as f:
-            return json.load(f)
+        f = open_state_file(_record_path(state_dir, name))
+        if f is None:
+            return None
+        with f:
+            record = json.loads(f.read().decode("utf-8"))
     except (OSError, ValueError):
         return None
+    if not isinstance(record, dict) or not isinstance(record.get("pid"), int) or record["pid"] <= 0:
+        return None
+    return record
 
 
 def _write_record(state_dir, name, record):
@@ -116,7 +177,9 @@ def op_launch_start(state_dir, name, argv, env, cwd, log_path, command_hash, sho
     finally:
         log.close()
     CHILDREN[proc.pid] = proc
-    record = {"name": name, "pid": proc.pid, "proc_start": _proc_start_time(proc.pid), "argv": shown_argv,
+    # Popen returns once the child has exec'ed, so its setsid is done: it leads its group and session
+    record = {"name": name, "pid": proc.pid, "proc_start": _proc_start_time(proc.pid), "pgid": os.getpgid(proc.pid),
+              "sid": os.getsid(proc.pid), "argv": shown_argv,
               "env_names": sorted(env or {}), "cwd": cwd, "log": log_path, "command_hash": command_hash,
               "salt": salt, "started": time.time(), "run_id": run_id}
     _write_record(state_dir, name, record)
@@ -281,12 +344,15 @@ def op_launch_stop(state_dir, name, timeout_s=30.0):
         _reap(record["pid"])
         # its PID free or still its own (a zombie): the group, if any is left, is the server's
         ours = _proc_start_time(record["pid"]) in (None, record.get("proc_start"))
+        if ours:
+            _refuse_unless_ours(state_dir, name, record, _group_members(record["pid"]))
         orphans = _stop_orphans(record["pid"], timeout_s) if ours else None
         os.unlink(_record_path(state_dir, name))
         if orphans:
             return {"stopped": True, "how": orphans, "record": record}
         return {"stopped": False, "how": "not running"}
     pid = record["pid"]
+    _refuse_unless_ours(state_dir, name, record, [pid] + _group_members(pid))
     how = "SIGTERM"
     try:
         os.killpg(pid, signal.SIGTERM)

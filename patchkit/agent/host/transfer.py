@@ -39,11 +39,17 @@ def _part_path(final):
 
 
 def _load_cache(cache_file):
+    """The hash cache, read only when it is ours and no other user may write it (open_state_file):
+    a planted one would name a file's old hash as current, and the deploy would skip it."""
     try:
-        with open(cache_file) as f:
-            return json.load(f)
+        f = open_state_file(cache_file)
+        if f is None:
+            return {}
+        with f:
+            cache = json.loads(f.read().decode("utf-8"))
     except (OSError, ValueError):
         return {}
+    return cache if isinstance(cache, dict) else {}
 
 
 def _save_cache(cache_file, cache):
@@ -578,13 +584,15 @@ def _chmod_no_follow():
 
 @op(mutating=True)
 def op_remove_file(path, expected_sha256, root, force=False, remove_dirs=()):
-    """Remove a file a deploy created, only if it is still what the deploy wrote; then the
-    folders the deploy created for it (`remove_dirs`, deepest first), those left empty.
-    `root`: the folder the change was confined to (the core's refuse_leaving_root: checking the
-    path checks every folder of it below root, so the remove_dirs inside root too). The file is
+    """Remove a file a deploy (or a patch's diff) created, only if it is still what it wrote;
+    then the folders made for it (`remove_dirs`, deepest first), those left empty.
+    `root`: the folder the change was confined to (the core's refuse_leaving_root). The file is
     hashed and removed through its folder's descriptor, held to root as opened (as a patch's
-    restore is: no window between the check and the removal); the empty folders are removed by
-    name (rmdir removes nothing that holds a file)."""
+    restore is: no window between the check and the removal), its bytecode with it. The empty
+    folders inside root go through their parents' descriptors from root down, no symlink followed
+    (the core's remove_empty_folders); those above it (a deploy's dest and its parents, the user's
+    path, made as named) by name. Only folders holding path are removed; rmdir removes nothing
+    that holds a file."""
     path = expand(path)
     refuse_leaving_root(root, path, "remove")
     removed = False
@@ -598,11 +606,19 @@ def op_remove_file(path, expected_sha256, root, force=False, remove_dirs=()):
                     raise Refused("%s drifted: it hashes to %s, not %s as patchkit left it; refusing to remove "
                                   "(--force removes anyway)" % (path, current[:12], expected_sha256[:12]))
                 os.unlink(at(path, dir_fd), dir_fd=dir_fd)
+                if path.endswith(".py"):
+                    drop_bytecode(path, dir_fd)
                 removed = True
+    inside = expand(root) if root is not None else None
     for folder in remove_dirs or ():
+        folder = os.path.normpath(expand(folder))
+        if root is None or not is_under(path, folder) or folder == path:
+            continue  # only folders on the file's own way (held to root above): a record may name any
+        if inside is not None and is_under(folder, inside) and folder != inside:
+            remove_empty_folders(inside, [folder])
+            continue
         try:
-            os.rmdir(expand(folder))
+            os.rmdir(folder)
         except OSError:
             pass  # not empty (someone else's files, or a file we could not remove) or gone already
     return {"removed": removed, "already": not removed}
-
