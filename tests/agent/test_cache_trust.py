@@ -140,3 +140,46 @@ def test_a_poisoned_edit_entry_whose_hashes_match_is_never_applied(tmp_path: Pat
     written = sandbox.file(SPECULATIVE).read_text()
     assert '"kimi_k2"' in written and "os.makedirs" not in written
     assert not (tmp_path / "poison-ran").exists()
+
+
+SECRET = "sk-live-7f3a9c0e5d1b"
+SECRET_RECIPE = f"""name: secret-edit
+vars: {{api_token: "{SECRET}"}}
+steps:
+  - name: token-in-list
+    patch:
+      package: toyllm
+      modules: [toyllm.config.model]
+      edit: {{list_insert: {{names: [_FLOAT16_DTYPES], values: ["{{{{ api_token }}}}"]}}}}
+"""
+
+
+def test_an_edit_with_a_secret_value_leaves_no_trace_in_the_cache(tmp_path: Path, sandbox: Sandbox) -> None:
+    recipe_file = tmp_path / "secret.yaml"
+    recipe_file.write_text(SECRET_RECIPE)
+    cache = tmp_path / "cache"
+    for command in ("plan", "apply", "plan"):
+        result = run_patchkit(*sandbox.argv(command, str(recipe_file)), env=env_with(cache))
+        assert result.returncode == 0 and SECRET not in result.stdout, result
+    assert SECRET in sandbox.file("toyllm/config/model.py").read_text()  # the host got the real value
+    assert not [name for name, data in listing(cache).items() if SECRET.encode() in data]
+    # The same cache keeps an edit without a secret: the check above looked where entries go.
+    assert run_patchkit(*sandbox.argv("plan", TOY), env=env_with(cache)).returncode == 0
+    assert list((cache / "edits").glob("*.json"))
+
+
+def test_patchkit_test_keeps_no_secret_value_in_its_caches(tmp_path: Path) -> None:
+    from tests.agent.test_release_test import build_wheel, pip_sees_only  # noqa: PLC0415 - the toy index
+
+    links = tmp_path / "links"
+    links.mkdir()
+    build_wheel(links, "0.16.0")
+    recipe_file = tmp_path / "secret.yaml"
+    recipe_file.write_text(SECRET_RECIPE)
+    env = pip_sees_only(links, tmp_path / "cache")
+    result = run_patchkit("test", str(recipe_file), "--json", env=env, timeout=180)
+    assert result.returncode == 0, result
+    assert result.json()["steps"]["token-in-list"]["releases"]["0.16.0"]["status"] == "changed"
+    kept = listing(tmp_path / "cache")
+    assert any(name.startswith("release-files/") for name in kept)
+    assert not [name for name, data in kept.items() if SECRET.encode() in data]
