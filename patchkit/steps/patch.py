@@ -190,7 +190,8 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
     for rel, path, pending in reads:
         read = await pending.result()
         if not read["exists"]:
-            outcome = diff.apply_to(rel, None)  # a file the diff adds, or one it deleted already
+            with edit_cache.EDITING:  # its text is compiled too
+                outcome = diff.apply_to(rel, None)  # a file the diff adds, or one it deleted already
             if outcome.verdict == "not_found":
                 misses.append(f"{path}: {outcome.message}")
                 continue
