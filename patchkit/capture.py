@@ -29,6 +29,8 @@ import yaml
 from patchkit.agent.protocol import READ
 from patchkit.cache import cache_dir
 from patchkit.cache import folder as cache_folder
+from patchkit.edits.encoding import decode_source
+from patchkit.edits.model import EditError
 from patchkit.errors import HostError, UsageError
 from patchkit.installed import InstalledDist, installed
 from patchkit.outfile import OutputError, write_output
@@ -147,10 +149,14 @@ async def capture_host(session: Session, dist: str, wheel: Path | None, out: lis
             continue
         assert source is not None
         read = await session.agent.call(READ({"path": changed.path}))
-        capture.files.append(CapturedFile(changed.rel, found.module_of(changed),
-                                          pristine_bytes(source, changed.rel, changed.record_sha256,
-                                                         changed.record_size),
-                                          base64.b64decode(read.get("content_b64", ""))))
+        pristine = pristine_bytes(source, changed.rel, changed.record_sha256, changed.record_size)
+        current = base64.b64decode(read.get("content_b64", ""))
+        try:  # as Python reads them (a PEP 263 declaration says how): a recipe carries text
+            decode_source(pristine), decode_source(current)
+        except EditError as exc:
+            capture.skipped.append(f"{changed.rel}: {exc} (a recipe edits text)")
+            continue
+        capture.files.append(CapturedFile(changed.rel, found.module_of(changed), pristine, current))
     out.append(capture)
     rows = [StepResult(name=f.rel, kind="file", status="ok", message="captured: differs from RECORD",
                        file=f"{found.location}/{f.rel}") for f in capture.files]
@@ -267,7 +273,7 @@ def write_recipe(capture: Capture, out: Path, when: datetime.datetime) -> list[P
         modules = [f.module for f in files if f.module]
         if not modules:
             continue
-        texts = [(f, f.pristine.decode("utf-8"), f.current.decode("utf-8")) for f in files]
+        texts = [(f, decode_source(f.pristine), decode_source(f.current)) for f in files]  # checked: capture_host
         edit = builtin_edit(texts[0][1], texts[0][2]) if len(texts) == 1 else None
         if edit is None:
             patch = out.with_name(f"{out.stem}-{package}.patch")

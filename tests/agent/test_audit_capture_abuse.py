@@ -246,3 +246,27 @@ def test_capture_never_inflates_a_wheel_member_past_record_s_size(tmp_path: Path
     assert peak < 300 << 20, f"peak RSS {peak >> 20} MiB"  # bounded: the member is 1 GiB inflated
     print(f"\ncapture on a {BOMB >> 30} GiB zip bomb (RECORD says {record_size}): exit {done.returncode}, "
           f"peak RSS {peak >> 20} MiB")
+
+
+LATIN1_PRISTINE = b"# -*- coding: latin-1 -*-\nNAME = 'caf\xe9'\nLIMIT = 1\n"
+LATIN1_EDITED = b"# -*- coding: latin-1 -*-\nNAME = 'na\xefve'\nLIMIT = 2\n"
+
+
+def test_capture_reads_a_latin1_module_as_python_does(tmp_path: Path) -> None:
+    """A module declaring latin-1 (PEP 263) is captured by its text as Python reads it, not
+    refused with a UTF-8 decode traceback; the captured recipe, applied to the pristine file,
+    gives back the hand-edited bytes, in latin-1."""
+    python, site = make_dist(tmp_path / "host", "handpkg", {"handpkg/__init__.py": b"",
+                                                            "handpkg/mod.py": LATIN1_PRISTINE})
+    (site / "handpkg" / "mod.py").write_bytes(LATIN1_EDITED)
+    wheel = tmp_path / "handpkg-1.0-py3-none-any.whl"
+    write_zip(wheel, {"handpkg/__init__.py": deflated(b""), "handpkg/mod.py": deflated(LATIN1_PRISTINE)})
+    out = tmp_path / "out"
+    out.mkdir()
+    done = patchkit(python, tmp_path / "state", "capture", "handpkg", "-o", str(out / "r.yaml"), "--wheel",
+                    str(wheel), "--json")
+    assert done.returncode == 0, done
+    (site / "handpkg" / "mod.py").write_bytes(LATIN1_PRISTINE)
+    applied = patchkit(python, tmp_path / "state", "apply", str(out / "r.yaml"), "--json")
+    assert applied.returncode == 0, applied
+    assert (site / "handpkg" / "mod.py").read_bytes() == LATIN1_EDITED
