@@ -183,7 +183,7 @@ def test_hidden_characters_are_shown_and_warned_about_in_the_page_the_markdown_a
     ("--markdown", "{tmp}/link.md", "is a symlink (to {tmp}/victim.py): patchkit does not write through a symlink"),
     ("--html", "/proc/plan.html", "cannot write in /proc"),
     ("--markdown", "/dev/null", "not a regular file"),
-    ("--html", "", "an empty path"),
+    ("--html", "", "--html '': an empty value"),  # the CLI refuses any empty value first
 ])
 def test_an_output_path_that_cannot_be_written_stops_the_run_before_any_host(
         tmp_path: Path, flag: str, path: str, why: str) -> None:
