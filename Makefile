@@ -5,7 +5,10 @@ PY     := $(VENV)/bin/python
 SHELL  := bash
 .SHELLFLAGS := -eo pipefail -c
 # pip here warns about every configured index folder it cannot use; keep real errors only.
-QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true
+QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' -e 'Skipping patchkit as it is not installed' || true
+# A venv made when the distribution was still named `patchkit` holds that one too (same console
+# script, same package): removed first, as its RECORD would take the script with it later.
+DROP_OLD_NAME = -m pip uninstall -q -y patchkit 2>&1 | { $(QUIET_PIP); }
 
 .PHONY: setup system-deps test-inputs demo typecheck test test-unit test-fast test-lowest test-newest test-releases collection clean
 
@@ -13,6 +16,7 @@ QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@echo "make: creating $(VENV) and installing patchkit with its test dependencies (pip, ~30 s, ~150 MB)" >&2
 	$(PYTHON) -m venv $(VENV)
+	$(PY) $(DROP_OLD_NAME)
 	$(PY) -m pip install -q -c constraints.txt -e '.[test]' 2>&1 | { $(QUIET_PIP); }
 	touch $@
 
@@ -49,6 +53,7 @@ test-unit: setup
 ## in a venv of its own (.venv-lowest).
 .venv-lowest/.installed: pyproject.toml constraints-lowest.txt
 	$(PYTHON) -m venv .venv-lowest
+	.venv-lowest/bin/python $(DROP_OLD_NAME)
 	.venv-lowest/bin/python -m pip install -q -c constraints-lowest.txt -e '.[test]' 2>&1 | { $(QUIET_PIP); }
 	touch $@
 

@@ -24,7 +24,8 @@ from patchkit.inventory import Defaults, HostSpec
 from patchkit.logs import get_logger
 from patchkit.raygroup import NodeFilter, RayGroup, RayNodes, node_address
 
-RAY_MISSING = "Ray is not installed on this machine: pip install 'patchkit[ray]' (the Ray transport needs it)"
+RAY_MISSING = ("Ray is not installed on this machine: pip install 'patchkit-llm[ray]' "
+               "(or '.[ray]' in a clone of patchkit; the Ray transport needs it)")
 REACH_TIMEOUT_S = 10.0
 CLIENT_INIT_TIMEOUT_S = 45.0
 CLIENT_INIT_TRIES = 3  # server starts fail about 1 in 17 (below): 3 tries leave ~1 in 5,000 connects failing

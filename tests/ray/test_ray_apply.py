@@ -203,8 +203,8 @@ def test_the_cluster_s_errors_are_one_line_each(cluster: LocalCluster, tmp_path:
     missing = run_python(blocked, "status", TOY, "-i", str(none))
     assert missing.returncode != 0 and "Traceback" not in missing.stderr, missing
     assert missing.stderr.strip().splitlines()[-1] == (
-        "patchkit: group gpus: Ray is not installed on this machine: pip install 'patchkit[ray]' "
-        "(the Ray transport needs it)")
+        "patchkit: group gpus: Ray is not installed on this machine: pip install 'patchkit-llm[ray]' "
+        "(or '.[ray]' in a clone of patchkit; the Ray transport needs it)")
 
 
 def run_python(code: str, *args: str) -> Result:

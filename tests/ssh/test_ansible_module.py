@@ -376,7 +376,7 @@ def test_failures_fail_the_task_with_patchkits_message_and_leave_the_host_origin
     # the target's python has no patchkit: said so, with what to do
     missing = played.failure("no patchkit on the target", "gpu-3")
     assert missing.startswith(f"patchkit is not installed for the target's python {env.python}"), missing
-    assert "pip install patchkit" in missing
+    assert "(pip install patchkit-llm, or pip install . in a clone of patchkit)" in missing
 
     bad_var = played.failure("a list is no recipe variable", "gpu-3")
     assert bad_var == "vars.first_value: a recipe variable is a string, number or boolean, not list", bad_var

@@ -188,7 +188,8 @@ def patchkit_command(module):
         return [module.get_bin_path(executable, required=True)]
     if importlib.util.find_spec("patchkit") is None:
         module.fail_json(msg=(
-            f"patchkit is not installed for the target's python {sys.executable}: install it there (pip install patchkit), "
+            f"patchkit is not installed for the target's python {sys.executable}: install it there "
+            "(pip install patchkit-llm, or pip install . in a clone of patchkit), "
             "set ansible_python_interpreter to a python that has it, or give its command as executable"))
     return [sys.executable, "-m", "patchkit"]
 
