@@ -23,8 +23,8 @@ description:
     original back), supports check mode (patchkit plan; nothing is written) and diff mode
     (the unified diffs patchkit reports).
 requirements:
-  - patchkit installed for the target's Python (C(ansible_python_interpreter)), or its
-    command given with O(executable).
+  - patchkit (the Python distribution C(patchkit-llm)) installed for the target's Python
+    (C(ansible_python_interpreter)), or its command given with O(executable).
 options:
   recipe:
     description:
