@@ -399,35 +399,15 @@ def op_receive_file(stdin, dest, rel, offset, length, expected_sha256, mode, bac
 
 def _open_folder(root, parts, created_dirs):
     """A descriptor of root/parts..., each folder inside root opened without following a
-    symlink and made (0755 less umask) where missing, noted in created_dirs (deepest first).
-    A symlink or a non-folder on the way is refused: it would steer the write elsewhere."""
+    symlink and made (0777 less umask) where missing, noted in created_dirs (deepest first):
+    the core's open_below, the one walk a diff's new folders take too. root and its missing
+    parents are the user's path, made as named."""
     missing = root
     while not os.path.isdir(missing) and os.path.dirname(missing) != missing:
         created_dirs.append(missing)  # dest and its missing parents: the user's path, made as named
         missing = os.path.dirname(missing)
     os.makedirs(root, exist_ok=True)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # root itself is the user's choice, links and all
-    path = root
-    try:
-        for part in parts:
-            path = os.path.join(path, part)
-            try:
-                os.mkdir(part, 0o777, dir_fd=fd)
-                created_dirs.insert(0, path)  # deeper than everything noted so far
-            except FileExistsError:
-                pass
-            try:
-                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise Refused("%s is a symlink or not a folder; refusing to write through it" % path)
-                raise
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return open_below(root, os.path.join(root, *parts), created_dirs)
 
 
 def _regular_or_absent(folder_fd, name, path):
