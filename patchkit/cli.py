@@ -434,6 +434,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             print_json(report)
         else:
             print_human(report, verbose=args.verbose)
+    if args.json or not sys.stdout.isatty():  # on a terminal the summary line below the table says it
+        for warning in report.warnings:
+            print(f"patchkit: warning: {warning}", file=sys.stderr)
     if unwritten:
         print(f"patchkit: {unwritten}", file=sys.stderr)
     if runner.interrupt.requested:
