@@ -218,6 +218,9 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     tokens = list(sys.argv[1:] if argv is None else argv)
     json_out = "--json" in tokens[:tokens.index("--")] if "--" in tokens else "--json" in tokens
+    if not tokens:  # no command is a usage error, but a bare `patchkit` is asking what there is: the help
+        print("patchkit: no command given; here is the help:\n\n" + parser.format_help(), end="", file=sys.stderr)
+        return EXIT_USAGE
     try:
         args = parser.parse_args(_command_first(parser, tokens))
         _refuse_empty(parser, args)

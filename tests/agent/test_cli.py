@@ -129,6 +129,15 @@ def test_usage_errors_contact_nobody(sandbox: Sandbox) -> None:
     assert not sandbox.state.exists()
 
 
+def test_no_command_is_a_usage_error_that_shows_the_help() -> None:
+    bare, asked = run_patchkit(), run_patchkit("--help")
+    assert bare.returncode == 2 and bare.stdout == "", bare  # as any usage error: stdout stays empty
+    first, rest = bare.stderr.split("\n", 1)
+    assert first == "patchkit: no command given; here is the help:", bare
+    assert asked.returncode == 0 and rest.lstrip("\n") == asked.stdout, (bare, asked)  # the whole help
+    assert "apply" in asked.stdout and "rollback" in asked.stdout, asked
+
+
 # ---------------------------------------------------------------------------- --steps
 
 
