@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="rollout batches, e.g. 1,10%%,100%%: a batch starts once every host before it succeeded "
                              "(gates included); a single N: the first N hosts, then the rest")
         sp.add_argument("--max-fail", metavar="K|P%", help="stop starting hosts once more than K (or P%% of them) have failed")
-        sp.add_argument("--lock-timeout", type=_seconds, default=60.0, help="seconds to wait for another run's host lock")
+        sp.add_argument("--lock-timeout", type=_seconds, default=60.0, help="seconds to wait for another run's host lock (default 60)")
         sp.add_argument("--state-dir", help="journal folder on hosts that set none (default ~/.local/state/patchkit)")
         sp.add_argument("--accept-new-host-keys", action="store_true",
                         help="SSH: record the key of a host seen for the first time (a changed key is still refused)")
