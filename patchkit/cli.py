@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="rollout batches, e.g. 1,10%%,100%%: a batch starts once every host before it succeeded "
                              "(gates included); a single N: the first N hosts, then the rest")
         sp.add_argument("--max-fail", metavar="K|P%", help="stop starting hosts once more than K (or P%% of them) have failed")
-        sp.add_argument("--lock-timeout", type=_seconds, default=60.0, help="seconds to wait for another run's host lock")
+        sp.add_argument("--lock-timeout", type=_seconds, default=60.0, help="seconds to wait for another run's host lock (default 60)")
         sp.add_argument("--state-dir", help="journal folder on hosts that set none (default ~/.local/state/patchkit)")
         sp.add_argument("--accept-new-host-keys", action="store_true",
                         help="SSH: record the key of a host seen for the first time (a changed key is still refused)")
@@ -218,6 +218,9 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     tokens = list(sys.argv[1:] if argv is None else argv)
     json_out = "--json" in tokens[:tokens.index("--")] if "--" in tokens else "--json" in tokens
+    if not tokens:  # no command is a usage error, but a bare `patchkit` is asking what there is: the help
+        print("patchkit: no command given; here is the help:\n\n" + parser.format_help(), end="", file=sys.stderr)
+        return EXIT_USAGE
     try:
         args = parser.parse_args(_command_first(parser, tokens))
         _refuse_empty(parser, args)
@@ -434,6 +437,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             print_json(report)
         else:
             print_human(report, verbose=args.verbose)
+    if args.json or not sys.stdout.isatty():  # on a terminal the summary line below the table says it
+        for warning in report.warnings:
+            print(f"patchkit: warning: {warning}", file=sys.stderr)
     if unwritten:
         print(f"patchkit: {unwritten}", file=sys.stderr)
     if runner.interrupt.requested:

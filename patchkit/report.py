@@ -79,7 +79,7 @@ def print_plain(report: RunReport, out: TextIO = sys.stdout, verbose: bool = Fal
             lines.append(f"{one_line(host)}\t{one_line(step.name)}\t{step.status}\t{one_line(step.message)}\n")
         notes += [f"note: {one_line(host)}: {one_line(n)}" for n in result.notices]
     lines += [note + "\n" for note in notes]
-    lines.append(_host_counts(report) + "\n")
+    lines.append(one_line(_host_counts(report)) + "\n")
     warning = shown.warning(_noun(report))
     out.write((f"# {warning}\n" if warning else "") + "".join(lines))
 
@@ -101,7 +101,8 @@ def _host_counts(report: RunReport) -> str:
     counts: dict[str, int] = {}
     for result in report.hosts.values():
         counts[result.status] = counts.get(result.status, 0) + 1
-    return "hosts: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    return "hosts: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + "".join(
+        f" · warning: {w}" for w in report.warnings)
 
 
 def print_human(report: RunReport, out: TextIO = sys.stdout, verbose: bool = False) -> None:
@@ -152,7 +153,7 @@ def print_human(report: RunReport, out: TextIO = sys.stdout, verbose: bool = Fal
         if result.steps and result.message:  # the host's own note, not a row that reads as its last step's
             items.append(Text(f"note: {shown(host)}: {shown(result.message)}", style="yellow"))
         items += [Text(f"note: {shown(host)}: {shown(notice)}", style="yellow") for notice in result.notices]
-    items.append(Text(_host_counts(report)))
+    items.append(Text(shown(_host_counts(report))))
     console = Console(file=out, highlight=False, soft_wrap=True)
     warning = shown.warning(_noun(report))
     if warning:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -84,14 +85,40 @@ class RunReport(BaseModel):
     hosts: dict[str, HostResult]
     totals: dict[str, int] = Field(default_factory=dict)  # hosts by status, and "hosts": how many
     seconds: float | None = None  # wall time of the whole run
+    warnings: list[str] = Field(default_factory=list)  # about the run as a whole (nothing_patched)
 
     def count(self) -> "RunReport":
-        """Fill `totals` from the hosts."""
+        """Fill `totals` and `warnings` from the hosts."""
         totals: dict[str, int] = {"hosts": len(self.hosts)}
         for result in self.hosts.values():
             totals[result.status] = totals.get(result.status, 0) + 1
         self.totals = totals
+        self.warnings = nothing_patched(self.hosts)
         return self
+
+
+# A patch step's skip for its `versions:` (steps/context.py version_gate): PACKAGE VERSION is outside RANGE
+OUTSIDE_VERSIONS = re.compile(r"(?P<package>\S+) (?P<version>\S+) is outside (?P<versions>.+)")
+
+
+def nothing_patched(hosts: dict[str, HostResult]) -> list[str]:
+    """A warning per patch step that every host skipped for its `versions:`: the run succeeds
+    (each host is as the recipe asks), yet no host got that fix, which is seldom what was meant."""
+    seen: dict[str, list[re.Match[str] | None]] = {}
+    for result in hosts.values():
+        for step in result.steps:
+            if step.kind == "patch":
+                seen.setdefault(step.name, []).append(
+                    OUTSIDE_VERSIONS.fullmatch(step.message) if step.status == "skipped" else None)
+    warnings = []
+    for name, skips in seen.items():
+        if skips and all(skips):
+            first = skips[0]
+            assert first is not None
+            found = ", ".join(sorted({m["version"] for m in skips if m}))
+            warnings.append(f"no host is in {name}'s versions {first['package']} {first['versions']} "
+                            f"({found} found): nothing was patched by it")
+    return warnings
 
 
 # kind name -> did a journaled result of that kind change the host? Filled by steps/registry.py

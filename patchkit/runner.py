@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import getpass
+import sys
 import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -28,6 +29,7 @@ from patchkit.logs import get_logger
 from patchkit.recipe import LoadedRecipe, Step
 from patchkit.redact import Redactor
 from patchkit.results import HostResult, RunRecord, StepResult, StepStatus, host_status
+from patchkit.reveal import reveal
 from patchkit.rollout import Size
 from patchkit.steps.context import EditCache, HostContext
 from patchkit.steps.registry import kind_named
@@ -93,6 +95,9 @@ async def session(host: HostSpec, python: str, options: Options, owner: str,
         agent = await AgentClient.start(transport, python, host.name)
         journal = Journal(agent, host.state_dir or options.state_dir or DEFAULT_STATE_DIR,
                           redact=(redactor or Redactor()).value)
+        # Said while it lasts (stderr, --json or not): a run waiting on another run's lock looks hung.
+        agent.on_notice = lambda text: print(f"{reveal(host.name)}: {reveal(text)} (up to {options.lock_timeout:g} s; "
+                                             f"--lock-timeout)", file=sys.stderr, flush=True)
         # Sent behind `hello` before its answer: one round trip for both on a slow link.
         try:
             lock = await agent.send(LOCK({"state_dir": journal.state_dir, "timeout_s": options.lock_timeout,
@@ -103,6 +108,7 @@ async def session(host: HostSpec, python: str, options: Options, owner: str,
             raise
         await agent.started(python)
         locked = await lock.result(options.lock_timeout + 30)
+        agent.on_notice = None
         journal.state_dir = locked["state_dir"]  # absolute, as the host resolves ~ and relative paths
         yield Session(host, transport, agent, journal, asked)
     finally:

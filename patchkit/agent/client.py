@@ -268,6 +268,7 @@ class AgentClient:
         self.info: dict[str, Any] = {}
         self.bytes_sent = 0
         self.on_bytes: Callable[[int], None] | None = None  # progress: total bytes streamed so far
+        self.on_notice: Callable[[str], None] | None = None  # what an op says while it waits (core.notice)
         self._python = "python"  # what was started, for the start's error messages
         self._corked: bytearray | None = None  # what waits for the start's one write (see START)
         self._prefetched: dict[str, Pending[Any]] = {}  # request key -> its early read (see prefetch)
@@ -431,6 +432,10 @@ class AgentClient:
                     continue
                 line = await self._line(op, reply_wait)
                 reply = _as_reply(line)
+                if reply is None and (text := _as_notice(line)) is not None:
+                    if self.on_notice:
+                        self.on_notice(text)
+                    continue
                 if reply is None:
                     self._broken = HostError(f"{self._host}: the agent's output is not a reply (during {op}): "
                                              f"{_shown(line)!r}; something on the host writes into the agent's stdout")
@@ -588,6 +593,17 @@ def _as_reply(line: bytes) -> dict[str, Any] | None:
         return None
     if isinstance(reply, dict) and isinstance(reply.get("id"), int) and isinstance(reply.get("ok"), bool):
         return reply
+    return None
+
+
+def _as_notice(line: bytes) -> str | None:
+    """The text of the agent's notice on this line (core.notice), or None if the line is not one."""
+    try:
+        notice = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(notice, dict) and isinstance(notice.get("notice"), str) and "ok" not in notice:
+        return cast(str, notice["notice"])
     return None
 
 

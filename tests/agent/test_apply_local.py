@@ -232,6 +232,24 @@ def test_version_gate_outside_range_is_skipped_with_reason(sandbox: Sandbox) -> 
     assert sandbox.backups() == []
 
 
+def test_a_patch_no_host_is_in_the_versions_of_is_warned_though_the_run_succeeds(sandbox: Sandbox) -> None:
+    warning = ("no host is in eagle3-whitelist's versions toyllm >=0.18,<0.22 (0.16.0 found): "
+               "nothing was patched by it")
+    shown = sandbox.run("apply", GATED)
+    assert shown.returncode == 0, shown  # each host is as the recipe asks: not a failure
+    assert shown.stdout.splitlines()[-1] == f"hosts: 1 skipped · warning: {warning}", shown
+    assert f"patchkit: warning: {warning}" in shown.stderr.splitlines(), shown
+
+    doc = sandbox.run("apply", GATED, json_out=True)
+    assert doc.returncode == 0 and doc.json()["warnings"] == [warning], doc
+    assert f"patchkit: warning: {warning}" in doc.stderr.splitlines(), doc
+
+    # A step some host got is no warning.
+    applied = sandbox.run("apply", TOY, json_out=True)
+    assert applied.returncode == 0 and applied.json()["warnings"] == [], applied
+    assert "warning" not in applied.stderr, applied
+
+
 # ---------------------------------------------------------------------------- rollback
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import select
 import time
 from pathlib import Path
 
@@ -127,6 +128,15 @@ def test_usage_errors_contact_nobody(sandbox: Sandbox) -> None:
             assert word in line, result
     assert not sandbox.contacted.exists(), sandbox.contacted.read_text()
     assert not sandbox.state.exists()
+
+
+def test_no_command_is_a_usage_error_that_shows_the_help() -> None:
+    bare, asked = run_patchkit(), run_patchkit("--help")
+    assert bare.returncode == 2 and bare.stdout == "", bare  # as any usage error: stdout stays empty
+    first, rest = bare.stderr.split("\n", 1)
+    assert first == "patchkit: no command given; here is the help:", bare
+    assert asked.returncode == 0 and rest.lstrip("\n") == asked.stdout, (bare, asked)  # the whole help
+    assert "apply" in asked.stdout and "rollback" in asked.stdout, asked
 
 
 # ---------------------------------------------------------------------------- --steps
@@ -266,6 +276,34 @@ def test_a_second_run_fails_while_the_first_holds_the_lock(sandbox: Sandbox) -> 
         done = finish(first, first_argv)
     assert done.returncode == 0, done
     assert step(done, "hold")["status"] == "ok"
+
+
+def test_a_run_waiting_for_the_lock_says_so_while_it_waits(sandbox: Sandbox) -> None:
+    release = sandbox.root / "release"
+    first_argv = sandbox.argv("apply", HOLD, "-e", f"release={release}", "--json")
+    first = start_patchkit(*first_argv)  # holds the lock until `release` exists
+    argv = sandbox.argv("apply", TOY, "--steps", "eagle3-whitelist", "--lock-timeout", "30", "--json")
+    try:
+        holder = wait_for_holder(sandbox.state / "lock", "apply")
+        started = time.monotonic()
+        second = start_patchkit(*argv)
+        assert second.stderr is not None
+        said, _, _ = select.select([second.stderr], [], [], 20)
+        assert said, "nothing on stderr while waiting for the lock"
+        line = second.stderr.readline()
+        assert second.poll() is None and first.poll() is None, "said while it waits, not after"
+        assert time.monotonic() - started >= 1  # a short wait is not worth a line
+        assert line.startswith(f"local: waiting for the host lock {sandbox.state / 'lock'}, held by "
+                               f"pid {holder['pid']} on "), line
+        assert f"owner {holder['owner']}, since " in line and line.endswith(" (up to 30 s; --lock-timeout)\n"), line
+        time.sleep(1)  # it waits on: the line is not said again
+    finally:
+        release.touch()
+        assert finish(first, first_argv).returncode == 0
+    done = finish(second, argv)
+    assert done.returncode == 0, done
+    assert step(done, "eagle3-whitelist")["status"] == "changed"  # stdout: still one JSON document
+    assert "waiting" not in done.stderr, done  # said once
 
 
 def test_a_run_waits_for_the_lock_then_goes_on(sandbox: Sandbox) -> None:

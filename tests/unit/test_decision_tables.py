@@ -13,7 +13,7 @@ from patchkit.agent.protocol import LocateReply, ManifestReply
 from patchkit.edits import Edit
 from patchkit.edits.testing import assert_edit
 from patchkit.recipe import Step
-from patchkit.results import RunRecord, StepResult
+from patchkit.results import HostResult, RunRecord, StepResult, host_status, nothing_patched
 from patchkit.steps.context import Gate, version_gate
 from patchkit.steps.deploy import status_deploy
 
@@ -103,6 +103,32 @@ GATE_TABLE: list[tuple[str, LocateReply, str | None, Gate]] = [
 @pytest.mark.parametrize("found, versions, verdict", [row[1:] for row in GATE_TABLE], ids=[row[0] for row in GATE_TABLE])
 def test_the_gate_decides(found: LocateReply, versions: str | None, verdict: Gate) -> None:
     assert version_gate("vllm", found, versions, "/py") == verdict
+
+
+def _gated(version: str, versions: str = ">=0.17") -> StepResult:
+    """A patch step's result as the gate makes it for `version`."""
+    verdict = version_gate("vllm", located(version), versions, "/py")
+    return StepResult(name="fix", kind="patch", status="skipped" if verdict.skip else "changed",
+                      message=verdict.skip or "")
+
+
+NOTHING_PATCHED_TABLE: list[tuple[str, list[list[StepResult]], list[str]]] = [
+    # (row, each host's steps, the run's warnings)
+    ("every host outside", [[_gated("0.16.0")], [_gated("0.15.1")]],
+     ["no host is in fix's versions vllm >=0.17 (0.15.1, 0.16.0 found): nothing was patched by it"]),
+    ("one host inside", [[_gated("0.16.0")], [_gated("0.17.0")]], []),
+    ("skipped for another reason", [[StepResult(name="fix", kind="patch", status="skipped", message="not asked")]], []),
+    ("a host without the step", [[_gated("0.16.0")], []],
+     ["no host is in fix's versions vllm >=0.17 (0.16.0 found): nothing was patched by it"]),
+    ("not a patch", [[StepResult(name="fix", kind="exec", status="skipped", message="vllm 0.1 is outside >=1")]], []),
+]
+
+
+@pytest.mark.parametrize("steps, warnings", [row[1:] for row in NOTHING_PATCHED_TABLE],
+                         ids=[row[0] for row in NOTHING_PATCHED_TABLE])
+def test_a_patch_no_host_is_in_the_versions_of_is_warned(steps: list[list[StepResult]], warnings: list[str]) -> None:
+    hosts = {f"h{i}": HostResult(status=host_status(s), steps=s) for i, s in enumerate(steps)}
+    assert nothing_patched(hosts) == warnings
 
 
 # ------------------------------------------------------------------ status of a deploy

@@ -1449,6 +1449,7 @@ def op_lock(state_dir, timeout_s, owner):
     path = os.path.join(state_dir, "lock")
     fd = open_private_file(path)
     deadline = time.monotonic() + timeout_s
+    told_at = time.monotonic() + 1  # a wait longer than this is said while it lasts, once
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -1456,10 +1457,15 @@ def op_lock(state_dir, timeout_s, owner):
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 holder = describe_holder(os.pread(fd, 4096, 0).decode("utf-8", "replace").strip())
                 os.close(fd)
                 raise Refused("another patchkit run holds the lock %s (%s); waited %ss" % (path, holder, timeout_s))
+            if now >= told_at:
+                told_at = float("inf")
+                notice("waiting for the host lock %s, held by %s" % (
+                    path, describe_holder(os.pread(fd, 4096, 0).decode("utf-8", "replace").strip())))
             time.sleep(0.1)
     # flock dies with its process, so a crashed run never leaves a stale lock behind.
     info = json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "owner": owner, "since": time.time()})
@@ -1610,6 +1616,19 @@ def op_load(name, source):
     return {"loaded": name}
 
 
+# Where replies go and the id of the request being answered (serve): see `notice`.
+SERVING = {}
+
+
+def notice(text):
+    """A line ahead of the current request's reply that the control side shows as it arrives
+    (a long wait, while it lasts); never read as the reply."""
+    out = SERVING.get("stdout")
+    if out is not None:
+        out.write(json.dumps({"id": SERVING.get("id"), "notice": text}).encode() + b"\n")
+        out.flush()
+
+
 def skip_payload(stdin, op, args):
     """A streaming request that will not run still has its bytes on stdin: skip them."""
     left = args.get("length", 0) if op in STREAMING_OPS else 0
@@ -1634,8 +1653,10 @@ def serve(stdin, stdout, nonce=None, first=b""):
             except Exception:
                 pass
         stdout.write(START_MARK + nonce.encode() + b"\n")  # buffered: goes out with the first reply
+    SERVING["stdout"] = stdout
     for line in itertools.chain(first.splitlines(True), iter(stdin.readline, b"")):
         request = json.loads(line)
+        SERVING["id"] = request.get("id")
         try:
             op = request["op"]
             handler = HANDLERS.get(op)
