@@ -368,12 +368,15 @@ _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 def reverse_diff(diff: str) -> str:
     """The unified diff that undoes `diff`: what a rollback does, from the file as the apply
-    left it to the file as it was. Each run of changed lines keeps its removed lines first."""
+    left it to the file as it was. Each run of changed lines keeps its removed lines first (as
+    a review page pairs them). On the text, line by line (split at "\\n" only), so every other
+    byte of a line (a "\\r", a form feed) stays as the apply's diff showed it; unified_diff.
+    reversed_diff works on a parsed diff, which keeps neither."""
     out: list[str] = []
     removed: list[str] = []
     added: list[str] = []
     left = 0  # lines of the hunk still to come (a line "--- x" inside a hunk is a removed "-- x")
-    lines = diff.splitlines(keepends=True)
+    lines = diff.split("\n")
     for i, line in enumerate(lines):
         hunk = _HUNK.match(line) if not left else None
         if line[:1] not in ("-", "+", "\\") or not left and line.startswith(("--- ", "+++ ")):
@@ -381,9 +384,9 @@ def reverse_diff(diff: str) -> str:
             removed.clear()
             added.clear()
         if not left and line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            old, new = line[4:].rstrip("\n"), lines[i + 1][4:].rstrip("\n")
-            out.append("--- " + ("a" + new[1:] if new.startswith("b/") else new) + "\n")
-            out.append("+++ " + ("b" + old[1:] if old.startswith("a/") else old) + "\n")
+            old, new = line[4:], lines[i + 1][4:]
+            out.append("--- " + ("a" + new[1:] if new.startswith("b/") else new))
+            out.append("+++ " + ("b" + old[1:] if old.startswith("a/") else old))
         elif not left and line.startswith("+++ ") and out and out[-1].startswith("+++ "):
             continue  # the header's second line, written above
         elif hunk:
@@ -400,7 +403,7 @@ def reverse_diff(diff: str) -> str:
             out.append(line)
             left = max(0, left - 2)  # a context line counts on both sides
     out.extend(removed + added)
-    return "".join(out)
+    return "\n".join(out)
 
 
 def outside_root(root: str, file: str) -> bool:
