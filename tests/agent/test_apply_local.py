@@ -298,6 +298,13 @@ def test_rollback_shows_the_diff_it_made_not_the_one_it_undid(sandbox: Sandbox) 
     assert shown.returncode == 0, shown
     assert f"# local/eagle3-whitelist\n{back.rstrip()}\n" in shown.stdout, shown
     assert forward.rstrip() not in shown.stdout, shown
+    # And the reviewer's page.
+    assert sandbox.run("apply", TOY).returncode == 0
+    page = sandbox.root / "rollback.md"
+    reviewed = sandbox.run("rollback", TOY, "--markdown", str(page))
+    assert reviewed.returncode == 0, reviewed
+    assert back.rstrip() in page.read_text(), page.read_text()
+    assert forward.rstrip() not in page.read_text()
     assert spec.read_text() == original
 
 
