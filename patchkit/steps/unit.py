@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import posixpath
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -46,10 +47,10 @@ def verify_program(ctx: HostContext, step: Step) -> VerifyProgram | None:
 
 
 def checks_wait(step: Step) -> float:
-    """How long the control side waits for a write and its checks: the import check and the
-    verify program each have the step's timeout."""
-    verify = step.checks
-    return verify.timeout_s * (2 if verify.python is not None else 1) + 120
+    """How long the control side waits for a write and its checks: the import check, then the
+    verify program or (a failed import check) the import again on the restored files, each
+    with the step's timeout."""
+    return step.checks.timeout_s * 2 + 120
 
 
 def unit_files(step: StepResult) -> list[FileChange]:
@@ -354,11 +355,55 @@ def refused_undo(done: StepResult, message: str) -> StepResult:
     changed = [c for c in files if c.sha256_before != c.sha256_after]
     result = StepResult(name=done.name, kind=done.kind, status="failed", upstream=done.upstream, why=done.why,
                         message=message)
-    swapped = [c.model_copy(update={"sha256_before": c.sha256_after, "sha256_after": c.sha256_before})
+    swapped = [c.model_copy(update={"sha256_before": c.sha256_after, "sha256_after": c.sha256_before,
+                                    "diff": reverse_diff(c.diff) if c.diff else c.diff})
                for c in (changed if many else files)]
     if swapped:
         set_unit(result, swapped, many)
     return result
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def reverse_diff(diff: str) -> str:
+    """The unified diff that undoes `diff`: what a rollback does, from the file as the apply
+    left it to the file as it was. Each run of changed lines keeps its removed lines first (as
+    a review page pairs them). On the text, line by line (split at "\\n" only), so every other
+    byte of a line (a "\\r", a form feed) stays as the apply's diff showed it; unified_diff.
+    reversed_diff works on a parsed diff, which keeps neither."""
+    out: list[str] = []
+    removed: list[str] = []
+    added: list[str] = []
+    left = 0  # lines of the hunk still to come (a line "--- x" inside a hunk is a removed "-- x")
+    lines = diff.split("\n")
+    for i, line in enumerate(lines):
+        hunk = _HUNK.match(line) if not left else None
+        if line[:1] not in ("-", "+", "\\") or not left and line.startswith(("--- ", "+++ ")):
+            out.extend(removed + added)
+            removed.clear()
+            added.clear()
+        if not left and line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            old, new = line[4:], lines[i + 1][4:]
+            out.append("--- " + ("a" + new[1:] if new.startswith("b/") else new))
+            out.append("+++ " + ("b" + old[1:] if old.startswith("a/") else old))
+        elif not left and line.startswith("+++ ") and out and out[-1].startswith("+++ "):
+            continue  # the header's second line, written above
+        elif hunk:
+            old_start, old_len, new_start, new_len = hunk.groups()
+            left = int(old_len or 1) + int(new_len or 1)
+            out.append(f"@@ -{new_start}{',' + new_len if new_len else ''} "
+                       f"+{old_start}{',' + old_len if old_len else ''} @@" + line[hunk.end():])
+        elif line.startswith("\\"):  # "\ No newline at end of file": stays with the line it follows
+            (added if added and lines[i - 1].startswith("-") else removed if removed else out).append(line)
+        elif line[:1] in ("-", "+") and left:
+            (added if line[0] == "-" else removed).append(("+" if line[0] == "-" else "-") + line[1:])
+            left -= 1
+        else:
+            out.append(line)
+            left = max(0, left - 2)  # a context line counts on both sides
+    out.extend(removed + added)
+    return "\n".join(out)
 
 
 def outside_root(root: str, file: str) -> bool:

@@ -284,6 +284,48 @@ def test_rollback_restores_originals_then_has_nothing_left(sandbox: Sandbox) -> 
     assert kinds == ["apply", "rollback"], history
 
 
+def changed_lines(diff: str) -> tuple[list[str], list[str]]:
+    """(removed, added) lines of a unified diff, headers aside."""
+    lines = [line for line in diff.splitlines() if not line.startswith(("---", "+++"))]
+    return [line[1:] for line in lines if line.startswith("-")], [line[1:] for line in lines if line.startswith("+")]
+
+
+def test_rollback_shows_the_diff_it_made_not_the_one_it_undid(sandbox: Sandbox) -> None:
+    spec = sandbox.file(TOY_SPECULATIVE)
+    original = spec.read_text()
+    applied = sandbox.run("apply", TOY, json_out=True)
+    assert applied.returncode == 0, applied
+    forward = step(applied, "eagle3-whitelist")["diff"]
+    removed, added = changed_lines(forward)
+    assert added, forward
+
+    rolled = sandbox.run("rollback", TOY, json_out=True)
+    assert rolled.returncode == 0, rolled
+    assert spec.read_text() == original
+    back = step(rolled, "eagle3-whitelist")["diff"]
+    # From the file as patched to the file as restored: what the apply added goes, what it took comes back.
+    assert changed_lines(back) == (added, removed), back
+    assert back.splitlines()[:2] == forward.splitlines()[:2]  # the same file, a/ then b/
+    hunk = next(line for line in back.splitlines() if line.startswith("@@"))
+    old_range, new_range = hunk.split()[1:3]
+    forward_hunk = next(line for line in forward.splitlines() if line.startswith("@@"))
+    assert (old_range[1:], new_range[1:]) == (forward_hunk.split()[2][1:], forward_hunk.split()[1][1:])
+    # The terminal's report (plain, piped) shows the same reverse diff, not the apply's.
+    assert sandbox.run("apply", TOY).returncode == 0
+    shown = sandbox.run("rollback", TOY)
+    assert shown.returncode == 0, shown
+    assert f"# local/eagle3-whitelist\n{back.rstrip()}\n" in shown.stdout, shown
+    assert forward.rstrip() not in shown.stdout, shown
+    # And the reviewer's page.
+    assert sandbox.run("apply", TOY).returncode == 0
+    page = sandbox.root / "rollback.md"
+    reviewed = sandbox.run("rollback", TOY, "--markdown", str(page))
+    assert reviewed.returncode == 0, reviewed
+    assert back.rstrip() in page.read_text(), page.read_text()
+    assert forward.rstrip() not in page.read_text()
+    assert spec.read_text() == original
+
+
 def test_rollback_refuses_a_drifted_file_unless_forced(sandbox: Sandbox) -> None:
     spec = sandbox.file(TOY_SPECULATIVE)
     original = spec.read_bytes()
@@ -329,6 +371,47 @@ def test_rollback_run_picks_the_named_run(sandbox: Sandbox) -> None:
 # ---------------------------------------------------------------------------- failed verification
 
 
+def test_import_check_failing_without_the_patch_too_says_so(sandbox: Sandbox, tmp_path: Path) -> None:
+    """A target environment that is broken already (a module its package imports is missing):
+    the patch is not what fails, and the message says so; the file is restored all the same."""
+    package = sandbox.pkgs / "envbroken"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    target = package / "cache.py"
+    target.write_text("import patchkit_test_missing_module\n\nBACKENDS = ['disk']\n")
+    original = target.read_bytes()
+    recipe_file = tmp_path / "envbroken.yaml"
+    recipe_file.write_text(
+        "name: envbroken\n"
+        "steps:\n"
+        "  - name: add-backend\n"
+        "    patch:\n"
+        "      package: envbroken\n"
+        "      modules: [envbroken.cache]\n"
+        "      edit:\n"
+        "        list_insert:\n"
+        "          names: [BACKENDS]\n"
+        "          values: [memory]\n"
+        "    verify:\n"
+        "      import: [envbroken.cache]\n"
+    )
+
+    applied = sandbox.run("apply", str(recipe_file), json_out=True)
+
+    assert applied.returncode == 1, applied
+    failed = step(applied, "add-backend")
+    assert failed["message"].startswith(
+        "import check failed: ModuleNotFoundError: No module named 'patchkit_test_missing_module'; "
+        "it also fails without the patch (the environment, not the patch); original restored"), failed
+    assert failed["restored"] is True
+    assert target.read_bytes() == original
+    shown = sandbox.run("apply", str(recipe_file))
+    assert shown.returncode == 1, shown
+    assert "it also fails without the patch" in shown.stdout, shown
+    assert target.read_bytes() == original
+
+
+
 def test_failed_import_check_restores_the_original(sandbox: Sandbox) -> None:
     target = sandbox.file("brokenllm/config/speculative.py")
     original = target.read_bytes()
@@ -342,6 +425,7 @@ def test_failed_import_check_restores_the_original(sandbox: Sandbox) -> None:
     assert failed["status"] == "failed"
     assert "import check failed" in failed["message"]
     assert "EAGLE3_TARGETS has 4 entries" in failed["message"]  # the reason, from the target
+    assert "also fails without the patch" not in failed["message"]  # the patch broke it: the original imports
     assert failed["restored"] is True
     assert target.read_bytes() == original
     assert mode(target) == 0o600

@@ -997,6 +997,12 @@ def apply_unit_locked(files, paths, folders, verify_imports, import_timeout_s, v
                 "sha256_after": dict((spec["path"], None if new is None else sha256_bytes(new))
                                      for spec, new in zip(files, news))}
     restored, notes, back = restore_unit(written, folders)
+    # Only on this failure path (a passing apply starts no second interpreter): the plain import,
+    # the target's identity aside, run again on the files as they were tells a broken
+    # environment from a breaking patch.
+    if restored and back and failure.startswith("import check failed: ") \
+            and check_imports(verify_imports, import_timeout_s, []) == failure:
+        failure += "; it also fails without the patch (the environment, not the patch)"
     by_path = dict(zip(paths, (f["path"] for f in files)))  # as the control side named them
     return {"ok": False, "failure": failure + notes, "restored": restored, "checks": checks,
             "written": [by_path[w[0]] for w in written], "restored_files": [by_path[p] for p in back]}
