@@ -81,57 +81,15 @@ def build_argv(base, command, inventory, recipe, steps=None, variables=None, run
     return argv + ["--", recipe]
 
 
-def reverse_diff(text):
-    """A unified diff read backwards: what a rollback does is the applied diff undone."""
-    out = []
-    for line in text.splitlines(True):
-        if line.startswith("--- "):
-            out.append("+++ " + line[4:])
-        elif line.startswith("+++ "):
-            out.append("--- " + line[4:])
-        elif line.startswith("@@"):
-            match = re.match(r"^@@ -(\S+) \+(\S+) @@(.*)$", line, re.DOTALL)
-            out.append(f"@@ -{match.group(2)} +{match.group(1)} @@{match.group(3)}" if match else line)
-        elif line.startswith("-"):
-            out.append("+" + line[1:])
-        elif line.startswith("+"):
-            out.append("-" + line[1:])
-        else:
-            out.append(line)
-    # a hunk lists its removed lines before its added ones; keep that order after the swap
-    return _reorder_hunks("".join(out))
-
-
-def _reorder_hunks(text):
-    lines, out, run = text.splitlines(True), [], []
-    for line in lines:
-        if line[:1] in "+-" and not line.startswith(("+++ ", "--- ")):
-            run.append(line)
-            continue
-        out.extend([ln for ln in run if ln[:1] == "-"] + [ln for ln in run if ln[:1] == "+"])
-        run = []
-        out.append(line)
-    out.extend([ln for ln in run if ln[:1] == "-"] + [ln for ln in run if ln[:1] == "+"])
-    # the file headers were swapped in place: `+++` now comes first; put `---` first again
-    fixed, i = [], 0
-    while i < len(out):
-        if out[i].startswith("+++ ") and i + 1 < len(out) and out[i + 1].startswith("--- "):
-            fixed += [out[i + 1], out[i]]
-            i += 2
-        else:
-            fixed.append(out[i])
-            i += 1
-    return "".join(fixed)
-
-
-def step_diffs(steps, reverse=False):
-    """Ansible `diff` entries (prepared text) for every file a step changed or would change."""
+def step_diffs(steps):
+    """Ansible `diff` entries (prepared text) for every file a step changed or would change (a
+    rollback's read as the change it made: patchkit reports them so)."""
     diffs = []
     for step in steps:
         texts = [f.get("diff") for f in step.get("files") or []] or [step.get("diff")]
         for text in texts:
             if text:
-                diffs.append({"prepared": reverse_diff(text) if reverse else text})
+                diffs.append({"prepared": text})
     return diffs
 
 
@@ -190,5 +148,5 @@ def map_report(state, command, check_mode, rc, stdout, stderr, name, force=False
     elif state == "rolled_back":  # check mode: status predicts the rollback
         result["would_change"] = would_roll_back(steps, force)
         result["changed"] = result["would_change"]
-    result["diff"] = step_diffs(steps, reverse=command == "rollback") if command != "status" else []
+    result["diff"] = step_diffs(steps) if command != "status" else []
     return result
