@@ -264,3 +264,29 @@ def review_page_in_chromium(page_file: Path, shown: str) -> Iterator[tuple[Any, 
             assert problems == [], problems
         finally:
             browser.close()
+
+
+@contextmanager
+def tree_walk(fast: bool) -> Iterator[None]:
+    """Edits computed one way for the block: tree.FAST True (passes pruned to the statements a
+    target's words are in, results spliced) or False (every statement, the module printed
+    whole); the parse cache emptied on both sides, so nothing crosses over."""
+    from patchkit.edits import tree
+
+    saved = tree.FAST
+    tree.FAST = fast
+    tree._CACHE.clear()
+    try:
+        yield
+    finally:
+        tree.FAST = saved
+        tree._CACHE.clear()
+
+
+def tree_listing(folder: Path) -> dict[str, tuple[int, int, bytes | None]]:
+    """Every entry under folder (itself too), unfollowed: owner, mode, and a file's bytes."""
+    out = {}
+    for here in [folder, *sorted(folder.rglob("*"))]:
+        st = here.lstat()
+        out[str(here.relative_to(folder))] = (st.st_uid, st.st_mode, here.read_bytes() if here.is_file() else None)
+    return out

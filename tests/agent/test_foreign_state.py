@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Sandbox, recipe, run_patchkit, sandbox_fixture, step  # noqa: F401
+from tests.helpers import Sandbox, recipe, run_patchkit, sandbox_fixture, step, tree_listing  # noqa: F401
 
 TOY = "toyllm_eagle3.yaml"
 SPECULATIVE = "toyllm/config/speculative.py"
@@ -57,15 +57,6 @@ def chown_tree(path: Path, user: pwd.struct_passwd) -> None:
         os.lchown(here, user.pw_uid, user.pw_gid)
 
 
-def listing(folder: Path) -> dict[str, tuple[int, int, bytes | None]]:
-    """Every entry under folder (itself too): owner, mode, and a file's bytes."""
-    out = {}
-    for here in [folder, *sorted(folder.rglob("*"))]:
-        st = here.lstat()
-        out[str(here.relative_to(folder))] = (st.st_uid, st.st_mode, here.read_bytes() if here.is_file() else None)
-    return out
-
-
 def one_line(result: Any, text: str) -> str:
     """The one line of the output that holds text (and no traceback anywhere)."""
     out = result.stdout + result.stderr
@@ -89,7 +80,7 @@ def test_another_users_state_dir_is_refused_in_one_line_with_nothing_written(
     (state / "runs" / "keep").write_text("theirs\n")
     state.chmod(0o755)
     chown_tree(state, other_user)
-    before, package = listing(state), listing(sandbox.pkgs)
+    before, package = tree_listing(state), tree_listing(sandbox.pkgs)
     if given == "inventory":
         sandbox.inventory.write_text(sandbox.inventory.read_text().replace(str(sandbox.state), str(state)))
         result = sandbox.run(command, recipe(TOY))
@@ -98,8 +89,8 @@ def test_another_users_state_dir_is_refused_in_one_line_with_nothing_written(
     assert result.returncode == 2, result
     line = one_line(result, f"state folder {state} belongs to {OTHER}, not to root")
     assert "nothing done" in line, line
-    assert listing(state) == before
-    assert listing(sandbox.pkgs) == package
+    assert tree_listing(state) == before
+    assert tree_listing(sandbox.pkgs) == package
 
 
 def test_a_state_dir_of_ours_that_others_may_write_is_refused(sandbox: Sandbox, tmp_path: Path) -> None:
@@ -107,11 +98,11 @@ def test_a_state_dir_of_ours_that_others_may_write_is_refused(sandbox: Sandbox, 
     state = tmp_path / "state"
     state.mkdir()
     state.chmod(0o777)
-    package = listing(sandbox.pkgs)
+    package = tree_listing(sandbox.pkgs)
     result = run_patchkit("apply", recipe(TOY), "-e", f"python={sandbox.python}", "--state-dir", str(state))
     assert result.returncode == 2, result
     one_line(result, f"state folder {state} is writable by others (mode 777)")
-    assert listing(sandbox.pkgs) == package
+    assert tree_listing(sandbox.pkgs) == package
     assert list(state.iterdir()) == [] and state.stat().st_mode & 0o777 == 0o777
 
 
@@ -167,10 +158,10 @@ def test_a_record_naming_a_file_outside_the_package_located_now_is_refused(sandb
     the record says the change was confined to (forced or not)."""
     assert sandbox.run("apply", recipe(TOY)).returncode == 0
     plant_restore_of(sandbox, victim, PLANTED, str(victim.parent) if record_root != "none" else None)
-    package = listing(sandbox.pkgs)
+    package = tree_listing(sandbox.pkgs)
     result = sandbox.run("rollback", recipe(TOY), "--force", json_out=True)
     assert victim.read_bytes() == b"SAFE = True\n"
-    assert listing(sandbox.pkgs) == package
+    assert tree_listing(sandbox.pkgs) == package
     assert result.returncode == 1, result
     message = step(result, "eagle3-whitelist")["message"]
     assert f"names {victim}, outside {sandbox.pkgs / 'toyllm'}, the package folder the step locates" in message

@@ -8,16 +8,9 @@ import os
 import pwd
 from pathlib import Path
 
+from tests.helpers import tree_listing
 from tests.sshd import Fleet, Testbed, fleet, login_users, sshd_root, testbed  # noqa: F401 - pytest fixtures
 from tests.sshd import sha256
-
-
-def snapshot(folder: Path) -> dict[str, tuple[int, int, bytes | None]]:
-    out = {}
-    for here in [folder, *sorted(folder.rglob("*"))]:
-        st = here.lstat()
-        out[str(here.relative_to(folder))] = (st.st_uid, st.st_mode, here.read_bytes() if here.is_file() else None)
-    return out
 
 
 def test_another_users_state_dir_over_ssh_is_refused_with_nothing_written(
@@ -31,13 +24,13 @@ def test_another_users_state_dir_over_ssh_is_refused_with_nothing_written(
         here.chmod(0o755)
         os.chown(here, plain.pw_uid, plain.pw_gid)
     inventory = testbed.inventory(foreign_state={"state_dir": str(state)})
-    before, package = snapshot(state), sha256(host.speculative)
+    before, package = tree_listing(state), sha256(host.speculative)
     for command in ("apply", "rollback"):
         result = testbed.run(command, str(testbed.recipe()), "-i", str(inventory))
         assert result.returncode == 2, result
         lines = [line for line in result.stdout.splitlines() if f"state folder {state} belongs to {plain.pw_name}"
                  in line]
         assert len(lines) == 1 and "Traceback" not in result.stdout + result.stderr, result
-        assert snapshot(state) == before
+        assert tree_listing(state) == before
         assert sha256(host.speculative) == package
 

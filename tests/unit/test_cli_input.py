@@ -93,7 +93,7 @@ def _validate_from_fd(text: str, tmp_path: Path) -> subprocess.CompletedProcess[
     "hosts:\n  p1: {address: local}\n",  # patchkit's own
     '{"_meta": {"hostvars": {"p1": {"ansible_connection": "local"}}}, "web": {"hosts": ["p1"]}}',  # --list JSON
     "[web]\np1 ansible_connection=local\n",  # Ansible INI: ansible-inventory reads what the pipe gave
-], ids=["patchkit", "ansible-json", "ansible-ini"])
+], ids=["own-yaml", "ansible-json", "ansible-ini"])
 def test_an_inventory_from_a_pipe_is_read_once(tmp_path: Path, text: str) -> None:
     result = _validate_from_fd(text, tmp_path)
     assert result.returncode == 0, result

@@ -18,9 +18,9 @@ import pytest
 from pydantic import ValidationError
 
 from patchkit.edits import Edit, EditError, EditResult
-from patchkit.edits import tree as tree_module
 from patchkit.edits.encoding import decode_source, encode_source
 from patchkit.edits.testing import assert_idempotent, assert_refused
+from tests.helpers import tree_walk
 
 
 def run(kind: str, source: str, **params: Any) -> EditResult:
@@ -176,12 +176,8 @@ NO_EFFECT = "which never runs: the edit has no effect at run time)"
 @pytest.fixture(params=[True, False], ids=["pruned", "whole-walk"])
 def route(request: pytest.FixtureRequest) -> Any:
     """Both ways a pass walks the tree: only the statements holding a target's words, and all."""
-    saved = tree_module.FAST
-    tree_module.FAST = request.param
-    tree_module._CACHE.clear()
-    yield request.param
-    tree_module.FAST = saved
-    tree_module._CACHE.clear()
+    with tree_walk(request.param):
+        yield request.param
 
 
 class TestDeadBranches:

@@ -23,6 +23,7 @@ from patchkit.edits import tree as tree_module
 from patchkit.edits.testing import assert_idempotent, assert_refused
 from patchkit.edits.tree import SourceTree, Walk
 from patchkit.recipe import load_recipe
+from tests.helpers import tree_walk
 
 
 def run(kind: str, source: str, **params: Any) -> EditResult:
@@ -36,12 +37,8 @@ refused = assert_refused  # changes nothing and fails: its message
 @pytest.fixture(params=[True, False], ids=["splice", "whole-print"])
 def route(request: pytest.FixtureRequest) -> Any:
     """Both ways an edit's text is written: spliced statements, and the module printed whole."""
-    saved = tree_module.FAST
-    tree_module.FAST = request.param
-    tree_module._CACHE.clear()
-    yield request.param
-    tree_module.FAST = saved
-    tree_module._CACHE.clear()
+    with tree_walk(request.param):
+        yield request.param
 
 
 # ------------------------------------------------------------------ 13: augmented assignments
