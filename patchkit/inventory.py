@@ -61,7 +61,7 @@ def split_address(address: str | None) -> tuple[str | None, str]:
 # (its own config and auth features, and a faster data path for bulk deploys).
 SSHClient = Literal["asyncssh", "openssh"]
 # How the host agent starts over SSH: its source on stdin (one round trip after the exec), or
-# in the exec's command line (~20 KB of base64 in argv, visible in `ps`; README, Inventory).
+# in the exec's command line (~20 KB of base64 in argv, visible in `ps`; docs/fleets.md).
 AgentStart = Literal["stdin", "command"]
 
 

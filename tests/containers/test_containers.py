@@ -586,12 +586,12 @@ def test_every_positional_of_bake_follows_a_double_dash(built_images: None, tmp_
         Engine("podman").run("rmi", "-f", tag, check=False)
 
 
-def readme_bake_flags() -> list[str]:
-    """The engine flags the README says a host like ours needs for bake (its second sh block
-    of the bake section), as words."""
-    section = (REPO / "README.md").read_text().split("### `patchkit bake`", 1)[1].split("\n### ", 1)[0]
+def docs_bake_flags() -> list[str]:
+    """The engine flags the docs say a host like ours needs for bake (the second sh block of
+    docs/containers.md's bake section), as words."""
+    section = (REPO / "docs" / "containers.md").read_text().split("## `patchkit bake`", 1)[1].split("\n## ", 1)[0]
     blocks = section.split("```sh\n")[1:]
-    assert len(blocks) >= 2, "the README's bake section lost its engine flags block"
+    assert len(blocks) >= 2, "the docs' bake section lost its engine flags block"
     words = blocks[1].split("```", 1)[0].replace("\\\n", " ").split()
     return [w for w in words if w.startswith(("--engine-arg=", "--run-arg="))]
 
@@ -599,7 +599,7 @@ def readme_bake_flags() -> list[str]:
 @containers
 def test_bake_with_every_step_skipped_writes_no_image_unless_allowed(built_images: None, tmp_path: Path) -> None:
     """Issue 21 item 2: every step outside `versions` used to give exit 0 and "wrote TAG" (an
-    unpatched image). Run with the README's flags for hosts like ours, as written there."""
+    unpatched image). Run with the docs' flags for hosts like ours, as written there."""
     podman = Engine("podman")
     recipe = tmp_path / "out-of-range.yaml"
     recipe.write_text(json.dumps({"name": "oor", "steps": [
@@ -607,7 +607,7 @@ def test_bake_with_every_step_skipped_writes_no_image_unless_allowed(built_image
                                          "edit": {"list_insert": {"names": ["_FLOAT16_DTYPES"], "values": ["float32"]}}}},
         {"name": "also-old", "check": {"package": "toyllm", "versions": "<0.0.1", "python": "pass"}}]}))
     tag = f"localhost/pk-test-skipped-{uuid.uuid4().hex[:8]}"
-    flags = readme_bake_flags()
+    flags = docs_bake_flags()
     assert "--engine-arg=--runtime=runc" in flags and "--run-arg=--ulimit=nproc=1024:1024" in flags, flags
     before = set(bake_containers(podman))  # other bakes on this machine may run meanwhile
     try:
