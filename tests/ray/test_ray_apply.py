@@ -103,18 +103,21 @@ def test_a_single_node_address_and_a_group_of_all_nodes_through_ray_client(clust
 def test_a_ray_client_server_that_dies_at_its_start_costs_one_more_try(cluster: LocalCluster, tmp_path: Path) -> None:
     """The head starts a server process per Ray client; when it dies at its start, Ray's client
     waits for an answer forever. patchkit waits PATCHKIT_RAY_CLIENT_TIMEOUT_S, then connects
-    again as a new client (a new server), up to three clients; if every one dies, one line says so."""
+    again as a new client (a new server), up to three clients; if every one dies, one line says so.
+    A healthy server's start took more than 8 s once in a full CI run (a loaded 2-core machine),
+    so the retries get 20 s; when every server dies, how long each wait is does not matter."""
     every = tmp_path / "all.yaml"
     every.write_text(json.dumps({"hosts": {}, "groups": {"cluster": {"ray": {
         "address": cluster.client_address, "python": str(cluster.nodes["a"].python)}}}}))
-    env = {**os.environ, "PATCHKIT_RAY_CLIENT_TIMEOUT_S": "8"}
+    env = {**os.environ, "PATCHKIT_RAY_CLIENT_TIMEOUT_S": "20"}
     cluster.client_server_fault.write_text("once")
     status = run_patchkit("status", TOY, "-i", str(every), "--json", env=env, timeout=120)
     assert not cluster.client_server_fault.exists()  # the first client's server did die
     assert status.returncode == 3, status  # pending, from every node: a later client worked
     assert sorted(status.hosts()) == sorted(n.host for n in cluster.nodes.values()), status
-    assert "ray.client_retry" in status.stderr and "did not answer within 8 s" in status.stderr, status
+    assert "ray.client_retry" in status.stderr and "did not answer within 20 s" in status.stderr, status
 
+    env["PATCHKIT_RAY_CLIENT_TIMEOUT_S"] = "5"
     cluster.client_server_fault.write_text("always")
     try:
         failed = run_patchkit("status", TOY, "-i", str(every), env=env, timeout=120)
@@ -123,7 +126,7 @@ def test_a_ray_client_server_that_dies_at_its_start_costs_one_more_try(cluster: 
     assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed
     assert failed.stderr.strip().splitlines()[-1] == (
         f"patchkit: group cluster: cannot connect to the Ray cluster at {cluster.client_address}: the Ray "
-        "Client server did not answer within 8 s (tried 3 times; the head's logs: ray_client_server*.err)"), failed
+        "Client server did not answer within 5 s (tried 3 times; the head's logs: ray_client_server*.err)"), failed
 
 
 def test_no_actor_is_left_when_the_cli_is_killed(cluster: LocalCluster, tmp_path: Path) -> None:
