@@ -10,7 +10,7 @@ QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^
 # script, same package): removed first, as its RECORD would take the script with it later.
 DROP_OLD_NAME = -m pip uninstall -q -y patchkit 2>&1 | { $(QUIET_PIP); }
 
-.PHONY: setup system-deps test-inputs demo typecheck test test-unit test-fast test-lowest test-newest test-releases collection clean
+.PHONY: setup system-deps test-inputs demo typecheck layers test test-unit test-fast test-lowest test-newest test-releases collection clean
 
 # Every package at the version CI has run (constraints.txt); a new release comes in by editing it.
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -39,10 +39,14 @@ demo: setup
 typecheck: setup
 	$(PY) -m mypy
 
-## The whole test suite (what .ci/run calls), after the type check and the pure tier at the newest
+## The import layers and contracts in pyproject.toml ([tool.importlinter]); fails on any broken one.
+layers: setup
+	$(abspath $(VENV))/bin/lint-imports --no-cache
+
+## The whole test suite (what .ci/run calls), after the type check, the import layers and the pure tier at the newest
 ## allowed versions (test-newest: before the suite, whose report .ci/run reads). Builds and caches
 ## the real vLLM environment under $${PATCHKIT_CACHE_DIR:-~/.cache/patchkit} on first use.
-test: setup typecheck test-newest system-deps test-inputs
+test: setup typecheck layers test-newest system-deps test-inputs
 	$(PY) -m pytest
 
 ## The pure tier (tests/unit): no sshd, podman, vLLM or wheel download; for your own loop.

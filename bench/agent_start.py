@@ -17,8 +17,8 @@ import statistics
 import sys
 import time
 
-from patchkit.agent import AgentClient
-from patchkit.transport import LocalTransport
+from patchkit.host.agent import AgentClient
+from patchkit.host.transport import LocalTransport
 
 
 async def once(python: str) -> tuple[float, float]:

@@ -8,7 +8,7 @@ that build). CPU time, because the fleet benchmarks run on a busy 2-core machine
 profile would charge the control side for time it spent waiting for the hosts. The CPU
 seconds of the whole process are printed on stderr as `cpu_s=...`; the top functions by
 cumulative and by own time go to OUT.txt beside OUT.prof. SSH's own work runs in the SSH
-helper process (transport/sshhelper.py), which this profile does not see: set
+helper process (host/transport/sshhelper.py), which this profile does not see: set
 PATCHKIT_SSH_HELPER=0 to profile it in this process.
 """
 
@@ -23,7 +23,7 @@ import time
 
 def main() -> int:
     out, argv = sys.argv[1], sys.argv[2:]
-    from patchkit.cli import main as cli_main
+    from patchkit.cli.main import main as cli_main
 
     profile = cProfile.Profile(time.process_time)
     cpu0 = time.process_time()

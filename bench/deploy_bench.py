@@ -378,10 +378,10 @@ class Bench:
         # patchkit's own transport, with the same HOME (so the same ~/.ssh/config) as its runs
         code = (
             "import asyncio,json,sys\n"
-            "from patchkit.inventory import Inventory\n"
-            "from patchkit.transport.ssh import SSHTransport\n"
-            "from patchkit.transport.ssh_common import SSHTarget\n"
-            "from patchkit.yamlsource import load_yaml\n"
+            "from patchkit.fleet.inventory import Inventory\n"
+            "from patchkit.host.transport.ssh import SSHTransport\n"
+            "from patchkit.host.transport.ssh_common import SSHTarget\n"
+            "from patchkit.base.yamlsource import load_yaml\n"
             "async def main():\n"
             "    spec = Inventory.model_validate(json.load(open(sys.argv[1]))).resolved()['bench']\n"
             "    t = SSHTransport(SSHTarget.from_host(spec))\n"
@@ -587,10 +587,10 @@ def profile_run(bench: Bench) -> dict:
 RAW_STREAM = """\
 import asyncio, json, sys, time
 from pathlib import Path
-from patchkit.inventory import Inventory
-from patchkit.transport.ssh import SSHTransport
-from patchkit.transport.ssh_common import SSHTarget
-CHUNK = 1 << 20  # as patchkit.agent.client.STREAM_CHUNK
+from patchkit.fleet.inventory import Inventory
+from patchkit.host.transport.ssh import SSHTransport
+from patchkit.host.transport.ssh_common import SSHTarget
+CHUNK = 1 << 20  # as patchkit.host.agent.client.STREAM_CHUNK
 async def main(inventory, command, files):
     t = SSHTransport(SSHTarget.from_host(Inventory.model_validate(json.load(open(inventory))).resolved()["bench"]))
     streams = await t.spawn(["sh", "-c", command])
@@ -669,7 +669,7 @@ def breakdown(bench: Bench) -> dict[str, float]:
 # patchkit is changed
 TIMELINE = """\
 import json, sys, time
-from patchkit.agent import client as c
+from patchkit.host.agent import client as c
 T0 = time.perf_counter()
 EVENTS = []
 SENT = {}
@@ -692,7 +692,7 @@ async def reply(self, request_id, op, timeout):
         op, length, t = SENT.get(request_id, (op, 0, None))  # None: sent inside another _send (agent files)
         EVENTS.append(["op", op, length, t, time.perf_counter() - T0])
 c.AgentClient._stream, c.AgentClient._send, c.AgentClient._reply = stream, send, reply
-from patchkit.cli import main
+from patchkit.cli.main import main
 try:
     code = main(sys.argv[1:])
 finally:

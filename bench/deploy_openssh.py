@@ -81,9 +81,9 @@ class OpenSSHBench(Bench):
 
     def openssh_cipher(self) -> str:
         """What patchkit's own ssh command line negotiates through the wrapper."""
-        from patchkit.inventory import Inventory
-        from patchkit.transport.openssh import OpenSSHTransport
-        from patchkit.transport.ssh_common import SSHTarget
+        from patchkit.fleet.inventory import Inventory
+        from patchkit.host.transport.openssh import OpenSSHTransport
+        from patchkit.host.transport.ssh_common import SSHTarget
 
         spec = Inventory.model_validate_json((self.work / "inventory-openssh.yaml").read_text()).resolved()["bench"]
         argv = OpenSSHTransport(SSHTarget.from_host(spec), ssh=str(self.ossh_bin / "ssh")).command(["true"])

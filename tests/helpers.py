@@ -219,7 +219,7 @@ def host_agent(*extensions: str) -> Any:
     client.AGENT_EXTENSIONS), executed into one namespace as op_load does (without serving)."""
     import types
 
-    from patchkit.agent.client import AGENT_EXTENSIONS, agent_file, agent_source
+    from patchkit.host.agent.client import AGENT_EXTENSIONS, agent_file, agent_source
 
     agent = types.ModuleType("patchkit_host_under_test")
     exec(compile(agent_source(), "core.py", "exec"), agent.__dict__)

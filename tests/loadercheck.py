@@ -20,8 +20,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from patchkit.errors import UsageError
-from patchkit.yamlsource import MAX_LISTED
+from patchkit.base.errors import UsageError
+from patchkit.base.yamlsource import MAX_LISTED
 
 CPU_LIMIT_S = 20.0  # one load; the slowest measured is ~0.1 s of CPU
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict, create_model, model_validator
 
-from patchkit.built_on_use import BUILT_ON_USE, SchemaOfBuiltOnUse
+from patchkit.base.built_on_use import BUILT_ON_USE, SchemaOfBuiltOnUse
 from patchkit.edits.model import EditBug, EditError, EditResult, EditSpec, Verdict
 from patchkit.edits.specs import (
     CallKwarg,

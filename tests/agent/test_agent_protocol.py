@@ -17,13 +17,13 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from patchkit.agent import AgentClient
-from patchkit.agent.client import SKIP_LIMIT, START_MARK, agent_source
-from patchkit.agent.protocol import APPLY_FILES, HELLO, LOCATE, LOG_TAIL, MANIFEST, READ, NoArgs, Op
-from patchkit.errors import HostError
-from patchkit.journal import Journal
-from patchkit.results import RunRecord
-from patchkit.transport import LocalTransport
+from patchkit.host.agent import AgentClient
+from patchkit.host.agent.client import SKIP_LIMIT, START_MARK, agent_source
+from patchkit.host.agent.protocol import APPLY_FILES, HELLO, LOCATE, LOG_TAIL, MANIFEST, READ, NoArgs, Op
+from patchkit.base.errors import HostError
+from patchkit.run.journal import Journal
+from patchkit.run.results import RunRecord
+from patchkit.host.transport import LocalTransport
 
 
 def with_agent(work: Callable[[AgentClient], Awaitable[Any]]) -> Any:

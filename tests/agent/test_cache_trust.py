@@ -1,5 +1,5 @@
-"""The control machine's cache is trusted only when it is this user's alone (patchkit/cache.py),
-and an entry only when this user's key sealed it (steps/edit_cache.py): the real CLI on a
+"""The control machine's cache is trusted only when it is this user's alone (patchkit/base/cache.py),
+and an entry only when this user's key sealed it (run/steps/edit_cache.py): the real CLI on a
 local sandbox host, with a real second user (useradd) owning the folders it must refuse."""
 
 from __future__ import annotations

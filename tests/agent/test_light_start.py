@@ -19,7 +19,7 @@ from tests.helpers import Sandbox, recipe, sandbox_fixture  # noqa: F401
 # Runs the CLI in this interpreter, then writes the imported top-level packages to a file.
 RUN_AND_LIST = """
 import json, sys
-from patchkit.cli import main
+from patchkit.cli.main import main
 try:
     main(sys.argv[2:])
 finally:
@@ -62,8 +62,8 @@ def test_validate_starts_no_ssh_helper(tmp_path: Path, sandbox: Sandbox) -> None
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     modules = set(json.loads(listing.read_text()))
-    assert "patchkit.recipe" in modules  # the listing is of the real run
-    assert "patchkit.transport.sshhelper" not in modules
+    assert "patchkit.recipe.model" in modules  # the listing is of the real run
+    assert "patchkit.host.transport.sshhelper" not in modules
 
 
 def test_the_start_and_the_first_reads_go_out_in_one_write(tmp_path: Path, sandbox: Sandbox) -> None:
@@ -104,8 +104,8 @@ def ops_of(data):
 # reply had been read by then; prints the list on stderr at exit. The CLI runs unchanged.
 COUNT_WRITES = """
 import atexit, json, sys
-from patchkit.agent import client
-from patchkit.transport import local
+from patchkit.host.agent import client
+from patchkit.host.transport import local
 
 WRITES, READ = [], []
 
@@ -132,7 +132,7 @@ async def spawn(self, argv):
 
 local.LocalTransport.spawn = spawn
 atexit.register(lambda: print(json.dumps(WRITES), file=sys.stderr))
-from patchkit.cli import main
+from patchkit.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -180,7 +180,7 @@ def test_a_start_in_the_command_line_and_the_apply_in_three_rounds(tmp_path: Pat
 # the rounds on stderr at exit. The CLI runs unchanged.
 COUNT_ROUNDS = """
 import atexit, base64, json, sys, zlib
-from patchkit.transport import local, ssh, sshhelper
+from patchkit.host.transport import local, ssh, sshhelper
 
 ROUNDS, STATE = [], {"replied": True}
 
@@ -222,6 +222,6 @@ for cls in classes:
         cls.start_in_command = IN_COMMAND
     cls.spawn = counted(cls.spawn)
 atexit.register(lambda: print(json.dumps(ROUNDS), file=sys.stderr))
-from patchkit.cli import main
+from patchkit.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """

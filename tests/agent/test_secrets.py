@@ -339,7 +339,7 @@ def test_recipe_errors_do_not_echo_secret_values(tmp_path: Path) -> None:
 
 
 def test_which_names_are_secret_and_placeholders_round_trip() -> None:
-    from patchkit.redact import Redactor, find_secrets, is_secret_name
+    from patchkit.recipe.redact import Redactor, find_secrets, is_secret_name
 
     assert all(map(is_secret_name, ["hf_token", "HF_TOKEN", "apikey", "--api-key", "db_password", "client_secret"]))
     # settings whose small values would garble every message if they were redacted

@@ -32,16 +32,16 @@ from typing import Any
 import pytest
 
 from fixtures import containers as images
-from patchkit.errors import HostError
-from patchkit.inventory import (
+from patchkit.base.errors import HostError
+from patchkit.fleet.inventory import (
     Defaults,
     HostSpec,
     Inventory,
     PodSelector,
 )
-from patchkit.transport.container import ContainerTarget, parse_container_address
-from patchkit.transport.container_errors import classify
-from patchkit.transport.kubectl import (
+from patchkit.host.transport.container import ContainerTarget, parse_container_address
+from patchkit.host.transport.container_errors import classify
+from patchkit.host.transport.kubectl import (
     get_pods_argv,
     pod_host,
     pods_from_json,
@@ -528,7 +528,7 @@ def test_bake_from_a_missing_image_is_one_line(built_images: None) -> None:
 
 def bake_containers(engine: Engine) -> list[str]:
     """Names of the containers any bake labelled, running or not."""
-    listed = engine.run("ps", "-a", "--filter", "label=patchkit.bake.owner", "--format", "{{.Names}}")
+    listed = engine.run("ps", "-a", "--filter", "label=patchkit.commands.bake.owner", "--format", "{{.Names}}")
     return listed.stdout.split()
 
 
@@ -656,7 +656,7 @@ def test_a_killed_bake_leaves_a_bounded_labelled_container_that_the_next_bake_re
     alive = f"pk-test-alive-{uuid.uuid4().hex[:8]}"  # labelled by a bake that runs: this test's process
     stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
     podman.started.append(alive)
-    podman.run("run", "-d", "--name", alive, "--label", f"patchkit.bake.owner={os.uname().nodename} {os.getpid()} "
+    podman.run("run", "-d", "--name", alive, "--label", f"patchkit.commands.bake.owner={os.uname().nodename} {os.getpid()} "
                f"{stat[19]}", *images.RUN_ARGS, images.TOY_IMAGE, "sleep", "300")
     before = set(bake_containers(podman))  # other bakes on this machine may run meanwhile
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -673,7 +673,7 @@ def test_a_killed_bake_leaves_a_bounded_labelled_container_that_the_next_bake_re
         proc.communicate(timeout=30)
         [name] = left
         config = podman.run("container", "inspect", "--format", "{{json .Config.Cmd}} {{.HostConfig.AutoRemove}} "
-                            '{{index .Config.Labels "patchkit.bake.owner"}}', name).stdout.split()
+                            '{{index .Config.Labels "patchkit.commands.bake.owner"}}', name).stdout.split()
         assert config[:2] == ['["300"]', "true"], config
         assert config[2:4] == [os.uname().nodename, str(proc.pid)], config
         assert podman.run("container", "inspect", "--format", "{{.State.Running}}", name).stdout.strip() == "true"

@@ -1,4 +1,4 @@
-"""The actor body that runs on a Ray node (transport/rayrelay.py), driven directly: it is a
+"""The actor body that runs on a Ray node (host/transport/rayrelay.py), driven directly: it is a
 plain asyncio class, so its ordering and its process handling are tested without a cluster,
 against real processes."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from patchkit.transport.rayrelay import AgentRelay
+from patchkit.host.transport.rayrelay import AgentRelay
 
 ECHO = [sys.executable, "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"]
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from fixtures.vllm_envs import make_sandbox, wheel_path
-from patchkit.audit import PATCHED, UNEXPLAINED, explain
-from patchkit.installed import ChangedFile
-from patchkit.results import RunRecord, StepResult
+from patchkit.commands.audit import PATCHED, UNEXPLAINED, explain
+from patchkit.run.installed import ChangedFile
+from patchkit.run.results import RunRecord, StepResult
 from tests.helpers import run_patchkit, sha256
 
 pytestmark = [pytest.mark.realenv, pytest.mark.wheels, pytest.mark.timeout(900)]

@@ -52,7 +52,7 @@ import pytest
 
 from fixtures.make_models import model_path, rigged_info, serve_command, serve_env
 from fixtures.vllm_envs import base_env, make_sandbox
-from patchkit.steps.gate_stats import wilson
+from patchkit.run.steps.gate_stats import wilson
 from tests.helpers import PATCHKIT
 from tests.sshd import (  # noqa: F401 - pytest fixtures
     Testbed,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.vllm_envs import release_file
-from patchkit.recipe import load_recipe
+from patchkit.recipe.model import load_recipe
 from tests.helpers import PATCHKIT
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 
 from fixtures.vllm_envs import make_sandbox, release_file
-from patchkit.recipe import load_recipe
+from patchkit.recipe.model import load_recipe
 from tests.helpers import PATCHKIT
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-import patchkit.transport.ssh  # noqa: F401 - installs the adjustment, as every SSH run does
-from patchkit.transport.asyncssh_aead import leaner_aead_sends
-from patchkit.transport.asyncssh_import import asyncssh
+import patchkit.host.transport.ssh  # noqa: F401 - installs the adjustment, as every SSH run does
+from patchkit.host.transport.asyncssh_aead import leaner_aead_sends
+from patchkit.host.transport.asyncssh_import import asyncssh
 from tests.sshd import Fleet, fleet, sshd_root  # noqa: F401 - pytest fixtures
 
 DATA = bytes(range(256)) * (16 << 10)  # 4 MiB: 128 channel-data packets of sshd's 32 KiB maximum

@@ -1,4 +1,4 @@
-"""asyncssh's public-key login in one request (transport/asyncssh_auth.py), against a real sshd.
+"""asyncssh's public-key login in one request (host/transport/asyncssh_auth.py), against a real sshd.
 
 The client waits for the server's answer to each login request before it sends the next,
 so every request is a round trip: recorded here as asyncssh sends them (method, signed or
@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-import patchkit.transport.ssh as ssh_module
-from patchkit.errors import HostError
-from patchkit.transport.asyncssh_auth import local_keys_sign_first, signs_in_process
-from patchkit.transport.asyncssh_import import asyncssh
-from patchkit.transport.ssh import SSHTransport
-from patchkit.transport.ssh_common import SSHTarget
+import patchkit.host.transport.ssh as ssh_module
+from patchkit.base.errors import HostError
+from patchkit.host.transport.asyncssh_auth import local_keys_sign_first, signs_in_process
+from patchkit.host.transport.asyncssh_import import asyncssh
+from patchkit.host.transport.ssh import SSHTransport
+from patchkit.host.transport.ssh_common import SSHTarget
 from tests.sshd import Fleet, Testbed, fleet, ssh_agent, sshd_root, testbed  # noqa: F401 - pytest fixtures
 
 pytestmark = pytest.mark.timeout(60)

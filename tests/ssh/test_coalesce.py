@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from patchkit.transport.coalesce import CoalescingTransport, coalesce_writes
+from patchkit.host.transport.coalesce import CoalescingTransport, coalesce_writes
 from tests.sshd import Fleet, fleet, sshd_root  # noqa: F401 - pytest fixtures
 
 
@@ -62,8 +62,8 @@ def test_writes_of_one_turn_arrive_once_in_order_and_close_sends_what_is_pending
 
 def test_an_asyncssh_connection_writes_far_fewer_times_than_it_sends_packets(fleet: Fleet, sshd_root: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from patchkit.transport.ssh import SSHTransport
-    from patchkit.transport.ssh_common import SSHTarget
+    from patchkit.host.transport.ssh import SSHTransport
+    from patchkit.host.transport.ssh_common import SSHTarget
 
     server = fleet.servers[0]
     known = sshd_root / "coalesce_known_hosts"

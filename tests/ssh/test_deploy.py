@@ -476,8 +476,8 @@ def test_files_go_out_back_to_back_and_their_answers_are_read_after(
         local: Local, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """No round trip per file: every receive_file request (with its bytes) is out before the
     first answer to one is read. Run in-process to see the protocol events."""
-    from patchkit import cli
-    from patchkit.agent.client import AgentClient
+    from patchkit.cli import main as cli
+    from patchkit.host.agent.client import AgentClient
 
     for name in ("a.bin", "b.bin", "c.bin"):
         write_random(local.src / name, 300_000)
@@ -748,8 +748,8 @@ def test_the_data_path_prefers_aes_gcm_unless_ssh_config_sets_ciphers(
     """asyncssh's own default is chacha20-poly1305, twice the CPU of AES-GCM per deployed byte."""
     import asyncio
 
-    from patchkit.transport.ssh import SSHTransport
-    from patchkit.transport.ssh_common import SSHTarget
+    from patchkit.host.transport.ssh import SSHTransport
+    from patchkit.host.transport.ssh_common import SSHTarget
 
     server = fleet.servers[0]
     known = tmp_path / "known_hosts"

@@ -1,5 +1,5 @@
 """The first hosts' connections start once the run is valid, while its code loads
-(transport/early.py); the runner's session takes them. Against real sshd hosts."""
+(host/transport/early.py); the runner's session takes them. Against real sshd hosts."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from patchkit.inventory import HostSpec
-from patchkit.transport.base import Reach
-from patchkit.transport.early import EarlyReach, first_wave
-from patchkit.rollout import parse_serial
+from patchkit.fleet.inventory import HostSpec
+from patchkit.host.transport.base import Reach
+from patchkit.host.transport.early import EarlyReach, first_wave
+from patchkit.base.rollout import parse_serial
 from tests.sshd import SSHD, Testbed, fleet, sshd_root, testbed  # noqa: F401 - pytest fixtures
 
 pytestmark = pytest.mark.timeout(120)

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from fixtures.make_drafter import make_drafter
-from patchkit.agent.client import BOOTSTRAP
-from patchkit.transport.ssh_common import CONNECT_ATTEMPTS
+from patchkit.host.agent.client import BOOTSTRAP
+from patchkit.host.transport.ssh_common import CONNECT_ATTEMPTS
 from tests.helpers import Result
 from tests.sshd import (  # noqa: F401 - pytest fixtures
     require,
@@ -356,9 +356,9 @@ def test_connection_cut_mid_run_fails_the_host_then_a_rerun_converges(testbed: T
 
 
 def test_missing_ssh_binary_is_a_clear_host_error() -> None:
-    from patchkit.errors import HostError
-    from patchkit.transport.openssh import OpenSSHTransport
-    from patchkit.transport.ssh_common import SSHTarget
+    from patchkit.base.errors import HostError
+    from patchkit.host.transport.openssh import OpenSSHTransport
+    from patchkit.host.transport.ssh_common import SSHTarget
 
     transport = OpenSSHTransport(SSHTarget(name="h", address="127.0.0.1"), ssh="/nonexistent/ssh")
     with pytest.raises(HostError, match=r"h: ssh_client: openssh needs the OpenSSH client `/nonexistent/ssh`"):
@@ -383,7 +383,7 @@ def test_a_login_shell_that_prints_is_skipped_and_reported(testbed: Testbed, ban
 
 
 def _spec(fleet: Fleet, server: SSHD | None, known: Path, port: int | None = None, **kw: Any):
-    from patchkit.transport.ssh_common import SSHTarget
+    from patchkit.host.transport.ssh_common import SSHTarget
 
     return SSHTarget(name=server.name if server else "mute", address="127.0.0.1",
                      port=port or (server.port if server else None), user="root",
@@ -411,7 +411,7 @@ async def _reverse(transport, text: str = "hello") -> bytes:
 
 
 def test_transport_quoted_argv_one_process_per_spawn(fleet: Fleet, sshd_root: Path, spy: str) -> None:
-    from patchkit.transport.openssh import OpenSSHTransport
+    from patchkit.host.transport.openssh import OpenSSHTransport
 
     server = fleet.servers[0]
     known = sshd_root / "openssh_known_hosts"
@@ -433,9 +433,9 @@ def test_transport_quoted_argv_one_process_per_spawn(fleet: Fleet, sshd_root: Pa
 
 def test_transport_retries_connection_setup_and_replays_what_was_written(fleet: Fleet, sshd_root: Path,
                                                                          spy: str) -> None:
-    from patchkit.errors import HostError
-    from patchkit.transport.openssh import OpenSSHTransport
-    from patchkit.transport.ssh_common import HostKeyRefused
+    from patchkit.base.errors import HostError
+    from patchkit.host.transport.openssh import OpenSSHTransport
+    from patchkit.host.transport.ssh_common import HostKeyRefused
 
     flaky = fleet.extra_server("openssh-flaky")
     known = sshd_root / "openssh_retry_known_hosts"
@@ -492,8 +492,8 @@ def test_transport_command_line() -> None:
     """Host keys always checked, no shell quoting left to chance, paths as ssh_config values."""
     from dataclasses import replace
 
-    from patchkit.transport.openssh import OpenSSHTransport
-    from patchkit.transport.ssh_common import SSHTarget
+    from patchkit.host.transport.openssh import OpenSSHTransport
+    from patchkit.host.transport.ssh_common import SSHTarget
 
     spec = SSHTarget(name="h", address="-oProxyCommand=evil", port=2222, user="u", identity_file="/k/100%/id",
                      known_hosts="/a dir/known_hosts")

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(120)
 def test_an_apply_over_ssh_starts_in_the_exec_and_takes_three_rounds(testbed: Testbed, tmp_path: Path,
                                                                     helper: str) -> None:
     """`agent_start: command`: the start and the first reads ride in the exec's command line,
-    whether SSH runs in the helper process (transport/sshhelper.py) or in the CLI's."""
+    whether SSH runs in the helper process (host/transport/sshhelper.py) or in the CLI's."""
     server = testbed.fleet.servers[0]
     testbed.add(server.name, server)
     testbed.fleet.write_known_hosts(testbed.known_hosts, [server])

@@ -475,8 +475,8 @@ async def argv_as_received_twice(transport: Any, args: list[str]) -> list[list[s
 
 
 def test_transport_one_connection_quoted_argv(fleet: Fleet, sshd_root) -> None:
-    from patchkit.transport.ssh import SSHTransport
-    from patchkit.transport.ssh_common import SSHTarget
+    from patchkit.host.transport.ssh import SSHTransport
+    from patchkit.host.transport.ssh_common import SSHTarget
 
     server = fleet.servers[0]
     known = sshd_root / "transport_known_hosts"
@@ -500,7 +500,7 @@ def test_transport_one_connection_quoted_argv(fleet: Fleet, sshd_root) -> None:
 
 
 def _spec(fleet: Fleet, server, known, **kw):
-    from patchkit.transport.ssh_common import SSHTarget
+    from patchkit.host.transport.ssh_common import SSHTarget
 
     return SSHTarget(name=server.name, address="127.0.0.1", port=server.port, user="root",
                     identity_file=str(fleet.client_key), known_hosts=str(known), **kw)
@@ -511,9 +511,9 @@ def _connections(server) -> int:
 
 
 def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root, monkeypatch: pytest.MonkeyPatch) -> None:
-    from patchkit.errors import HostError
-    from patchkit.transport.ssh import SSHTransport
-    from patchkit.transport.ssh_common import HostKeyRefused
+    from patchkit.base.errors import HostError
+    from patchkit.host.transport.ssh import SSHTransport
+    from patchkit.host.transport.ssh_common import HostKeyRefused
 
     flaky = fleet.extra_server("flaky")
     known = sshd_root / "retry_known_hosts"
@@ -551,7 +551,7 @@ def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root, monkey
     # a server that accepts TCP and never speaks SSH: the per-attempt timeout, then a clear error.
     # Counted, not timed: asyncssh is given the 0.3 s limit on each of exactly 2 connections, and
     # the client hung up on each (the server never closes one: only the timeout can end it).
-    import patchkit.transport.ssh as ssh_module
+    import patchkit.host.transport.ssh as ssh_module
 
     real_connect = ssh_module.asyncssh.connect
     limits: list[float] = []
@@ -563,7 +563,7 @@ def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root, monkey
     monkeypatch.setattr(ssh_module.asyncssh, "connect", connect)
     with silent_port() as silent:
         async def hangs() -> None:
-            from patchkit.transport.ssh_common import SSHTarget
+            from patchkit.host.transport.ssh_common import SSHTarget
 
             spec = SSHTarget(name="mute", address="127.0.0.1", port=silent.port, known_hosts=str(known),
                              connect_timeout=0.3, attempts=2)
@@ -582,8 +582,8 @@ def test_transport_retries_connection_setup_only(fleet: Fleet, sshd_root, monkey
 
 def test_transport_host_key_types(fleet: Fleet, sshd_root) -> None:
     """known_hosts holds one key type of several: it is used; a host re-keyed to another type is 'changed'."""
-    from patchkit.transport.ssh import SSHTransport
-    from patchkit.transport.ssh_common import HostKeyRefused
+    from patchkit.host.transport.ssh import SSHTransport
+    from patchkit.host.transport.ssh_common import HostKeyRefused
 
     dual = fleet.extra_server("dual", key_types=("ed25519", "rsa"))
     only_rsa = sshd_root / "rsa_known_hosts"

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from patchkit.errors import HostUnreachable
-from patchkit.inventory import HostSpec
-from patchkit.transport.asyncssh_import import asyncssh
-from patchkit.transport.openssh_errors import openssh_failure
-from patchkit.transport.ssh import asyncssh_failure
-from patchkit.transport.ssh_common import (
+from patchkit.base.errors import HostUnreachable
+from patchkit.fleet.inventory import HostSpec
+from patchkit.host.transport.asyncssh_import import asyncssh
+from patchkit.host.transport.openssh_errors import openssh_failure
+from patchkit.host.transport.ssh import asyncssh_failure
+from patchkit.host.transport.ssh_common import (
     MESSAGES,
     TRANSIENT,
     AuthRefused,

@@ -1,4 +1,4 @@
-"""SSH in a second process (transport/sshhelper.py), against real sshd hosts: the CLI's own
+"""SSH in a second process (host/transport/sshhelper.py), against real sshd hosts: the CLI's own
 process never loads asyncssh, a Ctrl-C or a kill -9 of the CLI leaves no helper and no
 session behind, a helper that dies fails its hosts in words (never a hang), and
 PATCHKIT_SSH_HELPER=0 keeps SSH in the CLI's process."""
@@ -25,7 +25,7 @@ import atexit, sys
 atexit.register(lambda: print("asyncssh in the CLI's process:", "asyncssh" in sys.modules, file=sys.stderr))
 atexit.register(lambda: print("CLI wrote bytes:", open("/proc/self/io").read().split("wchar: ")[1].split()[0],
                               file=sys.stderr))
-from patchkit.cli import main
+from patchkit.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -133,7 +133,7 @@ def test_a_helper_that_dies_fails_its_hosts_in_words(testbed: Testbed) -> None:
 def test_a_fleet_is_served_in_the_cli_s_own_process(testbed: Testbed, tmp_path: Path) -> None:
     """More than sshhelper.MAX_HOSTS hosts: the relay's per-host cost would outweigh the one
     import it saves, so the helper is let go and SSH runs in the CLI's process."""
-    from patchkit.transport.sshhelper import MAX_HOSTS
+    from patchkit.host.transport.sshhelper import MAX_HOSTS
 
     servers = testbed.fleet.servers
     names = [f"node-{i}" for i in range(MAX_HOSTS + 1)]

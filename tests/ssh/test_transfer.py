@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from patchkit.agent.client import AgentClient
-from patchkit.agent.protocol import RECEIVE_FILE
-from patchkit.errors import HostError
-from patchkit.transport import LocalTransport
-from patchkit.transport.openssh import _OpenSSHStreams
+from patchkit.host.agent.client import AgentClient
+from patchkit.host.agent.protocol import RECEIVE_FILE
+from patchkit.base.errors import HostError
+from patchkit.host.transport import LocalTransport
+from patchkit.host.transport.openssh import _OpenSSHStreams
 from tests.helpers import host_agent
 
 transfer = host_agent("transfer")  # the deploy extension in the agent's namespace, as on a host

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit.ansible_inventory import host_from_ansible_vars, hosts_from_ansible_json
-from patchkit.errors import UsageError
+from patchkit.fleet.ansible import host_from_ansible_vars, hosts_from_ansible_json
+from patchkit.base.errors import UsageError
 
 LISTED = {
     "_meta": {"hostvars": {

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from patchkit.transport.asyncssh_import import asyncssh
-from patchkit.transport.asyncssh_quiet import quiet_log_calls, quiet_packet_logging
+from patchkit.host.transport.asyncssh_import import asyncssh
+from patchkit.host.transport.asyncssh_quiet import quiet_log_calls, quiet_packet_logging
 
 
 class Logged(asyncssh.packet.SSHPacketLogger):
@@ -72,7 +72,7 @@ def test_other_lines_become_text_only_when_their_level_is_logged(caplog: pytest.
 def test_the_ssh_transport_installs_both_quiet_loggers() -> None:
     """What the tests above check is what a run gets: importing the SSH transport, in a process
     of its own (the tests above install them themselves), puts both in place."""
-    probe = ("import patchkit.transport.ssh, asyncssh.logging, asyncssh.packet\n"
+    probe = ("import patchkit.host.transport.ssh, asyncssh.logging, asyncssh.packet\n"
              "print(getattr(asyncssh.logging.SSHLogger.__dict__['log'], 'patchkit_quiet', False),"
              " getattr(asyncssh.packet.SSHPacketLogger.__dict__['_log_packet'], 'patchkit_quiet', False))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

@@ -1,7 +1,7 @@
 """Fuzz of the command line: hundreds of generated invocations (commands, flags and values:
 empty strings, nan, huge numbers, folders, devices, missing files, odd -l patterns, -e
 without `=`, non-ASCII, options given as values, ...), run in-process against the real
-argument parsing and validation of patchkit/cli.py. Each must end in one of the exit codes
+argument parsing and validation of patchkit/cli/main.py. Each must end in one of the exit codes
 the product names (0, 1, 2, 3) with no traceback; a usage error is `patchkit: ...` on
 stderr's first line; and a value known to be malformed (an empty value, a number that is no
 count or no number of seconds, a nested-too-deep inventory) must be a usage error before any
@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from patchkit import cli
-from patchkit.transport.sshhelper import SWITCH
+from patchkit.cli import main as cli
+from patchkit.host.transport.sshhelper import SWITCH
 from tests.helpers import REPO
 
 SEED = 3801
@@ -91,9 +91,9 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Val
         raise Reached
 
     monkeypatch.setattr(asyncio, "run", reached)
-    monkeypatch.setattr("patchkit.releasetest.command.run", reached)
-    monkeypatch.setattr("patchkit.bake.bake", reached)
-    monkeypatch.setattr("patchkit.inventory_sources.ansible_inventory_command", lambda: None)
+    monkeypatch.setattr("patchkit.commands.releasetest.command.run", reached)
+    monkeypatch.setattr("patchkit.commands.bake.bake", reached)
+    monkeypatch.setattr("patchkit.fleet.sources.ansible_inventory_command", lambda: None)
 
     # (No NUL: no command line can carry one.)
     common = [Value("-"), Value("--json"), Value("-i"), Value("ü"), Value(" "), Value("--"), Value("a" * 5000)]

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from tenacity import retry_if_exception_type
 
-from patchkit.transport.ssh_common import CONNECT_ATTEMPTS, connect_retrying
+from patchkit.host.transport.ssh_common import CONNECT_ATTEMPTS, connect_retrying
 
 
 def run(error: type[Exception], attempts: int) -> tuple[int, list[float]]:

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from patchkit.agent.protocol import LocateReply, ManifestReply
+from patchkit.host.agent.protocol import LocateReply, ManifestReply
 from patchkit.edits import Edit
 from patchkit.edits.testing import assert_edit
-from patchkit.recipe import Step
-from patchkit.results import HostResult, RunRecord, StepResult, host_status, nothing_patched
-from patchkit.steps.context import Gate, version_gate
-from patchkit.steps.deploy import status_deploy
+from patchkit.recipe.model import Step
+from patchkit.run.results import HostResult, RunRecord, StepResult, host_status, nothing_patched
+from patchkit.run.steps.context import Gate, version_gate
+from patchkit.run.steps.deploy import status_deploy
 
 # ------------------------------------------------------------------ the locator's choice
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit.journal import active_changes, rollback_target, unverified_step
-from patchkit.results import FileChange, RunRecord, StepResult
-from patchkit.steps.launch import launch_state
-from patchkit.steps.registry import KINDS, kind_named
-from patchkit.steps.unit import standing, unit_state
+from patchkit.run.journal import active_changes, rollback_target, unverified_step
+from patchkit.run.results import FileChange, RunRecord, StepResult
+from patchkit.run.steps.launch import launch_state
+from patchkit.run.steps.registry import KINDS, kind_named
+from patchkit.run.steps.unit import standing, unit_state
 
 FILE = "/site/pkg/config.py"
 A, B, C = "a" * 64, "b" * 64, "c" * 64  # original, patched, someone else's version
@@ -174,7 +174,7 @@ def test_rollback_target_by_run_id_and_by_step() -> None:
 def test_rollback_run_takes_a_unique_prefix_and_refuses_an_ambiguous_one() -> None:
     import pytest
 
-    from patchkit.journal import AmbiguousRun
+    from patchkit.run.journal import AmbiguousRun
 
     a, b, c = (run(rid, change(name="add")) for rid in ("20261201T101010.1Z-aa", "20261201T101010.1Z-ab", "20261202T0"))
     assert rollback_target([a, b, c], "20261202", None) is c
@@ -197,7 +197,7 @@ def test_live_changes_and_unverified_steps() -> None:
 def test_the_recipe_s_step_kinds_are_the_registry_s() -> None:
     """A recipe key for every registered kind and a kind for every recipe key: a kind added
     to one and not the other is caught here, not by a user's recipe."""
-    from patchkit.recipe import STEP_KINDS, Step
+    from patchkit.recipe.model import STEP_KINDS, Step
 
     assert set(STEP_KINDS) == set(KINDS)
     assert all(name in Step.model_fields for name in KINDS)

@@ -16,8 +16,8 @@ import pytest
 from patchkit.edits import Edit
 from patchkit.edits.hunk_locate import apply_file_patch
 from patchkit.edits.unified_diff import DiffError, parse_diff
-from patchkit.recipe import load_recipe
-from patchkit.errors import UsageError
+from patchkit.recipe.model import load_recipe
+from patchkit.base.errors import UsageError
 
 
 def udiff(old: str, new: str, path: str = "pkg/mod.py", n: int = 3) -> str:
@@ -295,7 +295,7 @@ def test_a_section_naming_no_scope_of_the_file_falls_back_to_the_lines() -> None
     ("1.0", ">=0.17", False), ("0.18.0", "~=0.17.0", True),
 ])
 def test_past_the_range(version: str, versions: str, past: bool) -> None:
-    from patchkit.steps.upstream import past_range
+    from patchkit.run.steps.upstream import past_range
 
     assert past_range(version, versions) is past
 

@@ -28,12 +28,12 @@ from fixtures.make_drafter import (
     target_config,
     write_drafter,
 )
-from patchkit.checkpoint import VALIDATORS, read_checkpoint, reader_source, validate
-from patchkit.checkpoint import reader as reader_module
-from patchkit.checkpoint.eagle3 import validate_eagle3_drafter
+from patchkit.host.checkpoint import VALIDATORS, read_checkpoint, reader_source, validate
+from patchkit.host.checkpoint import reader as reader_module
+from patchkit.host.checkpoint.eagle3 import validate_eagle3_drafter
 
 REPO = Path(__file__).resolve().parents[2]
-READER = REPO / "patchkit" / "checkpoint" / "reader.py"
+READER = REPO / "patchkit" / "host" / "checkpoint" / "reader.py"
 SHARD1, SHARD2 = SHARD_NAMES
 
 

@@ -1,4 +1,4 @@
-"""Edit results kept on the control machine (steps/edit_cache.py): bound to what produced them,
+"""Edit results kept on the control machine (run/steps/edit_cache.py): bound to what produced them,
 sealed with this user's key, checked again on use, never holding a secret value."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import cache
-from patchkit.recipe import load_recipe
-from patchkit.steps import edit_cache
+from patchkit.base import cache
+from patchkit.recipe.model import load_recipe
+from patchkit.run.steps import edit_cache
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = 'class SpeculativeConfig:\n    def _verify_args(self):\n        eagle3_target_supported = ["llama", "afmoe"]\n'
@@ -145,7 +145,7 @@ def test_edits_and_entry_checks_never_run_in_two_threads_at_once(step, root: Pat
     from concurrent.futures import ThreadPoolExecutor
 
     import patchkit.edits.list_insert as engine
-    import patchkit.steps.edit_cache as module
+    import patchkit.run.steps.edit_cache as module
 
     inside, most, guard = 0, 0, threading.Lock()
 

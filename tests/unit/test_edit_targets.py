@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from patchkit.edits import Edit, EditResult
 from patchkit.edits.testing import assert_idempotent, assert_refused
-from patchkit.recipe import load_recipe
+from patchkit.recipe.model import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 

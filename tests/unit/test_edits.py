@@ -1470,8 +1470,8 @@ class TestResultsCompile:
 
     def test_a_bug_reaches_the_patch_step_as_a_failure_naming_it(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         import patchkit.edits.list_insert as engine
-        from patchkit.recipe import load_recipe
-        from patchkit.steps import edit_cache
+        from patchkit.recipe.model import load_recipe
+        from patchkit.run.steps import edit_cache
 
         monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path))
         monkeypatch.setattr(engine, "run", lambda spec, source: EditResult("changed", "x = [\n", "added"))

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-import patchkit.report as report_mod
-import patchkit.runner as runner_mod
-from patchkit.fanout import LineProgress, LiveProgress, progress_for
-from patchkit.inventory import HostSpec
-from patchkit.journal import new_run_id
-from patchkit.recipe import LoadedRecipe, load_recipe
-from patchkit.results import HostResult, RunReport, StepResult
-from patchkit.testing import FakeAgent, FakePackage, FakeTransport
+import patchkit.report.output as report_mod
+import patchkit.run.runner as runner_mod
+from patchkit.run.fanout import LineProgress, LiveProgress, progress_for
+from patchkit.fleet.inventory import HostSpec
+from patchkit.run.journal import new_run_id
+from patchkit.recipe.model import LoadedRecipe, load_recipe
+from patchkit.run.results import HostResult, RunReport, StepResult
+from patchkit.host.testing import FakeAgent, FakePackage, FakeTransport
 
 
 @pytest.fixture(autouse=True)

@@ -6,14 +6,14 @@ import math
 
 import pytest
 
-from patchkit.steps.gate_stats import (
+from patchkit.run.steps.gate_stats import (
     Acceptance,
     below,
     regressed,
     show_interval,
     wilson,
 )
-from patchkit.steps.launch import acceptance, per_position, served_models
+from patchkit.run.steps.launch import acceptance, per_position, served_models
 
 
 def test_wilson_interval_known_values() -> None:

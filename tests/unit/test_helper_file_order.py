@@ -1,4 +1,4 @@
-"""The SSH helper's file path (transport/sshhelper.py `_Relay.forward_file`): a deploy's file
+"""The SSH helper's file path (host/transport/sshhelper.py `_Relay.forward_file`): a deploy's file
 bytes go to the remote stdin only after every byte the CLI wrote to the stdin pipe before
 them, however late the pipe's bytes arrive. End to end (tests/ssh/test_ssh_helper.py) the pipe
 is nearly always drained first, so the order is pinned here, where the pipe can be held back.
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from patchkit.transport.sshhelper import _Relay
+from patchkit.host.transport.sshhelper import _Relay
 
 
 class RemoteStdin:

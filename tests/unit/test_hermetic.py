@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 from fixtures import vllm_envs
-from patchkit import cache
+from patchkit.base import cache
 
 
 def test_patchkit_under_test_keeps_its_cache_apart_from_the_users() -> None:

@@ -1,4 +1,4 @@
-"""The host side of the agent, patchkit/agent/host/: what runs on a host is stdlib-only
+"""The host side of the agent, patchkit/host/remote/: what runs on a host is stdlib-only
 Python 3.8, the control side never imports it, and the ops the control side routes to each
 file are exactly those that file registers on the host."""
 
@@ -10,11 +10,11 @@ import symtable
 import sys
 from pathlib import Path
 
-from patchkit.agent.client import AGENT_CORE, AGENT_EXTENSIONS, HOST, SENT_CONSTANTS, agent_file, host_ops
+from patchkit.host.agent.client import AGENT_CORE, AGENT_EXTENSIONS, HOST, SENT_CONSTANTS, agent_file, host_ops
 from tests.helpers import REPO, host_agent
 
 PACKAGE = REPO / "patchkit"
-HOST_DIR = PACKAGE / "agent" / "host"
+HOST_DIR = PACKAGE / "host" / "remote"
 HOST_FILES = sorted(HOST_DIR.glob("**/*.py"))
 SHIPPED = [AGENT_CORE] + [f for files in AGENT_EXTENSIONS.values() for f in files]
 
@@ -50,8 +50,8 @@ def test_every_file_in_the_host_folder_is_shipped_and_nothing_else_from_it() -> 
 
 def test_control_code_imports_nothing_that_is_shipped_to_hosts() -> None:
     """The reader is the one file both sides run: a library, its one copy in checkpoint/."""
-    host_modules = {"patchkit.agent.host"} | {f"{pkg}.{name[:-3]}" for pkg, name in SHIPPED}
-    host_modules.discard("patchkit.checkpoint.reader")
+    host_modules = {"patchkit.host.remote"} | {f"{pkg}.{name[:-3]}" for pkg, name in SHIPPED}
+    host_modules.discard("patchkit.host.checkpoint.reader")
     for path in sorted(PACKAGE.glob("**/*.py")):
         if HOST_DIR in path.parents:
             continue
@@ -117,16 +117,16 @@ def test_the_ops_the_control_side_routes_are_the_ops_each_host_file_registers() 
 
 
 def test_every_op_the_control_code_sends_is_declared_by_a_host_file() -> None:
-    """The control side names an op only by its constant in agent/protocol.py (typed by its
+    """The control side names an op only by its constant in host/agent/protocol.py (typed by its
     request and reply), and protocol.py types exactly the ops the host files declare."""
-    from patchkit.agent import protocol
+    from patchkit.host.agent import protocol
 
     assert set(protocol.OPS) == set(host_ops()), set(protocol.OPS) ^ set(host_ops())
     constants = {name for name, value in vars(protocol).items() if isinstance(value, protocol.Op)}
     sent = set()
     for path in sorted(PACKAGE.glob("**/*.py")):
-        if HOST_DIR in path.parents or path in (PACKAGE / "agent" / "client.py", PACKAGE / "testing.py"):
-            # the client relays requests, and so does FakeAgent (patchkit.testing)
+        if HOST_DIR in path.parents or path in (PACKAGE / "host" / "agent" / "client.py", PACKAGE / "host" / "testing.py"):
+            # the client relays requests, and so does FakeAgent (patchkit.host.testing)
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \

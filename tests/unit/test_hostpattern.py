@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import hostpattern
-from patchkit.errors import UsageError
-from patchkit.inventory import load_inventory
+from patchkit.fleet import patterns as hostpattern
+from patchkit.base.errors import UsageError
+from patchkit.fleet.inventory import load_inventory
 
 HOSTS = ["gpu-1", "gpu-2", "gpu-3", "cpu-1", "eu-gpu-4"]
 GROUPS = {"kimi": ["gpu-2", "gpu-1"], "eu": ["gpu-2", "eu-gpu-4"], "cpus": ["cpu-1"], "empty": []}

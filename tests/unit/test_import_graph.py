@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.helpers import REPO
 
 PACKAGE = REPO / "patchkit"
-HOST = PACKAGE / "agent" / "host"
+HOST = PACKAGE / "host" / "remote"
 
 
 def module_name(path: Path) -> str:
@@ -30,10 +30,10 @@ def module_name(path: Path) -> str:
 # The graph of imports that run at import time has no circle at all (tested below).
 LAZY_DISPATCH: dict[str, tuple[str, ...]] = {
     "patchkit.edits.specs": ("patchkit.edits.",),  # a spec's engine (libcst only when computed)
-    "patchkit.inventory": ("patchkit.transport.schemes",),  # an address checked by its transport
+    "patchkit.fleet.inventory": ("patchkit.host.transport.schemes",),  # an address checked by its transport
     # asyncssh here, asyncssh in the SSH helper process, or ssh(1)
-    "patchkit.transport.ssh_common": ("patchkit.transport.ssh", "patchkit.transport.sshhelper",
-                                      "patchkit.transport.openssh"),
+    "patchkit.host.transport.ssh_common": ("patchkit.host.transport.ssh", "patchkit.host.transport.sshhelper",
+                                      "patchkit.host.transport.openssh"),
 }
 
 
@@ -109,7 +109,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_patchkit_s_import_graph_has_no_circle() -> None:
     graph = import_graph()
-    assert len(graph) > 50 and "patchkit.runner" in graph["patchkit.cli"]
+    assert len(graph) > 50 and "patchkit.run.runner" in graph["patchkit.cli.main"]
     without_dispatch = {name: {t for t in targets if not _lazy((name, t))} for name, targets in graph.items()}
     assert cycles(without_dispatch) == []
 

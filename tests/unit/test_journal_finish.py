@@ -1,14 +1,14 @@
 """Journal.finish: the run's last record, the prune and `end` in one write (issue 27), the
-runs to prune picked without a listing at the end. FakeAgent is the host (patchkit/testing.py)."""
+runs to prune picked without a listing at the end. FakeAgent is the host (patchkit/host/testing.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
-import patchkit.steps.registry  # noqa: F401 - registers the step kinds the journal reads records with
-from patchkit.journal import Journal
-from patchkit.results import RunRecord, StepResult
-from patchkit.testing import FakeAgent
+import patchkit.run.steps.registry  # noqa: F401 - registers the step kinds the journal reads records with
+from patchkit.run.journal import Journal
+from patchkit.run.results import RunRecord, StepResult
+from patchkit.host.testing import FakeAgent
 
 
 def _apply(run_id: str, changed: bool) -> RunRecord:

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from tests.helpers import REPO, run_many
 
-from patchkit import yamlsource
-from patchkit.errors import UsageError
-from patchkit.inventory import load_inventory
-from patchkit.recipe import load_recipe
-from patchkit.yamlsource import MAX_ALIAS_VALUES, MAX_BYTES, MAX_DEPTH
+from patchkit.base import yamlsource
+from patchkit.base.errors import UsageError
+from patchkit.fleet.inventory import load_inventory
+from patchkit.recipe.model import load_recipe
+from patchkit.base.yamlsource import MAX_ALIAS_VALUES, MAX_BYTES, MAX_DEPTH
 from loadercheck import check_message, place_of, time_limit, usage_error
 
 RECIPE = """\

@@ -35,10 +35,10 @@ from loadercheck import check_message, time_limit
 
 from patchkit.edits import EDIT_KINDS
 from patchkit.edits.specs import Where
-from patchkit.errors import UsageError
-from patchkit.inventory import load_inventory
-from patchkit.recipe import load_recipe
-from patchkit.yamlsource import MAX_BYTES, MAX_DEPTH
+from patchkit.base.errors import UsageError
+from patchkit.fleet.inventory import load_inventory
+from patchkit.recipe.model import load_recipe
+from patchkit.base.yamlsource import MAX_BYTES, MAX_DEPTH
 
 EXAMPLES = {"recipes": 1300, "inventories": 700}  # generated per kind (~11 and ~5 s of CPU here)
 MALFORMED = {"recipes": 1100, "inventories": 600}  # refused at least: above the outside run's 1,100 and 196 (issue 21)

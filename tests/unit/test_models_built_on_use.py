@@ -24,7 +24,7 @@ def recording(self, cls):
     return real(self, cls)
 
 GenerateSchema._model_schema = recording
-from patchkit.recipe import load_recipe
+from patchkit.recipe.model import load_recipe
 
 recipe = load_recipe(sys.argv[1]).recipe
 built = sorted(m for m in generated if m.startswith("patchkit"))
@@ -43,14 +43,14 @@ def test_a_one_patch_recipe_builds_only_the_patch_models_and_its_edit_op() -> No
     result = _built_after_loading(str(REPO / "bench" / "bench_eagle3.yaml"))
     assert result["kinds"] == ["patch"]
     built = set(result["built"])
-    assert {"patchkit.recipe.Recipe", "patchkit.recipe.PatchStep", "patchkit.edits.Edit",
+    assert {"patchkit.recipe.model.Recipe", "patchkit.recipe.model.PatchStep", "patchkit.edits.Edit",
             "patchkit.edits.specs.ListInsert"} <= built
-    not_used = {"patchkit.recipe.CheckStep", "patchkit.recipe.DeployStep", "patchkit.recipe.LaunchStep",
-                "patchkit.recipe.Health", "patchkit.recipe.SpecDecodeGate", "patchkit.recipe.Baseline",
+    not_used = {"patchkit.recipe.model.CheckStep", "patchkit.recipe.model.DeployStep", "patchkit.recipe.model.LaunchStep",
+                "patchkit.recipe.model.Health", "patchkit.recipe.model.SpecDecodeGate", "patchkit.recipe.model.Baseline",
                 "patchkit.edits.specs.ListRemove", "patchkit.edits.specs.SetValue", "patchkit.edits.specs.DictSet",
                 "patchkit.edits.specs.CallKwarg", "patchkit.edits.specs.CodemodEdit",
                 "patchkit.edits.specs.ReplaceFunction", "patchkit.edits.specs.DiffEdit",
-                "patchkit.results.DeployedFile", "patchkit.results.LaunchServer", "patchkit.results.LaunchDetails"}
+                "patchkit.run.results.DeployedFile", "patchkit.run.results.LaunchServer", "patchkit.run.results.LaunchDetails"}
     assert built & not_used == set()
 
 
@@ -61,5 +61,5 @@ def test_the_models_of_the_kinds_a_recipe_has_are_built_when_it_loads(tmp_path: 
     recipe.write_text("name: r\nsteps:\n  - name: c\n    check: {python: 'print(1)'}\n"
                       "  - name: d\n    deploy: {src: x, dest: /tmp/x}\n")
     built = set(_built_after_loading(str(recipe))["built"])
-    assert {"patchkit.recipe.CheckStep", "patchkit.recipe.DeployStep"} <= built
-    assert {"patchkit.recipe.PatchStep", "patchkit.recipe.LaunchStep", "patchkit.edits.Edit"} & built == set()
+    assert {"patchkit.recipe.model.CheckStep", "patchkit.recipe.model.DeployStep"} <= built
+    assert {"patchkit.recipe.model.PatchStep", "patchkit.recipe.model.LaunchStep", "patchkit.edits.Edit"} & built == set()

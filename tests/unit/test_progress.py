@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 
-from patchkit.fanout import LineProgress
-from patchkit.results import HostResult
+from patchkit.run.fanout import LineProgress
+from patchkit.run.results import HostResult
 
 
 def test_a_long_deploy_on_one_host_says_where_it_is_once_a_minute() -> None:

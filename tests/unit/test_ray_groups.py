@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit.errors import UsageError
-from patchkit.inventory import Defaults, Inventory
-from patchkit.raygroup import NodeFilter, RayGroup, node_address, parse_node_address
-from patchkit.transport.raycluster import node_host, nodes_from_state
+from patchkit.base.errors import UsageError
+from patchkit.fleet.inventory import Defaults, Inventory
+from patchkit.fleet.raygroup import NodeFilter, RayGroup, node_address, parse_node_address
+from patchkit.host.transport.raycluster import node_host, nodes_from_state
 
 A = "a1" * 28
 B = "b2" * 28
@@ -72,7 +72,7 @@ def test_a_ray_groups_vars_reach_every_node_over_the_defaults() -> None:
 
 
 def test_a_ray_group_survives_merging_inventories_and_is_defined_once() -> None:
-    from patchkit.inventory_sources import merge
+    from patchkit.fleet.sources import merge
 
     ray = Inventory.model_validate({"hosts": {}, "groups": {"gpus": {"ray": {"address": "auto"}}},
                                     "defaults": {"python": "/opt/py"}})
@@ -88,7 +88,7 @@ def test_a_ray_group_survives_merging_inventories_and_is_defined_once() -> None:
 @pytest.mark.parametrize("given, seconds", [(None, 45.0), ("8", 8.0), ("0.5", 0.5)])
 def test_the_ray_client_wait_is_45_s_unless_the_variable_says(monkeypatch: pytest.MonkeyPatch, given: str | None,
                                                               seconds: float) -> None:
-    from patchkit.transport.raycluster import client_init_timeout
+    from patchkit.host.transport.raycluster import client_init_timeout
 
     if given is None:
         monkeypatch.delenv("PATCHKIT_RAY_CLIENT_TIMEOUT_S", raising=False)

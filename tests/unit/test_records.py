@@ -1,4 +1,4 @@
-"""Journal records as models (patchkit/results.py): the deploy's files and the launch's servers
+"""Journal records as models (patchkit/run/results.py): the deploy's files and the launch's servers
 read from journals written before these models existed, and written back unchanged.
 
 The fixtures in fixtures/journals/ are run records as the code before the models wrote them
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.results import DeployedFile, LaunchDetails, LaunchServer, RunRecord, deployed_files
+from patchkit.run.results import DeployedFile, LaunchDetails, LaunchServer, RunRecord, deployed_files
 from tests.helpers import REPO
 
 JOURNALS = sorted((REPO / "fixtures" / "journals").glob("*.json"))

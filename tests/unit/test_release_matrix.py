@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit.errors import UsageError
-from patchkit.recipe import Step
-from patchkit.releasetest.command import Wanted
-from patchkit.releasetest.matrix import (
+from patchkit.base.errors import UsageError
+from patchkit.recipe.model import Step
+from patchkit.commands.releasetest.command import Wanted
+from patchkit.commands.releasetest.matrix import (
     Cell,
     StepMatrix,
     diff_id,
@@ -15,7 +15,7 @@ from patchkit.releasetest.matrix import (
     render,
     verdicts,
 )
-from patchkit.releasetest.touchable import touchable_paths
+from patchkit.commands.releasetest.touchable import touchable_paths
 
 WHITELIST = Step.model_validate({"name": "eagle3-whitelist", "patch": {
     "package": "vllm", "versions": ">=0.10.1,<0.22", "modules": ["vllm.config.speculative", "vllm.config"],

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from patchkit.recipe import LoadedRecipe, Recipe
-from patchkit.releasetest.matrix import Cell, StepMatrix, verdicts
-from patchkit.releasetest.review import (
+from patchkit.recipe.model import LoadedRecipe, Recipe
+from patchkit.commands.releasetest.matrix import Cell, StepMatrix, verdicts
+from patchkit.commands.releasetest.review import (
     MatrixReview,
     build_matrix_review,
     render_html,

@@ -1,12 +1,12 @@
-"""What a rollback's report shows: the reverse of the apply's diff (steps/unit.py
+"""What a rollback's report shows: the reverse of the apply's diff (run/steps/unit.py
 reverse_diff), read back by the project's own diff edit as the change from the patched file
 to the original, look-alike header lines and other line endings included."""
 
 from __future__ import annotations
 
 from patchkit.edits import Edit
-from patchkit.steps.patch import unified_diff
-from patchkit.steps.unit import reverse_diff
+from patchkit.run.steps.patch import unified_diff
+from patchkit.run.steps.unit import reverse_diff
 
 OLD = "import os\n\n-- a comment in a string\nA = 1\n-- x\n" + "".join(f"x{i} = {i}\n" for i in range(12))
 NEW = OLD.replace("A = 1\n-- x\n", "++ y\n--- x\nA = 2\n").replace("x9 = 9\n", "")

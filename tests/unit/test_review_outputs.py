@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from patchkit.errors import UsageError
-from patchkit.outfile import OutputError, check_output, write_output
-from patchkit.recipe import LoadedRecipe, Recipe
-from patchkit.releasetest.matrix import Cell, StepMatrix, verdicts
-from patchkit.releasetest import review as matrix_review
-from patchkit.report import print_human, print_plain
-from patchkit.results import HostResult, RunReport, StepResult
-from patchkit.reveal import Reveal, reveal
-from patchkit.review import build_review, md_code, md_fence, md_text, render_html, render_markdown
+from patchkit.base.errors import UsageError
+from patchkit.commands.outfile import OutputError, check_output, write_output
+from patchkit.recipe.model import LoadedRecipe, Recipe
+from patchkit.commands.releasetest.matrix import Cell, StepMatrix, verdicts
+from patchkit.commands.releasetest import review as matrix_review
+from patchkit.report.output import print_human, print_plain
+from patchkit.run.results import HostResult, RunReport, StepResult
+from patchkit.base.reveal import Reveal, reveal
+from patchkit.report.review import build_review, md_code, md_fence, md_text, render_html, render_markdown
 
 RLO, LRI, PDI, ZWSP, LS = "\u202e", "\u2066", "\u2069", "\u200b", "\u2028"
 # The classic: to the eye the comment ends the line and the check stays; to Python the
@@ -232,7 +232,7 @@ def test_the_terminal_report_warns_first_shows_no_hidden_character_and_reads_no_
 def test_the_progress_shows_a_failure_as_written_with_its_hidden_characters_marked() -> None:
     from rich.console import Console
 
-    from patchkit.fanout import LineProgress, LiveProgress
+    from patchkit.run.fanout import LineProgress, LiveProgress
 
     failed = HostResult(status="failed", message=f"check said [/b] [link=https://x]c[/link] {RLO}")
     console = Console(file=io.StringIO(), force_terminal=True, width=100, height=40)
@@ -321,7 +321,7 @@ def test_an_output_that_must_be_new_is_never_written_over(tmp_path: Path) -> Non
 def test_what_appears_at_the_path_during_the_run_is_never_written_through_or_over(tmp_path: Path) -> None:
     """The last step of a write, once the checks passed and another process made a file or a
     link at the path meanwhile: a new file is linked, never renamed, over it; a link is refused."""
-    from patchkit.outfile import _place
+    from patchkit.commands.outfile import _place
 
     victim = tmp_path / "victim.py"
     victim.write_text("SAFE = True\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit.rollout import batches, failure_budget, parse_serial, parse_size
+from patchkit.base.rollout import batches, failure_budget, parse_serial, parse_size
 
 HOSTS = [f"h{i}" for i in range(1, 11)]
 

@@ -1,4 +1,4 @@
-"""The runner's decisions against FakeAgent (patchkit/testing.py), a fake host agent in
+"""The runner's decisions against FakeAgent (patchkit/host/testing.py), a fake host agent in
 memory: plan -> apply -> status -> rollback in sequence, a failed step stopping the steps
 after it, a rollback undoing newest first, a broken journal stopping the run. No host and no
 subprocess: each run takes milliseconds. The same flows against the real agent (local and
@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from patchkit.inventory import HostSpec
-from patchkit.journal import Journal, new_run_id
-from patchkit.recipe import LoadedRecipe, load_recipe
-from patchkit.results import HostResult
-from patchkit.runner import Options, Runner, Session
-from patchkit.testing import FakeAgent, FakePackage, FakeTransport
+from patchkit.fleet.inventory import HostSpec
+from patchkit.run.journal import Journal, new_run_id
+from patchkit.recipe.model import LoadedRecipe, load_recipe
+from patchkit.run.results import HostResult
+from patchkit.run.runner import Options, Runner, Session
+from patchkit.host.testing import FakeAgent, FakePackage, FakeTransport
 
 STATE = "/fake/state"
 FILES = {name: f"/site/toy/{name}.py" for name in ("alpha", "beta", "gamma")}
@@ -182,10 +182,10 @@ def test_the_fake_answers_as_the_real_agent_does(tmp_path: Path) -> None:
     import base64
     import sys
 
-    from patchkit.agent import AgentClient, AgentRefused
-    from patchkit.agent.protocol import APPLY_FILES, HASH, JOURNAL_LIST, JOURNAL_WRITE, LOCK, READ, RESTORE
-    from patchkit.transport import LocalTransport
-    from patchkit.testing import sha256
+    from patchkit.host.agent import AgentClient, AgentRefused
+    from patchkit.host.agent.protocol import APPLY_FILES, HASH, JOURNAL_LIST, JOURNAL_WRITE, LOCK, READ, RESTORE
+    from patchkit.host.transport import LocalTransport
+    from patchkit.host.testing import sha256
 
     target, backup, missing = str(tmp_path / "m.py"), str(tmp_path / "state" / "backups" / "r" / "m.py"), str(tmp_path / "none.py")
     old, new = b"X = 1\n", b"X = 2\n"

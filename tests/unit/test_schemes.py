@@ -1,4 +1,4 @@
-"""The scheme table (patchkit/transport/schemes.py): every scheme has a transport that reads
+"""The scheme table (patchkit/host/transport/schemes.py): every scheme has a transport that reads
 its own addresses and builds itself from a host entry, and every transport class is reached
 by a scheme. Pure: transports are built, never started."""
 
@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
-import patchkit.transport
-from patchkit.inventory import HostSpec, split_address
-from patchkit.transport.base import Reach
-from patchkit.transport import sshhelper
-from patchkit.transport.schemes import SCHEMES, scheme_of, transport_for
+import patchkit.host.transport
+from patchkit.fleet.inventory import HostSpec, split_address
+from patchkit.host.transport.base import Reach
+from patchkit.host.transport import sshhelper
+from patchkit.host.transport.schemes import SCHEMES, scheme_of, transport_for
 
 # One address a scheme takes, and the host entries (beyond it) that choose among its transports.
 EXAMPLES: dict[str, list[dict[str, object]]] = {
@@ -33,10 +33,10 @@ EXAMPLES: dict[str, list[dict[str, object]]] = {
 
 
 def transport_classes() -> set[type]:
-    """Every class defined in patchkit/transport/ that starts processes on a host (`spawn`)."""
+    """Every class defined in patchkit/host/transport/ that starts processes on a host (`spawn`)."""
     found: set[type] = set()
-    for module in pkgutil.iter_modules(patchkit.transport.__path__):
-        loaded = importlib.import_module(f"patchkit.transport.{module.name}")
+    for module in pkgutil.iter_modules(patchkit.host.transport.__path__):
+        loaded = importlib.import_module(f"patchkit.host.transport.{module.name}")
         for _, cls in inspect.getmembers(loaded, inspect.isclass):
             protocol = getattr(cls, "_is_protocol", False)
             if cls.__module__ == loaded.__name__ and not protocol and inspect.iscoroutinefunction(getattr(cls, "spawn", None)):
@@ -89,8 +89,8 @@ def test_each_scheme_words_its_own_refusal(address: str, problem: str) -> None:
 def test_no_address_is_the_ssh_host_of_the_name_never_silently_local() -> None:
     """Issue 25 item 4: as Ansible does, a bare name is an SSH host (through ~/.ssh/config);
     only `address: local`, or the name localhost without an address, is this machine."""
-    from patchkit.runner import transport_of
-    from patchkit.transport.ssh_common import SSHTarget
+    from patchkit.run.runner import transport_of
+    from patchkit.host.transport.ssh_common import SSHTarget
 
     gpu = HostSpec(name="gpu-7", python="/opt/py")
     assert gpu.scheme == "ssh" and transport_of(gpu) == ("ssh/asyncssh", "gpu-7")
@@ -106,13 +106,13 @@ def test_the_inventory_only_splits() -> None:
 
 
 def test_a_transport_module_is_imported_only_for_its_scheme() -> None:
-    probe = ("import sys; from patchkit.inventory import HostSpec; from patchkit.runner import transport_for; "
+    probe = ("import sys; from patchkit.fleet.inventory import HostSpec; from patchkit.run.runner import transport_for; "
              "transport_for(HostSpec(name='h', address=sys.argv[1])); "
-             "print(' '.join(m for m in ('asyncssh', 'patchkit.transport.container', 'patchkit.transport.openssh', "
-             "'patchkit.transport.raytransport', 'ray') "
+             "print(' '.join(m for m in ('asyncssh', 'patchkit.host.transport.container', 'patchkit.host.transport.openssh', "
+             "'patchkit.host.transport.raytransport', 'ray') "
              "if m in sys.modules))")
     loaded = {address: subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True,
                                       check=True).stdout.split()
               for address in ("local", "podman://web", "gpu-1", "ray://auto/0f0f0f0f")}
-    assert loaded == {"local": [], "podman://web": ["patchkit.transport.container"], "gpu-1": ["asyncssh"],
-                      "ray://auto/0f0f0f0f": ["patchkit.transport.raytransport"]}  # Ray itself: once a host starts
+    assert loaded == {"local": [], "podman://web": ["patchkit.host.transport.container"], "gpu-1": ["asyncssh"],
+                      "ray://auto/0f0f0f0f": ["patchkit.host.transport.raytransport"]}  # Ray itself: once a host starts

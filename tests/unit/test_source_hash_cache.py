@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import manifest
+from patchkit.run.steps import manifest
 
 
 @pytest.fixture(name="src")

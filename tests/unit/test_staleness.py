@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from patchkit.results import RunRecord, StepResult
-from patchkit.steps.staleness import last_change, stale_change
+from patchkit.run.results import RunRecord, StepResult
+from patchkit.run.steps.staleness import last_change, stale_change
 
 
 def record(run_id: str, *steps: StepResult, kind: str = "apply", rollback_of: str | None = None,

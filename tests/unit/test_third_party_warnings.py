@@ -25,9 +25,9 @@ def python(code: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, cwd=REPO, env=env)
 
 
-@pytest.mark.parametrize("module", ["patchkit.transport.asyncssh_import", "patchkit.transport.ssh", "patchkit.cli"])
+@pytest.mark.parametrize("module", ["patchkit.host.transport.asyncssh_import", "patchkit.host.transport.ssh", "patchkit.cli.main"])
 def test_importing_the_ssh_transport_prints_nothing(module: str) -> None:
-    out = python(f"import {module}\nimport patchkit.transport.ssh\n")
+    out = python(f"import {module}\nimport patchkit.host.transport.ssh\n")
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
 
@@ -37,7 +37,7 @@ def test_the_filter_keeps_other_warnings() -> None:
     DeprecationWarning attributed to an asyncssh module, still reach stderr."""
     out = python(
         "import warnings\n"
-        "import patchkit.transport.asyncssh_import\n"
+        "import patchkit.host.transport.asyncssh_import\n"
         "from cryptography.utils import CryptographyDeprecationWarning\n"
         "warnings.warn('from elsewhere', CryptographyDeprecationWarning)\n"
         "warnings.warn_explicit('from asyncssh, muted', CryptographyDeprecationWarning, 'x.py', 1, module='asyncssh.crypto.dsa')\n"

@@ -22,7 +22,7 @@ from patchkit.edits import Edit, EditResult
 from patchkit.edits import tree as tree_module
 from patchkit.edits.testing import assert_idempotent, assert_refused
 from patchkit.edits.tree import SourceTree, Walk
-from patchkit.recipe import load_recipe
+from patchkit.recipe.model import load_recipe
 from tests.helpers import tree_walk
 
 

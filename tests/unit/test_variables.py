@@ -1,4 +1,4 @@
-"""Variables per host (patchkit/variables.py, inventory.py, inventory_sources.py): the
+"""Variables per host (patchkit/recipe/variables.py, inventory.py, inventory_sources.py): the
 precedence, the -e forms, type checks, unused-variable warnings, group variable order, several
 inventories merged, and ansible-inventory not found. Pure: no host, no Ansible run."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.errors import UsageError
-from patchkit.inventory import Inventory
-from patchkit.inventory_sources import merge, read_inventory
-from patchkit.variables import Given, layered, parse_extra_vars, typed, unused
+from patchkit.base.errors import UsageError
+from patchkit.fleet.inventory import Inventory
+from patchkit.fleet.sources import merge, read_inventory
+from patchkit.recipe.variables import Given, layered, parse_extra_vars, typed, unused
 
 DECLARED = {"port": 8000, "model": "llama", "tp": 1, "eager": False, "ratio": 0.5, "flags": ["a"]}
 
@@ -145,9 +145,9 @@ def test_without_ansible_inventory_one_line_says_so(tmp_path: Path, monkeypatch:
 
 
 def test_the_review_shows_each_hosts_own_facts_when_variables_differ(tmp_path: Path) -> None:
-    from patchkit.recipe import read_recipe
-    from patchkit.results import HostResult, RunReport, StepResult
-    from patchkit.review import build_review
+    from patchkit.recipe.model import read_recipe
+    from patchkit.run.results import HostResult, RunReport, StepResult
+    from patchkit.report.review import build_review
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text("name: r\nvars: {dest: /models/a}\nsteps:\n"

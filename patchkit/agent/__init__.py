@@ -1,5 +1,0 @@
-"""The host agent: its control-side client (client.py) and the files it runs on hosts (host/)."""
-
-from patchkit.agent.client import AgentClient, AgentRefused, agent_argv
-
-__all__ = ["AgentClient", "AgentRefused", "agent_argv"]

@@ -1,6 +1,0 @@
-"""How we reach a host: a process we can talk to over stdin/stdout. Nothing more."""
-
-from patchkit.transport.base import AgentStreams, Transport
-from patchkit.transport.local import LocalTransport
-
-__all__ = ["AgentStreams", "Transport", "LocalTransport"]
