@@ -147,8 +147,9 @@ class LineProgress:
     a host's long work (a deploy's bytes, rate, ETA) at most once a minute per host."""
 
     def __init__(self, total: int, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 out: TextIO | None = None) -> None:
+                 out: TextIO | None = None, finished_lines: bool = True) -> None:
         self.total = total
+        self.finished_lines = finished_lines  # off when the report goes to the same file: it says each host
         self.done = 0
         self.every_s, self.clock, self.out = every_s, clock, out
         self.last: dict[str, float] = {}
@@ -164,8 +165,8 @@ class LineProgress:
 
     def finished(self, host: str, result: HostResult) -> None:
         self.done += 1
-        if self.total < 2:
-            return  # one host: its report says it
+        if self.total < 2 or not self.finished_lines:
+            return  # one host, or stdout is this same file: the report says it
         note = f" — {reveal(result.message)}" if result.status == "failed" and result.message else ""
         print(f"[{self.done}/{self.total}] {host}: {result.status}{note}", file=self.out or sys.stderr, flush=True)
 
@@ -287,4 +288,12 @@ def progress_for(hosts: list[HostSpec], enabled: bool) -> Progress | None:
         return None
     if sys.stderr.isatty() and os.environ.get("TERM") != "dumb":
         return LiveProgress([h.name for h in hosts])
-    return LineProgress(len(hosts))
+    return LineProgress(len(hosts), finished_lines=not _same_file(sys.stdout, sys.stderr))
+
+
+def _same_file(one: TextIO, other: TextIO) -> bool:
+    """Do both write to the same open file (`2>&1 | tee log`, `>log 2>&1`)?"""
+    try:
+        return os.path.samestat(os.fstat(one.fileno()), os.fstat(other.fileno()))
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's StringIO)
+        return False
