@@ -1,2 +1,2 @@
-"""The edge: arguments in, one report out, an exit code (`main`), and what the start of a
-command needs (shell completion, the garbage collector during start-up)."""
+"""The edge: arguments in (parser), one function per command (commands), a report and an
+exit code out (main); what keeps a command's start cheap (startup); shell completion."""
