@@ -16,9 +16,8 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from patchkit.cli import startup
 from patchkit.cli.targets import hosts_of, per_host, prepare, rollout, split, warn_unused, with_inventory_problems
@@ -141,8 +140,7 @@ def bake(args: argparse.Namespace) -> int:
     return EXIT_OK if written else EXIT_FAILED
 
 
-@dataclass(frozen=True)
-class HostWork:
+class HostWork(NamedTuple):
     """What a command does on each host, and what it adds around the run."""
 
     work: Callable[[Runner], Work]  # the coroutine run for each host's session

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from patchkit.base.errors import UsageError
@@ -21,8 +20,7 @@ if TYPE_CHECKING:
     from patchkit.recipe.model import LoadedRecipe, RecipeSource
     from patchkit.recipe.variables import Given
 
-@dataclass
-class Prepared:
+class Prepared(NamedTuple):
     """The command's recipe (None for those without one) with the -e variables."""
 
     source: RecipeSource | None
