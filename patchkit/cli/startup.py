@@ -18,7 +18,7 @@ start is kept by these means, each applied here and nowhere else in the CLI:
   is valid, the first wave's connections start and the rest of the run's modules are
   imported in a thread meanwhile.
 
-bench/README.md has the measurements behind each ("Where the start goes").
+bench/README.md has the measurements behind each ("The CLI's start, by the code that pays for it").
 """
 
 from __future__ import annotations
