@@ -233,21 +233,25 @@ def capture(args: argparse.Namespace) -> int:
                                     hosts_check=one_host, finish=write))
 
 
-# Each command's function (build_parser in cli/parser.py declares the same names), and
-# whether it reaches an inventory's hosts (its start then warms up SSH: cli/startup.py).
-COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], bool]] = {
-    "apply": (apply, True),
-    "plan": (plan, True),
-    "status": (status, True),
-    "rollback": (rollback, True),
-    "history": (history, True),
-    "audit": (audit, True),
-    "capture": (capture, True),
-    "validate": (validate, False),
-    "schema": (schema, False),
-    "completion": (completion, False),
-    "test": (test, False),
-    "bake": (bake, False),
+class Command(NamedTuple):
+    run: Callable[[argparse.Namespace], int]
+    reaches_hosts: bool = False  # an inventory's hosts: its start warms up SSH (cli/startup.py)
+
+
+# Each command's function, by the name build_parser (cli/parser.py) declares for it.
+COMMANDS: dict[str, Command] = {
+    "apply": Command(apply, reaches_hosts=True),
+    "plan": Command(plan, reaches_hosts=True),
+    "status": Command(status, reaches_hosts=True),
+    "rollback": Command(rollback, reaches_hosts=True),
+    "history": Command(history, reaches_hosts=True),
+    "audit": Command(audit, reaches_hosts=True),
+    "capture": Command(capture, reaches_hosts=True),
+    "validate": Command(validate),
+    "schema": Command(schema),
+    "completion": Command(completion),
+    "test": Command(test),
+    "bake": Command(bake),
 }
 
 

@@ -37,9 +37,9 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         args = parser.parse_args(command_first(parser, tokens))
         refuse_empty(parser, args)
-        run, reaches_hosts = COMMANDS[args.command]
-        with startup.command_start(reaches_hosts and bool(getattr(args, "inventory", None))):
-            code = run(args)
+        command = COMMANDS[args.command]
+        with startup.command_start(command.reaches_hosts and bool(getattr(args, "inventory", None))):
+            code = command.run(args)
     except UsageError as exc:
         print(f"patchkit: {exc}", file=sys.stderr)
         if json_out:  # stdout still gets its one document

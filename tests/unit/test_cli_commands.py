@@ -10,5 +10,5 @@ from patchkit.cli.parser import build_parser, subcommands
 
 def test_every_command_the_parser_knows_has_its_function_and_no_other() -> None:
     assert set(subcommands(build_parser())) == set(COMMANDS)
-    for name, (run, _reaches_hosts) in COMMANDS.items():
-        assert callable(run) and run.__doc__, name  # its docstring is what the command does
+    for name, command in COMMANDS.items():
+        assert callable(command.run) and command.run.__doc__, name  # its docstring is what the command does
