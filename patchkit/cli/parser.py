@@ -2,7 +2,8 @@
 
 `build_parser` is the one source of the commands' names and options (shell completion reads
 it too); cli/commands.py maps each name to the function that runs it. Nothing here imports
-more than argparse: `--help` and a usage error cost no recipe model.
+more than argparse (and patchkit's errors, for a usage error): `--help` and a usage error
+cost no recipe model.
 """
 
 from __future__ import annotations
