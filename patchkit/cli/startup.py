@@ -3,9 +3,9 @@
 A command is a short process, and its start is most of a short command's cost; the light
 start is kept by these means, each applied here and nowhere else in the CLI:
 
-- **Imports where used.** Module level of cli/ imports the standard library only; each
-  command function imports what it runs, so `validate` and `--help` never load the runner,
-  asyncio's transports or asyncssh (tests/agent/test_light_start.py).
+- **Imports where used.** At module level, cli/'s modules import the standard library and
+  one another only; each command function imports what it runs, so `validate` and `--help`
+  never load the runner, asyncio or asyncssh (tests/agent/test_light_start.py).
 - **The garbage collector held off during the start** (`starting`, `started`): a start
   builds a few hundred thousand objects that live until exit and almost no garbage, and the
   collector would scan them again and again; then what the start built is frozen, out of
