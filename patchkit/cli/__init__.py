@@ -1,2 +1,2 @@
-"""The edge: arguments in (parser), one function per command (commands), a report and an
-exit code out (main); what keeps a command's start cheap (startup); shell completion."""
+"""The edge: arguments in (parser), one function per command (commands; targets: the recipe and
+hosts they share), an exit code out (main), a cheap start (startup), shell completion."""
