@@ -413,8 +413,8 @@ def sha256_at(path, dir_fd=None, what="read"):
 
 def create_temp(folder, prefix, suffix, dir_fd=None):
     """A new file (O_EXCL, 0600) with a unique name in folder (open as dir_fd, if given), as
-    tempfile.mkstemp makes (importing tempfile, with random and its hashing, costs every host's
-    agent start ~3 ms). Returns its descriptor and its name (beside dir_fd: at)."""
+    tempfile.mkstemp makes (importing tempfile, with random and its hashing, would add to
+    every host's agent start). Returns its descriptor and its name (beside dir_fd: at)."""
     for _ in range(100):
         tmp = at(os.path.join(folder, "%s%d-%s%s" % (prefix, os.getpid(), os.urandom(4).hex(), suffix)), dir_fd)
         try:
@@ -658,7 +658,7 @@ VERSION_LINE = re.compile(rb"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:
 
 def version_from_file(path):
     """A top-level string assigned to __version__ or version; a regex first (importing ast
-    costs every host ~6 ms), the syntax tree when the regex finds nothing."""
+    is a noticeable part of an agent's start), the syntax tree when the regex finds nothing."""
     try:
         with open(path, "rb") as f:
             data = f.read()
