@@ -365,6 +365,8 @@ def _logs_and_checks(args: argparse.Namespace, loaded: LoadedRecipe | None) -> N
     if loaded:
         loaded.recipe.select(split(args.steps))  # unknown step names: usage error before contacting anyone
     check_cache()  # another user's cache folder: refused before any host is contacted
+    for key, value, source in getattr(args, "configured", ()):
+        logs.get_logger().info("config", key=key, value=value, source=source)
 
 
 def _check_outputs(args: argparse.Namespace) -> None:

@@ -1,7 +1,7 @@
 """Defaults an operator sets once: configuration files and the environment, and where each
 value came from.
 
-Precedence, the first that sets a key wins (`-v` shows the winner and its source):
+Precedence, the first that sets a key wins (`-v` logs each value a source set, and the source):
 
 1. the command line (`--state-dir DIR`, `-i INV`, ...);
 2. the environment: PATCHKIT_INVENTORY (several: separated by `:`), PATCHKIT_STATE_DIR,
@@ -26,10 +26,9 @@ not TOML, an unknown key, a wrong type) is a usage error naming the file: one li
 
 from __future__ import annotations
 
-import difflib
+import argparse
 import os
 import stat
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -88,6 +87,11 @@ def _env_number(text: str) -> Any:
             return text  # the key's check names what it wants
 
 
+# The values when nothing sets a key. The parser's defaults for these flags are None (or an
+# empty list), so that a flag given on the command line is told from one left out.
+DEFAULTS: dict[str, Any] = {"inventory": [], "state_dir": None, "concurrency": 32, "lock_timeout": 60.0,
+                            "log_format": "console"}
+
 KEYS: dict[str, Key] = {
     "inventory": Key(_paths, "PATCHKIT_INVENTORY", lambda text: [p for p in text.split(":") if p], relative_paths=True),
     "state_dir": Key(_text, "PATCHKIT_STATE_DIR", str),
@@ -107,15 +111,10 @@ class Settings:
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
 
-    def describe(self, given_on_command_line: set[str]) -> list[str]:
-        """One line per key for `-v`: its value and where it came from."""
-        lines = []
-        for key in KEYS:
-            if key in given_on_command_line:
-                lines.append(f"config: {key} from the command line")
-            elif key in self.values:
-                lines.append(f"config: {key} = {self.values[key]!r} (from {self.sources[key]})")
-        return lines
+    def used(self, given_on_command_line: set[str]) -> list[tuple[str, Any, str]]:
+        """(key, value, source) of each key a source set and the command line did not: what -v logs."""
+        return [(key, self.values[key], self.sources[key]) for key in KEYS
+                if key in self.values and key not in given_on_command_line]
 
 
 def _trusted(path: Path) -> str | None:
@@ -140,6 +139,8 @@ def _read_file(path: Path) -> dict[str, tuple[Any, str]]:
         why = _trusted(path)
     if why:
         raise UsageError(f"{path}: not read: {why}")
+    import tomllib  # only when there is a file: most runs have none
+
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -150,6 +151,8 @@ def _read_file(path: Path) -> dict[str, tuple[Any, str]]:
     for key, value in document.items():
         spec = KEYS.get(key)
         if spec is None:
+            import difflib
+
             close = difflib.get_close_matches(key, KEYS, n=1)
             hint = f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(KEYS)})"
             raise UsageError(f"{path}: unknown key {key!r}{hint}")
@@ -206,3 +209,17 @@ def load(cwd: Path | None = None, environ: dict[str, str] | None = None) -> Sett
             settings.values[key] = value
             settings.sources[key] = source
     return settings
+
+
+def apply_settings(args: argparse.Namespace, cwd: Path | None = None, environ: dict[str, str] | None = None) -> None:
+    """Fill each configurable option the command has and the command line left out: from the
+    environment or a file, else patchkit's default (`args.configured`: what came from where)."""
+    present = [key for key in KEYS if hasattr(args, key)]
+    if not present:
+        return
+    settings = load(cwd, environ)
+    given = {key for key in present if getattr(args, key) not in (None, [])}
+    for key in present:
+        if key not in given:
+            setattr(args, key, settings.values.get(key, DEFAULTS[key]))
+    args.configured = settings.used(given)  # logged under -v once the command's checks passed

@@ -37,6 +37,9 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         args = parser.parse_args(command_first(parser, tokens))
         refuse_empty(parser, args)
+        from patchkit.cli.config import apply_settings
+
+        apply_settings(args)  # what the command line left out: from PATCHKIT_* and the config files
         command = COMMANDS[args.command]
         with startup.command_start(command.reaches_hosts and bool(getattr(args, "inventory", None))):
             code = command.run(args)

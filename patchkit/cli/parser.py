@@ -41,16 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
         sp.add_argument("--html", metavar="FILE", help="also write the report as one self-contained HTML page")
         sp.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown (- for stdout)")
-        sp.add_argument("--concurrency", type=at_least_one, default=32, help="hosts worked on at once (default 32)")
+        sp.add_argument("--concurrency", type=at_least_one, help="hosts worked on at once (default 32)")
         sp.add_argument("--serial", metavar="N[,N|P%...]",
                         help="rollout batches, e.g. 1,10%%,100%%: a batch starts once every host before it succeeded "
                              "(gates included); a single N: the first N hosts, then the rest")
         sp.add_argument("--max-fail", metavar="K|P%", help="stop starting hosts once more than K (or P%% of them) have failed")
-        sp.add_argument("--lock-timeout", type=seconds, default=60.0, help="seconds to wait for another run's host lock (default 60)")
+        sp.add_argument("--lock-timeout", type=seconds, help="seconds to wait for another run's host lock (default 60)")
         sp.add_argument("--state-dir", help="journal folder on hosts that set none (default ~/.local/state/patchkit)")
         sp.add_argument("--accept-new-host-keys", action="store_true",
                         help="SSH: record the key of a host seen for the first time (a changed key is still refused)")
-        sp.add_argument("--log-format", choices=["console", "json"], default="console")
+        sp.add_argument("--log-format", choices=["console", "json"], help="stderr's log lines (default console)")
         sp.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
         if recipe:
             sp.add_argument("--steps", help="only these steps: NAME[,...]")
@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     bake.add_argument("--allow-skipped", action="store_true",
                       help="write TAG even when every step was skipped (else: no image, exit 1)")
     bake.add_argument("--json", action="store_true", help="the apply's JSON document on stdout")
-    bake.add_argument("--log-format", choices=["console", "json"], default="console")
+    bake.add_argument("--log-format", choices=["console", "json"], help="stderr's log lines (default console)")
     bake.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     return p
 

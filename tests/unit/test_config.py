@@ -45,9 +45,9 @@ def test_the_environment_beats_the_project_file_which_beats_the_user_file(place:
     assert settings.sources["state_dir"] == "PATCHKIT_STATE_DIR"
     assert settings.sources["concurrency"] == str(project / "patchkit.toml")
     assert settings.sources["log_format"] == str(home / ".config" / "patchkit" / "config.toml")
-    shown = settings.describe({"concurrency"})
-    assert "config: concurrency from the command line" in shown
-    assert "config: state_dir = '/srv/env-state' (from PATCHKIT_STATE_DIR)" in shown
+    used = settings.used({"concurrency"})  # given on the command line: not a configured value
+    assert ("state_dir", "/srv/env-state", "PATCHKIT_STATE_DIR") in used
+    assert [key for key, _, _ in used] == ["inventory", "state_dir", "log_format"]
 
 
 def test_nothing_configured_is_nothing_set(place: tuple[Path, Path, dict[str, str]]) -> None:
