@@ -317,6 +317,8 @@ def _on_hosts(args: argparse.Namespace, how: HostWork) -> int:
             no_restart=getattr(args, "no_restart", False),
             accept_new_host_keys=args.accept_new_host_keys,
             early=early,
+            history_recipe=getattr(args, "recipe_name", None),
+            history_since=getattr(args, "since", None),
         )
         runner = Runner(loaded, options, new_run_id(), args.command, per_host=rendered)
         return runner, await runner.on_hosts(hosts, how.work(runner))

@@ -72,7 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     targets(rollback)
     rollback.add_argument("--run", help="run id to undo (default: the newest with a change not yet undone)")
     rollback.add_argument("--force", action="store_true", help="restore even files that changed since")
-    targets(sub.add_parser("history", help="runs recorded in each host's journal"), recipe=False)
+    history = sub.add_parser("history", help="runs recorded in each host's journal")
+    targets(history, recipe=False)
+    history.add_argument("--recipe", dest="recipe_name", metavar="NAME", help="only the runs of this recipe (its name:)")
+    history.add_argument("--since", type=since, metavar="WHEN",
+                         help="only runs started since WHEN: a UTC date or time (2026-12-01, 2026-12-01T08:00) "
+                              "or a span back from now (30m, 12h, 7d)")
     audit = sub.add_parser("audit", help="installed files of a distribution that differ from its RECORD, "
                            "each explained by the journal or unexplained (exit 3)")
     audit.add_argument("dist", metavar="DIST", help="distribution name, or the import name of its package (vllm)")
@@ -163,6 +168,26 @@ def seconds(text: str) -> float:
     if not 0 <= value <= MAX_SECONDS:  # false for nan too
         raise argparse.ArgumentTypeError(f"{text!r}: want seconds from 0 to {MAX_SECONDS}")
     return value
+
+
+def since(text: str, now: float | None = None) -> float:
+    """A moment as epoch seconds: a UTC ISO date or date-time, or a span back from now (30m, 12h, 7d)."""
+    import datetime
+    import re
+    import time
+
+    span = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw])", text.strip())
+    if span:
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[span.group(2)]
+        return (time.time() if now is None else now) - float(span.group(1)) * unit
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().removesuffix("Z"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a UTC date or time (2026-12-01, 2026-12-01T08:00) "
+                                         "nor a span back from now (30m, 12h, 7d)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.timestamp()
 
 
 def at_least_one(text: str) -> int:

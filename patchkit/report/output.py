@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from patchkit.run.results import RunReport
 from patchkit.base.reveal import Reveal
@@ -18,7 +18,9 @@ STATUS_STYLE = {
 
 
 def print_json(report: RunReport, out: TextIO = sys.stdout) -> None:
-    out.write(report.model_dump_json(indent=2, exclude_none=False) + "\n")
+    # history's runs are in each host's `runs`; its `steps` (a row per run) are for the eye only
+    exclude: Any = {"hosts": {"__all__": {"steps"}}} if report.command == "history" else None
+    out.write(report.model_dump_json(indent=2, exclude_none=False, exclude=exclude) + "\n")
 
 
 def diff_key(diff: str) -> str:
