@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from fixtures.release_diffs import PAIRS, STRIP, ReleaseDiff, release_diff
 from patchkit.edits import Edit
-from patchkit.edits.specs import DiffEdit
+from patchkit.edits.ops.diff.spec import DiffEdit
 
 BIG_FILE = ("0.16.0", "vllm/v1/worker/gpu_model_runner.py")
 NOT_FOUND_SIZES = ((100, 7_000), (300, 7_000), (3_000, 20_000))

@@ -1461,20 +1461,20 @@ class TestResultsCompile:
         assert kwarg("t = f((x for x in y))\n", value=1) == "t = f((x for x in y), k=1)\n"
 
     def test_an_edit_that_would_not_compile_is_a_patchkit_bug_not_a_result(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import patchkit.edits.call_kwarg as engine
+        import patchkit.edits.ops.call_kwarg.engine as engine
 
-        monkeypatch.setattr(engine, "run", lambda spec, source: EditResult("changed", "f(x for x in y, k=1)\n", "added"))
+        monkeypatch.setattr(engine, "run", lambda *args: EditResult("changed", "f(x for x in y, k=1)\n", "added"))
         with pytest.raises(EditBug, match=r"^patchkit bug: the call_kwarg edit produced Python that does not compile "
                                           r"\(Generator expression must be parenthesized, line 1: `f\(x for x in y, k=1\)`\)"):
             run("call_kwarg", "f(x for x in y)\n", callee="f", keyword="k", value=1)
 
     def test_a_bug_reaches_the_patch_step_as_a_failure_naming_it(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-        import patchkit.edits.list_insert as engine
+        import patchkit.edits.ops.list_insert.engine as engine
         from patchkit.recipe.model import load_recipe
         from patchkit.run.steps import edit_cache
 
         monkeypatch.setenv("PATCHKIT_CACHE_DIR", str(tmp_path))
-        monkeypatch.setattr(engine, "run", lambda spec, source: EditResult("changed", "x = [\n", "added"))
+        monkeypatch.setattr(engine, "run", lambda *args: EditResult("changed", "x = [\n", "added"))
         step = next(s for s in load_recipe(Path(__file__).parents[2] / "recipes" / "kimi_eagle3.yaml").recipe.steps
                     if s.name == "eagle3-whitelist")
         result = edit_cache.compute(step.patch, "x = []\n")

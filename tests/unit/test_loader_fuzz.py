@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from loadercheck import check_message, time_limit
 
 from patchkit.edits import EDIT_KINDS
-from patchkit.edits.specs import Where
+from patchkit.edits.targets import Where
 from patchkit.base.errors import UsageError
 from patchkit.fleet.inventory import load_inventory
 from patchkit.recipe.model import load_recipe

@@ -3,34 +3,42 @@ of a `+`/`|` chain), compared by type and value."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import libcst as cst
 
 from patchkit.edits.base import EditResult, Layout, literal_key
-from patchkit.edits.list_insert import COLLECTIONS, WHAT, check_set_collisions, element_values, unique
-from patchkit.edits.paths import Edited, displays, replace_parts, through
+from patchkit.edits.model import Scalar
+from patchkit.edits.paths import (
+    COLLECTIONS,
+    WHAT,
+    Edited,
+    check_set_collisions,
+    displays,
+    element_values,
+    replace_parts,
+    through,
+    unique,
+)
 from patchkit.edits.places import run_value_edit
 from patchkit.edits.sequence import Seq, remove_item
-
-if TYPE_CHECKING:
-    from patchkit.edits.specs import ListRemove
+from patchkit.edits.targets import Where
 
 
-def run(spec: ListRemove, source: str) -> EditResult:
-    return run_value_edit(spec, Remover(spec), source)
+def run(where: Where, source: str, values: Sequence[Scalar]) -> EditResult:
+    return run_value_edit(where, Remover(values), source)
 
 
 class Remover:
-    def __init__(self, spec: ListRemove) -> None:
-        self.spec = spec
+    def __init__(self, values: Sequence[Scalar]) -> None:
+        self.values = values
 
     def edit(self, value: cst.BaseExpression, layout: Layout) -> Edited:
         return through(value, self._edit)
 
     def _edit(self, value: cst.BaseExpression) -> Edited:
         parts = displays(value, COLLECTIONS, WHAT)
-        unwanted = unique(self.spec.values)
+        unwanted = unique(self.values)
         check_set_collisions(parts, unwanted)
         keys = {literal_key(v) for v in unwanted}
         removed: list[object] = []

@@ -17,57 +17,55 @@ from __future__ import annotations
 import ast
 import difflib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
 from patchkit.edits.base import EditError, EditResult, snippet
 from patchkit.edits.places import dead_code_warning, how_to_choose
+from patchkit.edits.targets import Pick
 from patchkit.edits.tree import Location, SourceTree, Walk, replacement
 
-if TYPE_CHECKING:
-    from patchkit.edits.specs import ReplaceFunction
 
-
-def run(spec: ReplaceFunction, source: str) -> EditResult:
+def run(pick: Pick, source: str, qualname: str, body: str, keep_old_docstring: bool) -> EditResult:
+    """The body of function `qualname` made `body` (module text); the old docstring stays in
+    front when `keep_old_docstring` (asked for, and `body` has none of its own)."""
     tree = SourceTree.of(source)
     module = tree.module
-    defs = _Definitions(tree, spec.function.rsplit(".", 1)[-1])  # only the defs of that name
+    defs = _Definitions(tree, qualname.rsplit(".", 1)[-1])  # only the defs of that name
     module.visit(defs)
-    matches = [(scope, node) for name, scope, node in defs.functions if name == spec.function]
+    matches = [(scope, node) for name, scope, node in defs.functions if name == qualname]
     if not matches:
         defs = _Definitions(tree)  # every def: for the names a message suggests
         module.visit(defs)
-        return EditResult("not_found", source, _not_found_message(spec.function, defs))
-    if spec.occurrence is not None:
-        if spec.occurrence > len(matches):
+        return EditResult("not_found", source, _not_found_message(qualname, defs))
+    if pick.occurrence is not None:
+        if pick.occurrence > len(matches):
             return EditResult("not_found", source, (
-                f"occurrence {spec.occurrence} asked, but {spec.function} is defined {len(matches)} "
+                f"occurrence {pick.occurrence} asked, but {qualname} is defined {len(matches)} "
                 f"time{'s' if len(matches) > 1 else ''}: {_listing(module, matches)}"))
-        matches = [matches[spec.occurrence - 1]]
-    elif len(matches) > 1 and not spec.all:
+        matches = [matches[pick.occurrence - 1]]
+    elif len(matches) > 1 and not pick.all:
         return EditResult("not_found", source, (
-            f"function {spec.function} is ambiguous: it is defined {len(matches)} times: "
+            f"function {qualname} is ambiguous: it is defined {len(matches)} times: "
             f"{_listing(module, matches)}; {how_to_choose([])}"))
     replaced: dict[int, tuple[cst.FunctionDef, cst.FunctionDef]] = {}
     notes = []
     for _scope, function in matches:
-        block, kept_docstring = _new_block(spec, function)
+        block, kept_docstring = _new_block(function, body, keep_old_docstring, qualname)
         new_function = function.with_changes(body=block)
         if _body_meaning(module, function) == _body_meaning(module, new_function):
             continue
         replaced[id(function)] = (function, new_function)
         kind = "async function" if function.asynchronous else "function"
         old_n, new_n = _line_count(module, function.body), _line_count(module, block)
-        note = f"replaced the body of {kind} {spec.function} ({old_n} -> {new_n} lines)"
+        note = f"replaced the body of {kind} {qualname} ({old_n} -> {new_n} lines)"
         if kept_docstring:
             note += "; kept its docstring"
         notes.append(note)
     if not notes:
         return EditResult("already", source, "already in place")
     message = "; ".join(notes)
-    if spec.occurrence is not None:
-        message += f" (occurrence {spec.occurrence})"
+    if pick.occurrence is not None:
+        message += f" (occurrence {pick.occurrence})"
     elif len(matches) > 1:
         rest = len(matches) - len(notes)
         message += f" ({len(notes)} of {len(matches)} definitions changed (all: true)" + (
@@ -179,16 +177,16 @@ def _strip_blank_edges(lines: Sequence[cst.EmptyLine], leading: bool) -> list[cs
     return lines
 
 
-def _wanted_statements(spec: ReplaceFunction) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
+def _wanted_statements(body: str, qualname: str) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
     """The wanted body's statements and its trailing comments, ready to graft in."""
     try:
-        parsed = cst.parse_module(spec.body_source)
+        parsed = cst.parse_module(body)
     except cst.ParserSyntaxError as exc:  # ast accepted it (validated at load); libcst did not
-        raise EditError(f"libcst cannot parse the body for {spec.function}: {exc.message}") from exc
+        raise EditError(f"libcst cannot parse the body for {qualname}: {exc.message}") from exc
     parsed = parsed.visit(_BlankLinesWithoutIndent())
     statements = list(parsed.body)
     if not statements:  # pragma: no cover - refused when the recipe is validated
-        raise EditError(f"the body for {spec.function} has no statements")
+        raise EditError(f"the body for {qualname} has no statements")
     # Comments before the first statement are the module's header: they belong to the body.
     header = _strip_blank_edges(parsed.header, leading=True)
     first = statements[0]
@@ -219,10 +217,11 @@ def _docstring_statement(function: cst.FunctionDef) -> cst.SimpleStatementLine |
     return first.with_changes(body=[expr.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
 
 
-def _new_block(spec: ReplaceFunction, function: cst.FunctionDef) -> tuple[cst.IndentedBlock, bool]:
-    statements, footer = _wanted_statements(spec)
+def _new_block(function: cst.FunctionDef, body: str, keep_old_docstring: bool,
+               qualname: str) -> tuple[cst.IndentedBlock, bool]:
+    statements, footer = _wanted_statements(body, qualname)
     kept_docstring = False
-    if spec.keep_docstring and not spec.has_docstring():
+    if keep_old_docstring:
         docstring = _docstring_statement(function)
         if docstring is not None:
             statements.insert(0, docstring)

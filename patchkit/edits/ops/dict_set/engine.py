@@ -7,8 +7,6 @@ key is edited, and a new key goes into the last dict.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
 from patchkit.edits.base import (
@@ -32,19 +30,18 @@ from patchkit.edits.paths import (
 )
 from patchkit.edits.places import run_value_edit
 from patchkit.edits.sequence import insert_item
+from patchkit.edits.model import Scalar
+from patchkit.edits.targets import ValueAt
 from patchkit.edits.values import type_trap, wanted_node
 
-if TYPE_CHECKING:
-    from patchkit.edits.specs import DictSet
 
-
-def run(spec: DictSet, source: str) -> EditResult:
-    return run_value_edit(spec, DictSetter(spec), source)
+def run(spec: ValueAt, source: str, key: Scalar) -> EditResult:
+    return run_value_edit(spec, DictSetter(spec, key), source)
 
 
 class DictSetter:
-    def __init__(self, spec: DictSet) -> None:
-        self.spec = spec
+    def __init__(self, spec: ValueAt, key: Scalar) -> None:
+        self.spec, self.key = spec, key
 
     def edit(self, value: cst.BaseExpression, layout: Layout) -> Edited:
         return through(value, lambda node: self._edit(node, layout))
@@ -53,8 +50,8 @@ class DictSetter:
         parts: list[cst.Dict] = displays(value, (cst.Dict,), "a dict literal")
         pairs = [e for p in parts for e in p.elements if isinstance(e, cst.DictElement)]
         strings = [e.key for e in pairs] + [e.value for e in pairs]  # whose quotes to follow
-        key = literal_key(self.spec.key)
-        holders = [(p, i) for p in parts if (i := dict_key_index(p, self.spec.key)) is not None]
+        key = literal_key(self.key)
+        holders = [(p, i) for p in parts if (i := dict_key_index(p, self.key)) is not None]
         if holders:
             part, index = holders[-1]
             element = part.elements[index]
@@ -62,9 +59,9 @@ class DictSetter:
             wanted = wanted_node(self.spec, quote_style([element.value, *strings]), layout)
             if same_expression(element.value, wanted):
                 return None
-            warning = type_trap(self.spec, element.value, wanted, f"{self.spec.kind} key {self.spec.key!r}")
+            warning = type_trap(self.spec, element.value, wanted, f"{self.spec.kind} key {self.key!r}")
             count = sum(1 for e in pairs if literal_of(e.key)[0] and literal_key(literal_of(e.key)[1]) == key)
-            note = f"set key {self.spec.key!r} to {self.spec.describe()}"
+            note = f"set key {self.key!r} to {self.spec.describe()}"
             if count > 1:
                 note += f" (the last of its {count} entries: Python keeps the last)"
             note += warning + _override_warning(value, part, index)
@@ -72,11 +69,11 @@ class DictSetter:
             elements[index] = element.with_changes(value=parenthesized(wanted))
             return replace_part(value, part, part.with_changes(elements=elements)), note
         quote = layout.quote(quote_style(strings))
-        new = cst.DictElement(literal_node(self.spec.key, quote, layout.avoid),
+        new = cst.DictElement(literal_node(self.key, quote, layout.avoid),
                               parenthesized(wanted_node(self.spec, quote, layout)))
         part = parts[-1]
         node = insert_item(part, new, len(part.elements), layout.unit)
-        note = f"added key {self.spec.key!r}: {self.spec.describe()}"
+        note = f"added key {self.key!r}: {self.spec.describe()}"
         return replace_part(value, part, node), note + _override_warning(value, part, len(part.elements))
 
 

@@ -7,48 +7,46 @@ parentheses when a keyword joins it: `sum(x for x in y)` -> `sum((x for x in y),
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import libcst as cst
 
 from patchkit.edits.base import EditResult, parenthesized, quote_style, same_expression
 from patchkit.edits.paths import Edited
 from patchkit.edits.places import CallLocator, run_locator
+from patchkit.edits.targets import CallValue
 from patchkit.edits.values import type_trap, wanted_node
-
-if TYPE_CHECKING:
-    from patchkit.edits.specs import CallKwarg
 
 _CLEAN_LINE = cst.TrailingWhitespace()
 
 
-def run(spec: CallKwarg, source: str) -> EditResult:
-    return run_locator(source, lambda: _KwargLocator(spec))
+def run(spec: CallValue, source: str, callees: Sequence[str], keyword: str) -> EditResult:
+    return run_locator(source, lambda: _KwargLocator(spec, callees, keyword))
 
 
 class _KwargLocator(CallLocator):
-    def __init__(self, spec: CallKwarg) -> None:
-        super().__init__(spec, spec.callees)
-        self.spec = spec
+    def __init__(self, spec: CallValue, callees: Sequence[str], keyword: str) -> None:
+        super().__init__(spec, callees)
+        self.spec, self.keyword = spec, keyword
 
     def describe(self) -> str:
-        return self.spec.describe_target()
+        return f"call to {' or '.join(self.callees)}"
 
     def rebuild(self, node: cst.CSTNode) -> Edited:
         assert isinstance(node, cst.Call)
         wanted = parenthesized(wanted_node(self.spec, quote_style([a.value for a in node.args]), self.layout))
-        what = f"{self.spec.keyword}={self.spec.describe()} in a call to {self.spec.callees[0]}"
+        what = f"{self.keyword}={self.spec.describe()} in a call to {self.callees[0]}"
         for i, arg in enumerate(node.args):
-            if arg.keyword is not None and arg.keyword.value == self.spec.keyword:
+            if arg.keyword is not None and arg.keyword.value == self.keyword:
                 if same_expression(arg.value, wanted):
                     return None
-                warning = type_trap(self.spec, arg.value, wanted, f"{self.spec.kind} {self.spec.keyword}")
+                warning = type_trap(self.spec, arg.value, wanted, f"{self.spec.kind} {self.keyword}")
                 args = list(node.args)
                 args[i] = arg.with_changes(value=wanted)
                 return node.with_changes(args=args), f"set {what}" + warning
         new_arg = cst.Arg(
             value=wanted,
-            keyword=cst.Name(self.spec.keyword),
+            keyword=cst.Name(self.keyword),
             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
         )
         return node.with_changes(**_append_arg(node, new_arg, self.layout.unit)), f"added {what}"

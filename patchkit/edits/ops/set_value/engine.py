@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
 from patchkit.edits.base import EditResult, Layout, code_of, parenthesized, quote_style, same_expression
 from patchkit.edits.paths import Edited
 from patchkit.edits.places import run_value_edit
+from patchkit.edits.targets import ValueAt
 from patchkit.edits.values import type_trap, wanted_node
 
-if TYPE_CHECKING:
-    from patchkit.edits.specs import SetValue
 
-
-def run(spec: SetValue, source: str) -> EditResult:
+def run(spec: ValueAt, source: str) -> EditResult:
     return run_value_edit(spec, Setter(spec), source)
 
 
-def label(spec: SetValue) -> str:
+def label(spec: ValueAt) -> str:
     if spec.target == "assignment":
         text = "/".join(spec.names or [])
     elif spec.target == "call_arg":
@@ -31,7 +27,7 @@ def label(spec: SetValue) -> str:
     return text + "".join(f"[{step!r}]" for step in spec.path)
 
 
-def name_of(spec: SetValue) -> str:
+def name_of(spec: ValueAt) -> str:
     """What the edit sets, as short as a refusal names it: `detokenize`, `x`, `setup(#0)`."""
     if spec.target == "assignment":
         text = "/".join(spec.names or [])
@@ -55,7 +51,7 @@ def strings_of(value: cst.BaseExpression) -> list[cst.BaseExpression]:
 class Setter:
     replaces_value = True  # the value is replaced whole (an augmented or chained assignment refuses)
 
-    def __init__(self, spec: SetValue) -> None:
+    def __init__(self, spec: ValueAt) -> None:
         self.spec = spec
 
     def edit(self, value: cst.BaseExpression, layout: Layout) -> Edited:
