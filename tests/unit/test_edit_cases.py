@@ -12,7 +12,8 @@ and what must come of it, one of:
 and, with `after` or `already`, optionally `message` (the whole message) or `message_has`
 (parts of it). Files a spec names (a codemod's module, a diff) sit beside the cases: the
 folder is the recipe's folder. Adding an op asks for its folder, with at least one change
-and one refusal (test_every_op_has_cases_with_a_change_and_a_refusal).
+and one refusal (test_every_op_has_cases_with_a_change_and_a_refusal), and fuzz.py: its
+generator for the real-file fuzz tier (tests/edit_fuzz.py).
 """
 
 from __future__ import annotations
@@ -81,6 +82,17 @@ def test_every_op_has_cases_with_a_change_and_a_refusal() -> None:
         cases = [read_case(path) for path in sorted((CASES / op).glob("*.yaml"))]
         assert any("after" in case for case in cases), f"edit op {op} has no case in {CASES / op} that changes a file"
         assert any("refused" in case for case in cases), f"edit op {op} has no case in {CASES / op} that is refused"
+
+
+def test_every_op_has_a_fuzz_generator_beside_its_cases() -> None:
+    """The real-file fuzz tier (tests/real/test_edit_fuzz.py) draws its ops from the registry: each
+    op's folder has fuzz.py with a generator, or naming where else the op is fuzzed."""
+    from tests.edit_fuzz import fuzzed_elsewhere, generators, missing_generator
+
+    drawn, elsewhere = generators(), fuzzed_elsewhere()
+    missing = [op for op in EDIT_KINDS if op not in drawn and op not in elsewhere]
+    assert not missing, "; ".join(missing_generator(op) for op in missing)
+    assert not set(drawn) & set(elsewhere), "an op is drawn here and said to be fuzzed elsewhere"
 
 
 @pytest.mark.parametrize("wrong, says", [
