@@ -1,4 +1,4 @@
-"""A recipe builds the models of the step kinds and edit ops it uses, and no others (issue 27).
+"""A recipe builds the models of the step kinds and edit ops it uses, and no others.
 
 Counted in a fresh interpreter (a model, once built, stays built): which patchkit models
 pydantic generated a schema for while importing patchkit and loading the recipe, its own or
