@@ -5,9 +5,10 @@ engine, imported only when an edit is computed). targets.py is the vocabulary th
 (what an edit points at); model.py the contract (EditSpec, EditResult, errors).
 
 Adding an op: ops/NAME/spec.py (an `EngineSpec` with a `kind` and a `compute` that imports
-its engine), ops/NAME/engine.py, one line in `OPS`, and its tests: a folder of data cases
-tests/edits/cases/NAME/ (with at least one refusal) and a fuzz generator
-tests/edits/cases/NAME/fuzz.py, both asked for by tests that go through `OPS`.
+its engine, handing it the vocabulary and its own fields), ops/NAME/engine.py, one line in
+`OPS`, and its tests: a folder of data cases tests/unit/edit_cases/NAME/ (a change and a
+refusal at least) with the op's fuzz generator, fuzz.py, beside them; tests that go through
+`OPS` ask for both.
 """
 
 from __future__ import annotations

@@ -20,17 +20,10 @@ from patchkit.edits.base import (
     same_expression,
     snippet,
 )
-from patchkit.edits.paths import (
-    Edited,
-    chain,
-    dict_key_index,
-    displays,
-    replace_part,
-    through,
-)
+from patchkit.edits.model import Scalar
+from patchkit.edits.paths import Edited, chain, dict_key_index, displays, replace_part, through
 from patchkit.edits.places import run_value_edit
 from patchkit.edits.sequence import insert_item
-from patchkit.edits.model import Scalar
 from patchkit.edits.targets import ValueAt
 from patchkit.edits.values import type_trap, wanted_node
 
