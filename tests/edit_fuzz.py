@@ -11,8 +11,9 @@ The checks, for every op:
 - a second apply says `already` and changes nothing;
 - nothing outside the edited expression changed: the text before its first character and
   after its last is byte-identical (comments, quotes, blank lines, everything);
-- the edited expression means what was asked (the value is an element, the key maps to
-  the value, the call passes the keyword ...), read back with `ast`;
+- the edited expression means what was asked, read back with `ast` by the case's own
+  `holds` (the generator's: the value is an element, the key maps to the value, the call
+  passes the keyword ...), or the case's own `check` (replace_function: the body);
 - the target matched exactly one place: `within` names its scope, `occurrence` its rank
   among same-named places there, as the ambiguity rule asks.
 """
@@ -21,9 +22,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import io
 import random
-import tokenize
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -257,9 +256,10 @@ class Case:
     info: FileInfo
     place: Place
     spec: dict[str, Any]
-    check: str  # which meaning to read back
-    want: Any = None
+    holds: Meaning | None  # what the edited expression (at the spec's path) must mean, read back with ast
+    want: Any = None  # what was asked (a value, a key and its value, a body): for messages and `check`
     origin: Place | None = None  # the place as found, when `place` is only its span
+    check: Check | None = None  # what else the op promises of a change (None: check_expression)
 
     @property
     def shape(self) -> str:
@@ -289,8 +289,14 @@ def run_case(case: Case) -> EditResult | str:
     second = edit.apply(first.source)
     assert (second.verdict, second.source == first.source) == ("already", True), \
         f"{label}\nnot idempotent: {second.verdict}: {second.message}"
-    if case.check == "body":
-        return check_body(case, first)
+    return (case.check or check_expression)(case, first)
+
+
+def check_expression(case: Case, first: EditResult) -> EditResult:
+    """Nothing outside the edited expression changed, the expression (at the spec's path) means
+    what the case asks, and without `occurrence` the same edit is refused as ambiguous."""
+    source = case.info.source
+    label = f"{case.info.path.name}: {case.spec}"
     start, end = span(source, case.place.node)
     new = first.source
     assert new.startswith(source[:start]) and new.endswith(source[end:]), \
@@ -301,7 +307,7 @@ def run_case(case: Case) -> EditResult | str:
     steps = ([params["arg"]] if params.get("target") == "call_arg" else []) + params.get("path", [])
     for step in steps:
         node = step_into(node, step)
-    assert meaning_holds(node, case), f"{label}\nthe edit does not mean what was asked:\n{region}"
+    assert case.holds is not None and case.holds(node), f"{label}\nthe edit does not mean what was asked:\n{region}"
     if "occurrence" in params:  # without it, the same target is ambiguous, and nothing changes
         unpicked = {k: v for k, v in params.items() if k != "occurrence"}
         vague = Edit.model_validate({next(iter(case.spec)): unpicked}).apply(source)
@@ -334,22 +340,6 @@ def plain_route(edit: Edit, source: str) -> EditResult:
         tree._CACHE.clear()
 
 
-def check_body(case: Case, first: EditResult) -> EditResult:
-    source, new, fn = case.info.source, first.source, case.place.node
-    assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-    start, end = body_span(source, fn)  # type: ignore[arg-type]
-    label = f"{case.info.path.name}: {case.spec}"
-    assert new.startswith(source[:start]) and new.endswith(source[end:]), f"{label}\nchanged outside the body"
-    rank, _ = case.info.rank(case.place)
-    patched = functions_named(ast.parse(new), case.place.text)[rank - 1]
-    wanted = ast.parse(case.want).body
-    docstring = ast.get_docstring(fn, clean=False)
-    if docstring is not None:
-        wanted = [fn.body[0], *wanted]
-    assert [ast.dump(s) for s in patched.body] == [ast.dump(s) for s in wanted], f"{label}\nnot the wanted body"
-    return first
-
-
 def step_into(node: ast.AST, step: Any) -> ast.AST:
     if isinstance(node, ast.Lambda):
         node = node.body
@@ -362,26 +352,6 @@ def step_into(node: ast.AST, step: Any) -> ast.AST:
     value = dict_value(node, step)
     assert value is not None, f"no key {step!r}"
     return value
-
-
-def meaning_holds(node: ast.AST, case: Case) -> bool:
-    if case.check == "has":
-        return literal_key(case.want) in literal_keys(node)
-    if case.check == "lacks":
-        return literal_key(case.want) not in literal_keys(node)
-    if case.check == "maps":
-        key, value = case.want
-        ok, got = literal_or_none(dict_value(node, key))
-        return ok and literal_key(got) == literal_key(value)
-    if case.check == "equals":
-        ok, got = literal_or_none(node)
-        return ok and literal_key(got) == literal_key(case.want)
-    if case.check == "passes":
-        keyword, value = case.want
-        got = next((k.value for k in node.keywords if k.arg == keyword), None)  # type: ignore[attr-defined]
-        ok, literal = literal_or_none(got)
-        return ok and literal_key(literal) == literal_key(value)
-    raise AssertionError(case.check)
 
 
 # ------------------------------------------------------------------- drawing cases
@@ -464,59 +434,7 @@ def insert_case(info: FileInfo, place: Place, spec: dict[str, Any], node: ast.AS
     params = {**spec, "values": [value]}
     if present and rng.random() < 0.5:
         params["after"] = rng.choice(present)
-    return Case(info, place, {"list_insert": params}, "has", value)
-
-
-BODIES = [
-    "return None",
-    "pass",
-    "# patched by the fuzz tier\nvalue = 1\nreturn value",
-    'text = """\n  kept as written\n"""\nreturn text',
-]
-
-
-def body_span(source: str, fn: ast.FunctionDef) -> tuple[int, int]:
-    """What replace_function may change: from after the def's colon (its comment stays) to
-    the next line of code after the function (a body's trailing comments go with it)."""
-    depth, colon = 0, None
-    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
-    for tok in tokens:
-        if tok.start < (fn.lineno, fn.col_offset):
-            continue
-        if tok.type == tokenize.OP and tok.string in "([{":
-            depth += 1
-        elif tok.type == tokenize.OP and tok.string in ")]}":
-            depth -= 1
-        elif tok.type == tokenize.OP and tok.string == ":" and depth == 0:
-            colon = tok.end
-            break
-    assert colon is not None
-    starts, lines = offsets(source), source.splitlines(keepends=True)
-    if fn.body[0].lineno == colon[0]:
-        start = starts[colon[0] - 1] + colon[1]
-    else:
-        start = starts[colon[0]]
-    line = fn.end_lineno  # type: ignore[assignment]
-    while line < len(lines) and (not lines[line].strip() or lines[line].lstrip().startswith("#")):
-        line += 1
-    return start, starts[line]
-
-
-def functions_named(tree: ast.AST, qualname: str) -> list[ast.FunctionDef]:
-    found: list[ast.FunctionDef] = []
-
-    def walk(node: ast.AST, scope: list[str]) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                inner = [*scope, child.name]
-                if not isinstance(child, ast.ClassDef) and ".".join(inner) == qualname:
-                    found.append(child)  # type: ignore[arg-type]
-                walk(child, inner)
-            else:
-                walk(child, scope)
-
-    walk(tree, [])
-    return sorted(found, key=lambda f: (f.lineno, f.col_offset))
+    return Case(info, place, {"list_insert": params}, lambda node: literal_key(value) in literal_keys(node), value)
 
 
 def call_arg_options(info: FileInfo, kinds: tuple[type, ...] | None) -> list[tuple[Place, list[Any], ast.AST]]:
@@ -544,6 +462,8 @@ def call_arg_spec(info: FileInfo, place: Place, path: list[Any]) -> dict[str, An
 # ------------------------------------------------------------------- the generators
 
 Generator = Callable[[FileInfo, random.Random], "Case | None"]
+Meaning = Callable[[ast.AST], bool]
+Check = Callable[["Case", EditResult], EditResult]
 MakeCase = Callable[[FileInfo, Place, dict[str, Any], ast.AST, random.Random], Case]
 
 

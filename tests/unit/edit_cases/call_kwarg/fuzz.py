@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import random
 
+from patchkit.edits.base import literal_key
 from tests.edit_fuzz import FRESH, Case, FileInfo, choose, literal_or_none
 
 
@@ -23,4 +24,10 @@ def draw(info: FileInfo, rng: random.Random) -> Case | None:
     if current is not None and literal_or_none(current) == (True, value):
         value = "different"
     spec = choose({"callee": place.text, "keyword": keyword, "value": value}, info, place)
-    return Case(info, place, {"call_kwarg": spec}, "passes", (keyword, value))
+    def holds(node: ast.AST) -> bool:
+        assert isinstance(node, ast.Call)
+        got = next((k.value for k in node.keywords if k.arg == keyword), None)
+        ok, literal = literal_or_none(got)
+        return ok and literal_key(literal) == literal_key(value)
+
+    return Case(info, place, {"call_kwarg": spec}, holds, (keyword, value))

@@ -7,6 +7,7 @@ import ast
 import random
 from typing import Any
 
+from patchkit.edits.base import literal_key
 from tests.edit_fuzz import FRESH, Case, FileInfo, Place, dict_value, displays, draw_value, literal_or_none
 
 
@@ -22,7 +23,11 @@ def make(info: FileInfo, place: Place, spec: dict[str, Any], node: ast.AST, rng:
     current = dict_value(node, key)
     if current is not None and literal_or_none(current) == (True, value):
         value = "different"
-    return Case(info, place, {"dict_set": {**spec, "key": key, "value": value}}, "maps", (key, value))
+    def holds(node: ast.AST) -> bool:
+        ok, got = literal_or_none(dict_value(node, key))
+        return ok and literal_key(got) == literal_key(value)
+
+    return Case(info, place, {"dict_set": {**spec, "key": key, "value": value}}, holds, (key, value))
 
 
 def draw(info: FileInfo, rng: random.Random) -> Case | None:

@@ -7,7 +7,8 @@ import ast
 import random
 from typing import Any
 
-from tests.edit_fuzz import DISPLAYS, Case, FileInfo, Place, draw_value, insert_case, present_elements
+from patchkit.edits.base import literal_key
+from tests.edit_fuzz import DISPLAYS, Case, FileInfo, Place, draw_value, insert_case, literal_keys, present_elements
 
 
 def make(info: FileInfo, place: Place, spec: dict[str, Any], node: ast.AST, rng: random.Random) -> Case:
@@ -15,7 +16,8 @@ def make(info: FileInfo, place: Place, spec: dict[str, Any], node: ast.AST, rng:
     if not present:
         return insert_case(info, place, spec, node, rng)
     value = rng.choice(present)
-    return Case(info, place, {"list_remove": {**spec, "values": [value]}}, "lacks", value)
+    return Case(info, place, {"list_remove": {**spec, "values": [value]}},
+                lambda node: literal_key(value) not in literal_keys(node), value)
 
 
 def draw(info: FileInfo, rng: random.Random) -> Case | None:
