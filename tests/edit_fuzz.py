@@ -415,7 +415,8 @@ def draw_value(info: FileInfo, rng: random.Random, kinds: tuple[type, ...] | Non
     if place.kind == "call":  # the path's first step was the argument itself
         place = Place("call_arg", place.key, place.scope, place.node, place.start)
     case = make(info, place, spec, node, rng)
-    case.origin = origin
+    if case is not None:
+        case.origin = origin
     return case
 
 
@@ -464,7 +465,7 @@ def call_arg_spec(info: FileInfo, place: Place, path: list[Any]) -> dict[str, An
 Generator = Callable[[FileInfo, random.Random], "Case | None"]
 Meaning = Callable[[ast.AST], bool]
 Check = Callable[["Case", EditResult], EditResult]
-MakeCase = Callable[[FileInfo, Place, dict[str, Any], ast.AST, random.Random], Case]
+MakeCase = Callable[[FileInfo, Place, dict[str, Any], ast.AST, random.Random], "Case | None"]
 
 
 @lru_cache(maxsize=None)
