@@ -5,7 +5,7 @@ engine, imported only when an edit is computed). targets.py is the vocabulary th
 (what an edit points at); model.py the contract (EditSpec, EditResult, errors).
 
 Adding an op: ops/NAME/spec.py (an `EngineSpec` with a `kind` and a `compute` that imports
-its engine, handing it the vocabulary and its own fields), ops/NAME/engine.py, one line in
+its engine, handing it the vocabulary and its own fields), ops/NAME/engine.py, its import and a line in
 `OPS`, and its tests: a folder of data cases tests/unit/edit_cases/NAME/ (a change and a
 refusal at least) with the op's fuzz generator, fuzz.py, beside them; tests that go through
 `OPS` ask for both.
