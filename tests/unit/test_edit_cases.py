@@ -1,18 +1,8 @@
-"""Every edit op's golden cases, as data: tests/unit/edit_cases/OP/CASE.yaml, one edit each.
+"""Every edit op's golden cases, as data: tests/unit/edit_cases/OP/CASE.yaml, one edit each
+(the format: patchkit.edits.testing, which reads and checks them).
 
-A case file says, as a recipe would write it (read by patchkit's own YAML reader):
-    about:   why the case exists (optional)
-    spec:    the op's parameters (the op is the folder's name)
-    before:  the source
-and what must come of it, one of:
-    after:   the exact result: it compiles, and a second apply says `already in place` and
-             changes nothing (patchkit.edits.testing.assert_edit)
-    already: true: the edit is found in place, and the source stays as it is
-    refused: the whole message of a refusal (verdict not_found; the source stays as it is)
-and, with `after` or `already`, optionally `message` (the whole message) or `message_has`
-(parts of it). Files a spec names (a codemod's module, a diff) sit beside the cases: the
-folder is the recipe's folder. Adding an op asks for its folder, with at least one change
-and one refusal (test_every_op_has_cases_with_a_change_and_a_refusal), and fuzz.py: its
+Adding an op asks for its folder, with at least one change and one refusal
+(test_every_op_has_cases_with_a_change_and_a_refusal), and fuzz.py beside them: its
 generator for the real-file fuzz tier (tests/edit_fuzz.py).
 """
 
@@ -23,56 +13,15 @@ from typing import Any
 
 import pytest
 
-from patchkit.base.yamlsource import read_yaml
-from patchkit.edits import EDIT_KINDS, Edit
-from patchkit.edits.testing import assert_edit, assert_refused
+from patchkit.edits import EDIT_KINDS
+from patchkit.edits.testing import assert_case, case_files, read_case
 
 CASES = Path(__file__).resolve().parent / "edit_cases"
-OUTCOMES = ("after", "already", "refused")
-KEYS = {"about", "spec", "before", *OUTCOMES, "message", "message_has"}
 
 
-def read_case(path: Path) -> dict[str, Any]:
-    case = read_yaml(path).build().data
-    assert isinstance(case, dict), f"{path}: a case is a mapping"
-    unknown = set(case) - KEYS
-    assert not unknown, f"{path}: unknown keys {sorted(unknown)} (a case has {sorted(KEYS)})"
-    assert "spec" in case and "before" in case, f"{path}: a case has `spec` and `before`"
-    outcomes = [key for key in OUTCOMES if key in case]
-    assert len(outcomes) == 1, f"{path}: give exactly one of {', '.join(OUTCOMES)}"
-    assert case.get("already", True) is True, f"{path}: `already` is true or absent"
-    assert not ("refused" in case and {"message", "message_has"} & set(case)), \
-        f"{path}: `refused` is the whole message already"
-    return case
-
-
-def all_cases() -> list[tuple[str, Path]]:
-    return [(folder.name, path) for folder in sorted(CASES.iterdir()) if folder.is_dir()
-            for path in sorted(folder.glob("*.yaml"))]
-
-
-def check_case(op: str, case: dict[str, Any], folder: Path) -> None:
-    """The case's edit on its `before` gives what the case says, and nothing else."""
-    edit = Edit.model_validate({op: case["spec"]})
-    edit.op.bind(folder)
-    before = case["before"]
-    if "refused" in case:
-        message = assert_refused(edit, before)
-        assert message == case["refused"], f"the refusal says:\n  {message}\nnot:\n  {case['refused']}"
-        return
-    result = assert_edit(edit, before, case["after"] if "after" in case else before)
-    if "after" in case:
-        again = edit.apply(result.source)
-        assert again.message == "already in place", f"the second apply says: {again.message}"
-    if "message" in case:
-        assert result.message == case["message"], f"the message is:\n  {result.message}"
-    for part in case.get("message_has", []):
-        assert part in result.message, f"the message does not say {part!r}:\n  {result.message}"
-
-
-@pytest.mark.parametrize("op, path", all_cases(), ids=[f"{op}/{path.stem}" for op, path in all_cases()])
+@pytest.mark.parametrize("op, path", case_files(CASES), ids=[f"{op}/{path.stem}" for op, path in case_files(CASES)])
 def test_edit_case(op: str, path: Path) -> None:
-    check_case(op, read_case(path), path.parent)
+    assert_case(op, read_case(path), path.parent)
 
 
 def test_every_op_has_cases_with_a_change_and_a_refusal() -> None:
@@ -105,13 +54,13 @@ def test_every_op_has_a_fuzz_generator_beside_its_cases() -> None:
 def test_a_case_that_does_not_hold_fails(wrong: dict[str, Any], says: str, tmp_path: Path) -> None:
     case = {"spec": {"names": ["x"], "values": ["c"]}, "before": 'x = ["a", "b"]\n', **wrong}
     with pytest.raises(AssertionError, match=says):
-        check_case("list_insert", case, tmp_path)
+        assert_case("list_insert", case, tmp_path)
 
 
 def test_a_refusal_is_compared_whole(tmp_path: Path) -> None:
     case = {"spec": {"names": ["y"], "values": ["c"]}, "before": 'x = ["a"]\n', "refused": "no assignment"}
     with pytest.raises(AssertionError, match="the refusal says"):
-        check_case("list_insert", case, tmp_path)
+        assert_case("list_insert", case, tmp_path)
 
 
 def test_a_malformed_case_is_named(tmp_path: Path) -> None:
