@@ -10,7 +10,8 @@ import ast
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from pathlib import Path
+from typing import ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict
 
@@ -70,6 +71,11 @@ class EditSpec(BaseModel):
 
     def apply(self, source: str) -> EditResult:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def bind(self, base_dir: Path) -> Self:
+        """Where files the op names (`file:`) are found: the recipe's folder. An op without
+        files has nothing to bind."""
+        return self
 
 
 BOM = "\ufeff"

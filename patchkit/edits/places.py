@@ -35,7 +35,7 @@ from patchkit.edits.base import (
     snippet,
 )
 from patchkit.edits.paths import ValueOp, call_arg_index, edit_at
-from patchkit.edits.specs import Choose, Where
+from patchkit.edits.targets import Choose, Where
 from patchkit.edits.tree import Location, SourceTree, replacement
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from patchkit.host.agent.protocol import LOCATE, READ, Request
 from patchkit.edits import EditError, EditResult
 from patchkit.edits.encoding import decode_source, encode_source
-from patchkit.edits.specs import DiffEdit
+from patchkit.edits.ops.diff.spec import DiffEdit
 from patchkit.base.errors import HostError
 from patchkit.run.journal import PATCHED, UNEXPLAINED, explain
 from patchkit.recipe.model import PatchStep, Step
