@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from patchkit.edits.base import EditResult, parenthesized, quote_style, same_expression
+from patchkit.edits.base import EditResult, parenthesized, quote_style, same_expression, snippet
 from patchkit.edits.paths import Edited
 from patchkit.edits.places import CallLocator, run_locator
 from patchkit.edits.targets import CallValue
@@ -49,7 +49,18 @@ class _KwargLocator(CallLocator):
             keyword=cst.Name(self.keyword),
             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
         )
-        return node.with_changes(**_append_arg(node, new_arg, self.layout.unit)), f"added {what}"
+        return node.with_changes(**_append_arg(node, new_arg, self.layout.unit)), f"added {what}" + _unpacked_warning(
+            node, self.keyword)
+
+
+def _unpacked_warning(call: cst.Call, keyword: str) -> str:
+    """A `**mapping` the call passes may carry the keyword too: once the keyword is written
+    out as well, such a call raises TypeError (got multiple values for keyword argument)."""
+    unpacked = [f"**{snippet(a.value, 30)}" for a in call.args if a.star == "**"]
+    if not unpacked:
+        return ""
+    return (f" (warning: if {', '.join(f'`{u}`' for u in unpacked)} holds {keyword!r} too, the call now raises "
+            f"TypeError: multiple values for keyword argument {keyword!r})")
 
 
 def _append_arg(call: cst.Call, new: cst.Arg, unit: str) -> dict[str, object]:
