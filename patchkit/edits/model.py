@@ -48,6 +48,14 @@ class EditResult:
     refused: bool = False
 
 
+AMBIGUOUS = " is ambiguous: "  # what the message of a target matching several places says
+
+
+def is_ambiguity(message: str) -> bool:
+    """Does an edit's not_found message say its target matches several places?"""
+    return AMBIGUOUS in message
+
+
 class EditError(Exception):
     """The source cannot be edited as asked (not a parse error of ours: theirs)."""
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from patchkit.host.agent.protocol import LOCATE, READ, Request
 from patchkit.edits import EditError, EditResult
 from patchkit.edits.encoding import decode_source, encode_source
+from patchkit.edits.model import is_ambiguity
 from patchkit.edits.ops.diff.spec import DiffEdit
 from patchkit.base.errors import HostError
 from patchkit.run.journal import PATCHED, UNEXPLAINED, explain
@@ -107,7 +108,8 @@ def _refused(result: StepResult, path: str, why: str, one_file: bool = True) -> 
 def _not_found(result: StepResult, spec: PatchStep, version: str | None, misses: list[str]) -> None:
     gate_note = f"; this step applies to {spec.package} {spec.versions}" if spec.versions else ""
     found = f"{spec.package} {version}" if version else spec.package
-    result.message = f"{found}: target not found — " + " | ".join(misses) + gate_note
+    what = "ambiguous target" if any(is_ambiguity(m) for m in misses) else "target not found"
+    result.message = f"{found}: {what} — " + " | ".join(misses) + gate_note
 
 
 async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
