@@ -67,3 +67,15 @@ def test_status_says_applied_in_a_short_line_and_json_keeps_the_backup(tmp_path:
     shown = box.run("status", TOY, "--steps", "eagle3-whitelist", json_out=True)
     step = shown.hosts()["local"]["steps"][0]
     assert step["status"] == "applied" and Path(step["backup"]).is_file(), step
+
+
+def test_a_module_that_is_not_there_gets_the_package_s_module_of_that_name(tmp_path: Path) -> None:
+    box = make_sandbox(tmp_path / "host", ("toyllm",))
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(Path(TOY).read_text().replace("modules: [toyllm.config.speculative, toyllm.config]",
+                                                   "modules: [toyllm.speculative]", 1))
+    assert "modules: [toyllm.speculative]" in wrong.read_text()
+    planned = box.run("plan", str(wrong), "--steps", "eagle3-whitelist", json_out=True)
+    assert planned.returncode == 1, planned
+    message = planned.hosts()["local"]["steps"][0]["message"]
+    assert "toyllm.speculative: no such module (did you mean toyllm.config.speculative?)" in message, message

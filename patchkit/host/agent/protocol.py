@@ -100,6 +100,7 @@ class LocateReply(TypedDict):
     version_source: NotRequired[str | None]
     files: NotRequired[dict[str, str | None]]  # module -> its file
     not_source: NotRequired[dict[str, str]]  # module -> what the target loads it from, when that is no .py file
+    suggest: NotRequired[dict[str, list[str]]]  # when no module is there: modules of the package named alike
     read: NotRequired[ReadReply]  # read_first: the first module file that exists
 
 

@@ -736,7 +736,31 @@ def op_locate(package, modules, read_first=False):
     first = next((files[m] for m in modules if files[m]), None)
     if read_first and first:
         out["read"] = dict(op_read(first, root), path=first)
+    if first is None and not not_source and os.path.isdir(root):
+        out["suggest"] = modules_named_like(root, package, modules)
     return out
+
+
+def modules_named_like(root, package, modules, limit=20000):
+    """For each module, the package's modules with its last name (`vllm.engine.envs` ->
+    `vllm.envs`): what a did-you-mean offers. Walks at most `limit` entries, no symlink."""
+    wanted = {m.rsplit(".", 1)[-1]: m for m in modules}
+    found = {m: [] for m in modules}
+    seen = 0
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not os.path.islink(os.path.join(folder, d)))
+        seen += len(dirs) + len(names)
+        if seen > limit:
+            break
+        dotted = package if folder == root else package + "." + os.path.relpath(folder, root).replace(os.sep, ".")
+        for name in sorted(names):
+            stem = name[:-3] if name.endswith(".py") else None
+            if stem in wanted:
+                found[wanted[stem]].append(dotted + "." + stem)
+        for name in dirs:
+            if name in wanted and os.path.isfile(os.path.join(folder, name, "__init__.py")):
+                found[wanted[name]].append(dotted + "." + name)
+    return {m: sorted(set(c for c in found[m] if c != m))[:3] for m in modules if found[m]}
 
 
 # ---------------------------------------------------------------- files

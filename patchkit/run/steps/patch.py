@@ -130,7 +130,8 @@ async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> Uni
             misses.append(f"{module}: the target imports it from {loaded}, not from Python source patchkit could edit")
             continue
         if path is None:
-            misses.append(f"{module}: no such module")
+            alike = located.get("suggest", {}).get(module)
+            misses.append(f"{module}: no such module" + (f" (did you mean {' or '.join(alike)}?)" if alike else ""))
             continue
         first = located.pop("read", None)  # once: a later step must see what this one wrote
         read = first if first and first["path"] == path else await ctx.agent.call(READ({"path": path,
