@@ -291,15 +291,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         sys.stdout.write(script(_parser(), args.shell))
         return EXIT_OK
     _without_pydantic_plugins()
+    import patchkit.run.steps.registry  # noqa: F401  (the step kinds a recipe's steps may be)
     if args.command == "schema":
         if args.report:
             from patchkit.run.results import RunReport
 
             print(json.dumps(RunReport.model_json_schema(), indent=2))
             return EXIT_OK
-        from patchkit.recipe.model import Recipe
+        from patchkit.recipe.model import recipe_model
 
-        print(json.dumps(Recipe.model_json_schema(by_alias=True), indent=2))
+        print(json.dumps(recipe_model().model_json_schema(by_alias=True), indent=2))
         return EXIT_OK
 
     from patchkit.base.errors import UsageError

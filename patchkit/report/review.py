@@ -21,6 +21,7 @@ from typing import Any
 from patchkit.recipe.model import LoadedRecipe
 from patchkit.report.output import diff_key
 from patchkit.run.results import RunReport, StepResult
+from patchkit.run.steps.registry import kind_named
 from patchkit.base.reveal import MARK, Reveal, hidden_warning
 
 ORDER = ("failed", "drifted", "stale", "pending", "changed", "applied", "ok", "skipped", "not-applicable")
@@ -94,23 +95,8 @@ def _facts(loaded: LoadedRecipe | None, name: str, dry_run: bool) -> list[tuple[
     step = next((s for s in loaded.recipe.steps if s.name == name), None)
     if step is None:
         return []
-    shown = loaded.redactor.value
-    facts: list[tuple[str, str]] = []
-    if step.launch is not None:
-        facts.append(("server it would start", " ".join(str(shown(a)) for a in step.launch.command)))
-        if step.launch.health is not None:
-            facts.append(("ready when", f"GET {shown(step.launch.health.url)} answers 200"))
-    if step.deploy is not None:
-        facts.append(("copies", f"{shown(step.deploy.src)} → {shown(step.deploy.dest)}"))
-    if step.check is not None:
-        facts.append(("check (runs on apply; a plan does not run it)" if dry_run else "check",
-                      str(shown(step.check.python))))
-    if step.patch is not None:
-        gate = f" {step.patch.versions}" if step.patch.versions else ""
-        facts.append(("patches", f"{step.patch.package}{gate}: {', '.join(step.patch.modules)}"))
-        if step.verify is not None and step.verify.import_:
-            facts.append(("verified by importing", ", ".join(step.verify.import_)))
-    return facts
+    kind = kind_named(step.kind)
+    return kind.facts(step, kind.spec_of(step), loaded.redactor.value, dry_run)
 
 
 def _measured(step: StepResult) -> list[tuple[str, str]]:
