@@ -184,8 +184,8 @@ class PipKind(StepKind[PipStep, "str | None"]):
         if result.status == "failed":
             return result
         now = planned.data
-        ours = [s for r in sorted(records, key=lambda r: r.run_id) if r.recipe == ctx.loaded.recipe.name
-                for s in r.live_steps() if s.name == step.name and s.kind == self.name]
+        ours = [s for r in sorted(records, key=lambda r: r.run_id) if r.kind == "apply"
+                and r.recipe == ctx.loaded.recipe.name for s in r.live_steps() if s.name == step.name and s.kind == self.name]
         installed = (ours[-1].details or {}).get("version_after") if ours else None
         if same(now, spec.version):
             result.status, result.message = "applied", f"{spec.package} {now} is installed"
