@@ -200,6 +200,8 @@ def test_a_version_that_does_not_exist_fails_in_one_line_and_leaves_the_host_as_
                                                 f"found for {DIST}==9.9") for line in lines), failed
     assert sorted(str(p.relative_to(site_packages(box))) for p in site_packages(box).rglob("*")) == before
     assert installed(box) == ([f"{DIST}-1.0.dist-info"], 'VERSION = "1.0"\n')
+    status = run(box, "status", recipe, "--json")  # journaled as failed: nothing of ours is installed
+    assert step(status, "pin-probe")["status"] == "pending", status
 
 
 def test_a_version_that_is_not_one_exact_version_is_a_recipe_error(host: tuple[Sandbox, Path]) -> None:

@@ -121,6 +121,12 @@ def test_the_table_prints_each_diff_once_and_lists_untested_kinds() -> None:
     assert text.count("+++ b/vllm/config/speculative.py") == 1
 
 
+def test_a_step_kind_the_release_test_does_not_plan_is_listed_with_its_kind_s_word() -> None:
+    pin = step_model().model_validate({"name": "pin", "pip": {"package": "triton", "version": "3.1.0"}})
+    text = render("r", [StepMatrix(pin, None)], {}, verdicts([]), {})
+    assert "pin (pip): skipped (a pip step installs on a host: nothing of a release to test)" in text
+
+
 def test_versions_take_a_specifier_a_list_of_releases_or_all() -> None:
     assert "0.15.0" in Wanted(">=0.14,<0.20") and "0.20.0" not in Wanted(">=0.14,<0.20")
     exact = Wanted("0.10.1,0.16.0")

@@ -25,16 +25,16 @@ KINDS: dict[str, StepKind[Any, Any]] = {kind.name: kind for kind in (
 )}
 
 
-def _every_kind_chooses() -> None:
+def every_kind_chooses(kinds: dict[str, StepKind[Any, Any]]) -> None:
     """What the StepKind shape leaves to each kind without a default, each kind says (its
     abstract methods are enforced when it is made; these class attributes, here)."""
-    for name, kind in KINDS.items():
+    for name, kind in kinds.items():
         missing = [attr for attr in CHOSEN if not hasattr(kind, attr)]
         if missing:
             raise RuntimeError(f"step kind {name!r} does not say its {', '.join(missing)}")
 
 
-_every_kind_chooses()
+every_kind_chooses(KINDS)
 for _name, _kind in KINDS.items():
     register_kind(_name, _kind.spec_model)
     if _kind.host_files:
