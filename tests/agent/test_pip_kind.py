@@ -222,6 +222,7 @@ def test_the_review_page_says_what_a_pip_step_installs(host: tuple[Sandbox, Path
     page = box.root / "plan.html"
     plan = run(box, "plan", recipe, "--html", str(page))
     assert plan.returncode == 0, plan
-    assert f"python -m pip install {DIST}==2.0 --find-links {wheels} --no-index" in page.read_text()
+    assert (f"<dt>installs</dt><dd><pre>python -m pip install {DIST}==2.0 --find-links {wheels} --no-index"
+            "</pre></dd>") in page.read_text()
 
 
