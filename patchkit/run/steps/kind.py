@@ -120,7 +120,7 @@ class StepKind(ABC, Generic[Spec, Data]):
     def first_reads(self, spec: Spec) -> list[Request[Any]]:
         """The read-only requests this kind's plan makes first, exactly as it makes them: a run
         whose first step this is asks for them behind hello and the lock (one round trip for
-        all, issue 27); the plan's own identical request then gets that answer. None by default."""
+        all); the plan's own identical request then gets that answer. None by default."""
         return []
 
     async def run(self, ctx: HostContext, step: Step) -> StepResult:

@@ -203,7 +203,7 @@ def resolved_argv(command: list[str], ctx: HostContext) -> list[str]:
 
 # pbkdf2 rounds for the part of a command hash that covers env values and secret arguments:
 # the hash sits in journals and JSON reports, and a short password must not be guessable
-# from it. About 20 ms, once per launch step per host, off the event loop.
+# from it. Paid once per launch step per host, off the event loop.
 _SECRET_ROUNDS = 100_000
 
 
