@@ -21,7 +21,7 @@ from typing import Any
 from patchkit.recipe.model import LoadedRecipe
 from patchkit.report.output import diff_key
 from patchkit.run.results import RunReport, StepResult
-from patchkit.run.steps.registry import kind_named
+from patchkit.run.steps.registry import KINDS, kind_named
 from patchkit.base.reveal import MARK, Reveal, hidden_warning
 
 ORDER = ("failed", "drifted", "stale", "pending", "changed", "applied", "ok", "skipped", "not-applicable")
@@ -100,38 +100,15 @@ def _facts(loaded: LoadedRecipe | None, name: str, dry_run: bool) -> list[tuple[
 
 
 def _measured(step: StepResult) -> list[tuple[str, str]]:
-    """What a host's result adds to the recipe's facts: the files a deploy sends, the checks
-    that verified a write, what a launch's gate measured."""
-    details = step.details or {}
-    out: list[tuple[str, str]] = []
-    to_send = details.get("to_send")
-    if to_send:
-        out.append(("files it would send", "\n".join(f"{f.get('rel')}  {_size(f.get('size'))}" for f in to_send)))
-    elif step.kind == "deploy" and details.get("files"):
-        out.append(("files written", "\n".join(f"{f.get('rel') or f.get('path')}" for f in details["files"]
-                                                if isinstance(f, dict))))
+    """What a host's result adds to the recipe's facts: what its kind says (the files a deploy
+    sends, what a launch's gate measured), then the checks that verified a write."""
+    kind = KINDS.get(step.kind)
+    out = kind.measured(step) if kind is not None else []
     if step.checks:
         out.append(("checks", "\n".join(f"{'passed' if c.ok else 'FAILED'}  {c.name}"
                                          + (f": {c.detail.splitlines()[-1]}" if not c.ok and c.detail else "")
                                          for c in step.checks)))
-    measured = details.get("spec_decode")
-    if isinstance(measured, dict):
-        out.append(("speculative decoding measured", "\n".join(f"{k}: {v}" for k, v in sorted(measured.items())
-                                                                if not isinstance(v, (dict, list)))))
     return out
-
-
-def _size(size: Any) -> str:
-    if not isinstance(size, int):
-        return ""
-    if size < 1024:
-        return f"{size} B"
-    scaled, unit = float(size), "B"
-    for unit in ("KiB", "MiB", "GiB"):
-        scaled /= 1024
-        if scaled < 1024:
-            break
-    return f"{scaled:.1f} {unit}"
 
 
 def _host_facts(loaded: LoadedRecipe | None, per_host: dict[str, LoadedRecipe], hosts: list[str], name: str,

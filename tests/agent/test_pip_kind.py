@@ -97,6 +97,13 @@ def run(box: Sandbox, command: str, recipe: str, *args: str) -> Result:
     return run_patchkit(*box.argv(command, recipe, *args), env=pip_env(), timeout=120)
 
 
+def test_installing_is_a_mutating_op_and_reading_the_version_is_not() -> None:
+    """Refused once a journal write failed (the host's guard, and FakeAgent's, read this)."""
+    from patchkit.host.agent.client import mutating_ops
+
+    assert "pip_install" in mutating_ops() and "pip_version" not in mutating_ops()
+
+
 def test_apply_installs_the_pinned_version_and_a_second_apply_changes_nothing(host: tuple[Sandbox, Path]) -> None:
     box, wheels = host
     pip_by_hand(box, wheels, "1.0")

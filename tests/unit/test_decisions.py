@@ -225,6 +225,7 @@ def test_a_step_kind_must_say_what_the_shape_leaves_to_it() -> None:
         def changed(self, done: typing.Any) -> bool: return False
         def facts(self, step: typing.Any, spec: typing.Any, shown: typing.Any, dry_run: bool) -> list[tuple[str, str]]: return []
         def file_edits(self, done: typing.Any, undone: typing.Any) -> list[typing.Any]: return []
+        def measured(self, done: typing.Any) -> list[tuple[str, str]]: return []
 
     assert CHOSEN == ("undo_last", "not_tested")
     with pytest.raises(RuntimeError, match="step kind 'mute' does not say its undo_last, not_tested"):
@@ -236,7 +237,7 @@ def test_a_step_kind_must_say_what_the_shape_leaves_to_it() -> None:
         not_tested = None
 
     every_kind_chooses({"quiet": Quiet()})
-    for method in ("facts", "file_edits"):
+    for method in ("facts", "measured", "file_edits"):
         without = type("Without", (StepKind,), {k: v for k, v in vars(Mute).items() if k != method})
         with pytest.raises(TypeError, match=f"abstract method {method}$"):
             without()

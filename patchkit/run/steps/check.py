@@ -37,6 +37,9 @@ class CheckKind(StepKind[CheckStep, bool]):
     def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:
         return []
 
+    def measured(self, done: StepResult) -> list[tuple[str, str]]:
+        return []  # its checks are shown for every kind
+
     def first_reads(self, spec: CheckStep) -> list[Request[Any]]:
         return [LOCATE(locate_args(spec.package, []))] if spec.package else []  # the gate's
 

@@ -70,6 +70,20 @@ class DeployStep(KindSpec):
         return value
 
 
+def _size_iec(size: Any) -> str:
+    """A file's size on the review page (KiB, MiB, GiB)."""
+    if not isinstance(size, int):
+        return ""
+    if size < 1024:
+        return f"{size} B"
+    scaled, unit = float(size), "B"
+    for unit in ("KiB", "MiB", "GiB"):
+        scaled /= 1024
+        if scaled < 1024:
+            break
+    return f"{scaled:.1f} {unit}"
+
+
 def source_path(ctx: HostContext, src: str) -> Path:
     path = Path(src).expanduser()
     return path if path.is_absolute() else (ctx.loaded.path.parent / path).resolve()
@@ -475,6 +489,16 @@ class DeployKind(StepKind[DeployStep, DeployPlan]):
 
     def facts(self, step: Step, spec: DeployStep, shown: Callable[[Any], Any], dry_run: bool) -> list[tuple[str, str]]:
         return [("copies", f"{shown(spec.src)} → {shown(spec.dest)}")]
+
+    def measured(self, done: StepResult) -> list[tuple[str, str]]:
+        details = done.details or {}
+        to_send = details.get("to_send")
+        if to_send:
+            return [("files it would send", "\n".join(f"{f.get('rel')}  {_size_iec(f.get('size'))}" for f in to_send))]
+        if details.get("files"):
+            return [("files written", "\n".join(f"{f.get('rel') or f.get('path')}" for f in details["files"]
+                                                 if isinstance(f, dict)))]
+        return []
 
     def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:
         deployed = (done.details or {}).get("files")

@@ -12,7 +12,7 @@ receive the step's spec typed as that model: no kind digs it out of the step its
 - undo:  put back what a journaled run changed (rollback)
 
 and what the rest of patchkit asks of a kind, each kind answering for itself (no default: a
-new kind cannot be skipped unnoticed): its facts on the review page (`facts`), the files its
+new kind cannot be skipped unnoticed): its facts on the review page (`facts`, and `measured` of a host's result), the files its
 journaled results changed for a server's staleness (`file_edits`), whether its undo goes last
 (`undo_last`), what the release test says of it (`not_tested`). A kind with host ops of its
 own ships their host file (`host_files`) and types them with `Op`s in its module.
@@ -106,6 +106,11 @@ class StepKind(ABC, Generic[Spec, Data]):
     @abstractmethod
     def facts(self, step: Step, spec: Spec, shown: Callable[[Any], Any], dry_run: bool) -> list[tuple[str, str]]:
         """What the review page says the step does, as (label, text) rows; `shown` redacts a value."""
+
+    @abstractmethod
+    def measured(self, done: StepResult) -> list[tuple[str, str]]:
+        """What a host's result of this kind adds to the step's facts on the review page (the
+        checks that verified a write are shown for every kind)."""
 
     @abstractmethod
     def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:

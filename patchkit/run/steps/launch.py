@@ -926,6 +926,13 @@ class LaunchKind(StepKind[LaunchStep, LaunchPlan]):
             facts.append(("ready when", f"GET {shown(spec.health.url)} answers 200"))
         return facts
 
+    def measured(self, done: StepResult) -> list[tuple[str, str]]:
+        measured = (done.details or {}).get("spec_decode")
+        if not isinstance(measured, dict):
+            return []
+        return [("speculative decoding measured", "\n".join(f"{k}: {v}" for k, v in sorted(measured.items())
+                                                              if not isinstance(v, (dict, list))))]
+
     def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:
         return []  # a server changes no file (what it runs is what the other steps wrote)
 

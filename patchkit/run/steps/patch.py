@@ -376,6 +376,9 @@ class PatchKind(StepKind[PatchStep, UnitPlan]):
     def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:
         return recorded_edits(done) or put_back(undone)
 
+    def measured(self, done: StepResult) -> list[tuple[str, str]]:
+        return []  # its checks are shown for every kind
+
     def first_reads(self, spec: PatchStep) -> list[Request[Any]]:
         if _is_many(spec) or spec.package is None:
             return []

@@ -123,6 +123,11 @@ class PipKind(StepKind[PipStep, "str | None"]):
     def facts(self, step: Step, spec: PipStep, shown: Callable[[Any], Any], dry_run: bool) -> list[tuple[str, str]]:
         return [("installs", str(shown(spec.command("python"))))]
 
+    def measured(self, done: StepResult) -> list[tuple[str, str]]:
+        details = done.details or {}
+        before, after = details.get("version_before"), details.get("version_after")
+        return [("version", f"{_shown(before)} -> {_shown(after)}")] if before != after else []
+
     def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:
         """The distribution's files, as one: a server that imported the version before is stale."""
         details = done.details or {}
