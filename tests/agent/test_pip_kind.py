@@ -113,7 +113,7 @@ def test_apply_installs_the_pinned_version_and_a_second_apply_changes_nothing(ho
     assert plan.returncode == 0, plan
     planned = step(plan, "pin-probe")
     assert planned["status"] == "changed"
-    assert f"-m pip install {DIST}==2.0 --find-links {wheels} --no-index" in planned["message"], planned
+    assert f"-m pip install {DIST}==2.0 --find-links={wheels} --no-index" in planned["message"], planned
     assert installed(box) == ([f"{DIST}-1.0.dist-info"], 'VERSION = "1.0"\n')  # a plan installs nothing
 
     applied = run(box, "apply", recipe, "--json")
@@ -229,7 +229,7 @@ def test_the_review_page_says_what_a_pip_step_installs(host: tuple[Sandbox, Path
     page = box.root / "plan.html"
     plan = run(box, "plan", recipe, "--html", str(page))
     assert plan.returncode == 0, plan
-    assert (f"<dt>installs</dt><dd><pre>python -m pip install {DIST}==2.0 --find-links {wheels} --no-index"
+    assert (f"<dt>installs</dt><dd><pre>python -m pip install {DIST}==2.0 --find-links={wheels} --no-index"
             "</pre></dd>") in page.read_text()
 
 

@@ -54,9 +54,10 @@ class PipStep(KindSpec):
         return value
 
     def options(self) -> list[str]:
-        index = ["--index-url", self.index_url] if self.index_url else []
-        return index + [w for link in self.find_links for w in ("--find-links", link)] + \
-            (["--no-index"] if self.no_index else [])
+        """pip's options for these fields, each value in its option's word: a value that looks
+        like an option is still only that option's value."""
+        index = [f"--index-url={self.index_url}"] if self.index_url else []
+        return index + [f"--find-links={link}" for link in self.find_links] + (["--no-index"] if self.no_index else [])
 
     def command(self, python: str) -> str:
         return shlex.join([python, "-m", "pip", "install", f"{self.package}=={self.version}", *self.options()])
