@@ -72,7 +72,7 @@ class StepKind(ABC, Generic[Spec, Data]):
 
     def spec_of(self, step: Step) -> Spec:
         """The step's spec, as this kind's model (the recipe validated exactly one kind key)."""
-        spec: Any = getattr(step, self.name)
+        spec = step.spec
         assert isinstance(spec, self.spec_model), (step.name, self.name)
         return spec
 
