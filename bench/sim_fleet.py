@@ -220,6 +220,7 @@ def one_run(loaded: Any, hosts: list[Any], args: argparse.Namespace, expect: str
 def measure(n: int, args: argparse.Namespace, memory: bool) -> dict[str, Any]:
     """One N in this process: fresh apply + report, then a no-op apply."""
     os.environ.setdefault("PATCHKIT_CACHE_DIR", args.cache_dir)
+    import patchkit.run.steps.registry  # noqa: F401  (the step kinds a recipe may hold, as the CLI registers them)
     from patchkit.recipe.model import load_recipe
 
     original = speculative_bytes()

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+import patchkit.run.steps.registry  # noqa: F401  (registers the step kinds, as the CLI does at start)
+
 TIERS = ("unit", "agent", "ssh", "containers", "ray", "real")
 HERE = Path(__file__).resolve().parent
 

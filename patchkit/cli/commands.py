@@ -52,9 +52,10 @@ def schema(args: argparse.Namespace) -> int:
 
         print(json.dumps(RunReport.model_json_schema(), indent=2))
         return EXIT_OK
-    from patchkit.recipe.model import Recipe
+    import patchkit.run.steps.registry  # noqa: F401 - the step kinds a recipe's steps may be
+    from patchkit.recipe.model import recipe_model
 
-    print(json.dumps(Recipe.model_json_schema(by_alias=True), indent=2))
+    print(json.dumps(recipe_model().model_json_schema(by_alias=True), indent=2))
     return EXIT_OK
 
 

@@ -35,6 +35,7 @@ def prepare(args: argparse.Namespace, rendered_per_host: bool = False) -> Prepar
     (with the inventory's problems too, so that one run shows everything to fix). rendered_per_host:
     the command renders the recipe for each host too, so with an inventory given, a variable
     only the hosts give is no error yet."""
+    import patchkit.run.steps.registry  # noqa: F401 - the step kinds a recipe's steps may be
     from patchkit.base.errors import UsageError
     from patchkit.recipe.model import read_recipe
     from patchkit.recipe.variables import layered, parse_extra_vars

@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from patchkit.host.agent.client import AgentRefused
+from patchkit.host.agent.client import AgentRefused, mutating_ops
 from patchkit.host.agent.protocol import Request
 from patchkit.base.errors import HostError
 
 Reply = TypeVar("Reply")
-
-MUTATING = {"apply_files", "restore", "receive_file", "remove_file", "launch_start", "launch_stop", "journal_prune"}
 
 
 def sha256(data: bytes) -> str:
@@ -104,7 +102,7 @@ class FakeAgent:
         try:
             if handler is None:
                 raise HostError(f"fake: {request.op} failed: not in the fake agent")
-            if request.op in MUTATING and self.journal_broken:
+            if request.op in mutating_ops() and self.journal_broken:
                 raise AgentRefused(f"not done: a journal write of this run failed earlier ({self.journal_broken}), "
                                    "and no change is made without its record")
             return FakePending(request.op, handler(**args))

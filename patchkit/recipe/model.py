@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import re
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Optional, TypeVar, cast
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from patchkit.base.built_on_use import BUILT_ON_USE, SchemaOfBuiltOnUse
-from patchkit.edits import Edit, EditError
 from patchkit.base.errors import UsageError
 from patchkit.base.rollout import SerialField
 from patchkit.recipe.redact import Redactor, find_secrets
@@ -42,58 +42,10 @@ def _check_specifier(value: str | None) -> str | None:
     return value
 
 
-def _check_module(value: str) -> str:
+def check_module(value: str) -> str:
     if not _MODULE.match(value):
         raise ValueError(f"{value!r} is not a dotted module name")
     return value
-
-
-class PackageGate(Strict):
-    """Which installed package a step is about, and which of its versions it applies to."""
-
-    package: str | None = Field(None, description="distribution/top-level package, e.g. vllm")
-    versions: str | None = Field(None, description="PEP 440 specifier; outside it the step is skipped")
-
-    @field_validator("versions")
-    @classmethod
-    def _specifier(cls, value: str | None) -> str | None:
-        return _check_specifier(value)
-
-
-class PatchStep(PackageGate):
-    package: str = Field(description="top-level package to patch, found on the target without importing it")
-    modules: list[str] = Field(default_factory=list, description=(
-        "candidate modules; the first holding the target wins. Optional for a `diff` edit (its files "
-        "name them); given, they must be the diff's"))
-    edit: Edit
-
-    @field_validator("modules")
-    @classmethod
-    def _modules_are_dotted(cls, value: list[str]) -> list[str]:
-        for m in value:
-            _check_module(m)
-        return value
-
-    @model_validator(mode="after")
-    def _modules_given(self) -> "PatchStep":
-        if self.edit.diff is None and not self.modules:
-            raise ValueError("missing required key 'modules' (the candidate modules that may hold the target; "
-                             "only a diff edit names its own)")
-        if self.edit.diff is not None and self.edit.diff.text is not None:
-            self.agree_with_diff()
-        return self
-
-    def agree_with_diff(self) -> None:
-        """A diff names its files: `modules` are those (filled in when not given)."""
-        assert self.edit.diff is not None
-        named = self.edit.diff.modules
-        if self.modules and sorted(set(self.modules)) != sorted(set(named)):
-            raise ValueError(f"modules {', '.join(self.modules)} do not agree with the files the diff changes "
-                             f"({', '.join(named)}): leave `modules` out, or list those")
-        if named and named[0].split(".")[0] != self.package:
-            raise ValueError(f"the diff changes {named[0]}, not a module of package {self.package} "
-                             "(check `strip`)")
-        self.modules = named
 
 
 class Verify(Strict):
@@ -109,177 +61,89 @@ class Verify(Strict):
     @classmethod
     def _dotted(cls, value: list[str]) -> list[str]:
         for m in value:
-            _check_module(m)
+            check_module(m)
         return value
 
 
-class CheckStep(PackageGate):
-    python: str = Field(description=("Python source run by the target interpreter; it passes when it exits 0. "
-                                      "The recipe's variables are a JSON object in the environment variable "
-                                      "PATCHKIT_VARS"))
-    message: str | None = Field(None, description="what a failure means, shown with the reason")
-    timeout_s: float = Field(300, gt=0)
+class BindError(Exception):
+    """A spec's problem with a file it names beside the recipe, placed at `where` (keys below
+    the kind's own key, e.g. ("edit", "diff", "file"))."""
+
+    def __init__(self, where: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.where = where
+        self.message = message
 
 
-class DeployTarget(Strict):
-    """The target model a drafter must fit: its config.json on the host, or values."""
+class KindSpec(Strict):
+    """What a recipe holds under a step kind's key. Each kind's spec model (in the kind's own
+    module under run/steps/) is one, registered with `register_kind`; what it says here is how
+    the kind fits into a recipe, so this layer never names a kind."""
 
-    config: str | None = Field(None, description="path of the target's config.json on the host")
-    hidden_size: int | None = None
-    vocab_size: int | None = None
-    num_hidden_layers: int | None = None
+    takes_verify: ClassVar[bool] = False  # a `verify:` beside it checks what the step wrote
+    may_notify: ClassVar[bool] = False  # a `notify:` beside it names servers its changes restart
+    restarts: ClassVar[bool] = False  # its steps are what a `notify:` names (it starts a server)
 
-
-class DeployStep(Strict):
-    src: str = Field(description="file or folder on the control machine (relative: to the recipe's folder)")
-    dest: str = Field(description="absolute path on the host (~ allowed)")
-    validate_as: str | None = Field(None, alias="validate", description="validator run on src before and dest after, e.g. eagle3-drafter")
-    target: DeployTarget | None = None
-
-    @field_validator("dest")
     @classmethod
-    def _dest_is_absolute(cls, value: str) -> str:
-        if not (value.startswith("/") or value.startswith("~/")):
-            raise ValueError(f"dest {value!r} must be an absolute path (or start with ~/)")
-        if ".." in value.split("/"):
-            raise ValueError(f"dest {value!r} may not contain '..'")
-        return value
+    def of(cls: type[K], step: Step) -> K | None:
+        """The step's spec if the step is of this kind."""
+        spec = step.spec
+        return spec if isinstance(spec, cls) else None
 
-    @field_validator("validate_as")
+    def bind(self, folder: Path) -> None:
+        """Read what the spec names beside the recipe (relative to `folder`, the recipe's);
+        a problem is a BindError. Nothing by default."""
+
+    def secret_words(self) -> tuple[list[list[str]], list[dict[str, str]]]:
+        """The argv lists and environments the step hands the host: a secret variable's value
+        found in them is redacted wherever it shows. None by default."""
+        return [], []
+
+
+class PackageGate(KindSpec):
+    """Which installed package a step is about, and which of its versions it applies to."""
+
+    package: str | None = Field(None, description="distribution/top-level package, e.g. vllm")
+    versions: str | None = Field(None, description="PEP 440 specifier; outside it the step is skipped")
+
+    @field_validator("versions")
     @classmethod
-    def _known_validator(cls, value: str | None) -> str | None:
-        from patchkit.host.checkpoint import VALIDATORS
-
-        if value is not None and value not in VALIDATORS:
-            raise ValueError(f"unknown validator {value!r} (known: {', '.join(sorted(VALIDATORS))})")
-        return value
+    def _specifier(cls, value: str | None) -> str | None:
+        return _check_specifier(value)
 
 
-def _words(value: Any) -> Any:
-    """argv and env values are strings; a lone `{{ port }}` substitutes an int, which is fine here."""
-    if isinstance(value, list):
-        return [str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value]
-    if isinstance(value, dict):
-        return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for k, v in value.items()}
-    return value
+K = TypeVar("K", bound=KindSpec)
+
+# kind key -> its spec model, in registration order (patchkit.run.steps.registry fills it).
+# The recipe models below are built from it at first use (step_model, recipe_model).
+SPECS: dict[str, type[KindSpec]] = {}
 
 
-class Health(Strict):
-    url: str = Field(description="probed from the host's side, e.g. http://127.0.0.1:8000/health")
-    timeout_s: float = Field(600, gt=0, description="give up after this long")
-    request_timeout_s: float = Field(5, gt=0, description="per probe: vLLM accepts connections before it is ready")
-    interval_s: float = Field(1, gt=0, description="first wait between probes (backs off to 5 s)")
+def register_kind(name: str, spec: type[KindSpec]) -> None:
+    if _built.cache_info().currsize:
+        raise RuntimeError(f"step kind {name!r} registered after the recipe models were built")
+    if name in SPECS:
+        raise RuntimeError(f"step kind {name!r} registered twice")
+    SPECS[name] = spec
 
 
-class Completion(Strict):
-    prompt: str = "Hello"
-    max_tokens: int = Field(8, ge=1)
-    timeout_s: float = Field(240, gt=0, description="how long the completion may take (a first request compiles)")
+def _kinds_where(flag: str) -> list[str]:
+    return [name for name, spec in SPECS.items() if getattr(spec, flag)]
 
 
-class Ready(Strict):
-    model: str | None = Field(None, description="/v1/models must list this id")
-    completion: Completion | None = Field(None, description="a smoke completion that must succeed")
+def _either(names: list[str]) -> str:
+    return " or ".join(f"`{name}`" for name in names)
 
 
-class SpecDecodeGate(Strict):
-    prompts: list[str] = Field(default_factory=lambda: [f"Story {i}:" for i in range(8)], min_length=1,
-                               description="sent in order, again from the first while more evidence is needed")
-    prompts_file: str | None = Field(None, description=(
-        "prompts from a file next to the recipe (relative to its folder): a JSON list of strings, or one "
-        "prompt per non-empty line; instead of `prompts`"))
-    seed: int | None = Field(None, description="sampling seed: request i gets seed + i (reproducible at temperature > 0)")
-    max_tokens: int = Field(64, ge=1)
-    temperature: float = Field(0.0, ge=0)
-    model: str | None = Field(None, description="model id for requests (default: the first /v1/models entry)")
-    min_draft_tokens: int = Field(300, ge=0, description=(
-        "keep sending prompts until this many drafted tokens were verified (within max_prompts and timeout_s)"))
-    max_prompts: int = Field(256, ge=1, description="at most this many requests for the measurement")
-    timeout_s: float = Field(900, gt=0, description="stop sending more prompts after this long")
-    min_acceptance_rate: float | None = Field(None, ge=0, le=1)
-    min_mean_acceptance_length: float | None = Field(None, ge=1)
-    fail_when: Literal["upper", "lower"] = Field("upper", description=(
-        "upper: fail only when the 95% interval's upper bound is below the bar (confidently bad); "
-        "lower: fail unless its lower bound reaches it (confidently good)"))
-    max_regression: float | None = Field(None, gt=0, lt=1, description=(
-        "fail when acceptance (and, with `baseline`, the speedup) is more than this fraction below the last "
-        "passing gate on this host with the same model, drafter and prompts"))
-
-    @model_validator(mode="after")
-    def _one_prompt_source(self) -> SpecDecodeGate:
-        if self.prompts_file is not None and "prompts" in self.model_fields_set:
-            raise ValueError("give `prompts` or `prompts_file`, not both")
-        return self
-
-    def bind(self, base: Path) -> None:
-        """Read `prompts_file` (relative to the recipe's folder) into `prompts`."""
-        if self.prompts_file is None:
-            return
-        path = (base / self.prompts_file).resolve()
-        if not path.is_relative_to(base.resolve()):
-            raise ValueError(f"{self.prompts_file!r} leaves the recipe's folder")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-        if path.suffix == ".json":
-            import json
-
-            try:
-                prompts = json.loads(text)
-            except ValueError as exc:
-                raise ValueError(f"{path} is not JSON: {exc}") from None
-            if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
-                raise ValueError(f"{path} must hold a JSON list of strings")
-        else:
-            prompts = [line for line in text.splitlines() if line.strip()]
-        if not prompts:
-            raise ValueError(f"{path} holds no prompt")
-        self.prompts = prompts
-
-
-class Baseline(Strict):
-    """The same model without speculation, measured on the same prompts."""
-
-    command: list[str] = Field(min_length=1)
-    health: Health
-    min_speedup: float | None = Field(None, gt=0, description="speculative tokens/s over baseline tokens/s")
-
-    _argv = field_validator("command", mode="before")(classmethod(lambda cls, v: _words(v)))
-    keep: Literal["faster", "speculative", "baseline"] = Field(
-        "faster", description="which server stays up afterwards")
-
-
-class LaunchStep(Strict):
-    command: list[str] = Field(min_length=1, description="argv, no shell; a first word python/python3 means the target interpreter")
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
-    log: str | None = Field(None, description="log file on the host (default: <state_dir>/launch/<step>.log)")
-    health: Health
-    ready: Ready | None = None
-    spec_decode: SpecDecodeGate | None = None
-    baseline: Baseline | None = None
-    stop_timeout_s: float = Field(30, gt=0)
-
-    _argv = field_validator("command", "env", mode="before")(classmethod(lambda cls, v: _words(v)))
-
-    @model_validator(mode="after")
-    def _baseline_needs_gate(self) -> "LaunchStep":
-        if self.baseline and not self.spec_decode:
-            raise ValueError("`baseline` compares throughput on the spec_decode prompts: add `spec_decode`")
-        return self
-
-
-KIND_KEY = "a step kind's key"  # marks a Step field as one (run/steps/registry.py checks they are its kinds)
-
-
-class Step(Strict):
+class StepHead(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str | None = None
-    patch: Annotated[PatchStep | None, KIND_KEY, BUILT_ON_USE] = None
-    check: Annotated[CheckStep | None, KIND_KEY, BUILT_ON_USE] = None
-    deploy: Annotated[DeployStep | None, KIND_KEY, BUILT_ON_USE] = None
-    launch: Annotated[LaunchStep | None, KIND_KEY, BUILT_ON_USE] = None
+
+
+class Step(StepHead):
+    """A recipe's step. The model a recipe validates with is built from this and the
+    registered kinds (step_model): one optional field per kind key, after `description`."""
+
     verify: Verify | None = None
     upstream: str | None = Field(None, description="URL of the upstream fix or issue this step carries (shown by "
                                                    "plan, journaled; status says when the fix is upstream)")
@@ -297,26 +161,30 @@ class Step(Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Step":
-        kinds = [k for k in STEP_KINDS if getattr(self, k) is not None]
+        kinds = [k for k in SPECS if getattr(self, k, None) is not None]
         if len(kinds) != 1:
-            raise ValueError(f"a step needs exactly one of: {', '.join(STEP_KINDS)}")
-        if self.verify is not None and self.patch is None:
-            raise ValueError("`verify` goes with a `patch` step")
-        if self.notify and self.patch is None and self.deploy is None:
-            raise ValueError("`notify` goes with a `patch` or `deploy` step (it names launch steps to restart)")
+            raise ValueError(f"a step needs exactly one of: {', '.join(SPECS)}")
+        if self.verify is not None and not self.spec.takes_verify:
+            raise ValueError(f"`verify` goes with a {_either(_kinds_where('takes_verify'))} step")
+        if self.notify and not self.spec.may_notify:
+            raise ValueError(f"`notify` goes with a {_either(_kinds_where('may_notify'))} step (it names "
+                             f"{' or '.join(_kinds_where('restarts'))} steps to restart)")
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in STEP_KINDS if getattr(self, k) is not None)
+        return next(k for k in SPECS if getattr(self, k, None) is not None)
+
+    @property
+    def spec(self) -> KindSpec:
+        """What the recipe holds under the step's kind key."""
+        spec: KindSpec = getattr(self, self.kind)
+        return spec
 
     @property
     def checks(self) -> Verify:
         """What a patch step verifies after its write: `verify`, or the defaults (no imports)."""
         return self.verify or Verify()
-
-
-STEP_KINDS = tuple(name for name, f in Step.model_fields.items() if KIND_KEY in f.metadata)
 
 
 class Recipe(Strict):
@@ -331,7 +199,7 @@ class Recipe(Strict):
     serial: SerialField = Field(None, description=(
         "rollout batches, e.g. [1, 10%, 100%]: a batch starts once every host of the batches before succeeded "
         "(--serial wins; then this; then the inventory's)"))
-    steps: list[Step] = Field(min_length=1)
+    steps: list[Step] = Field(min_length=1)  # of step_model() in the model a recipe validates with
 
     @field_validator("steps")
     @classmethod
@@ -341,13 +209,13 @@ class Recipe(Strict):
             if step.name in seen:
                 raise ValueError(f"two steps are named {step.name!r}")
             seen.add(step.name)
+        restarting = " or ".join(_kinds_where("restarts"))
         for i, step in enumerate(steps):
-            later = {s.name for s in steps[i + 1:] if s.launch is not None}
+            later = [s.name for s in steps[i + 1:] if s.spec.restarts]
             for name in step.notify:
                 if name not in later:
-                    launches = [s.name for s in steps[i + 1:] if s.launch is not None]
-                    raise ValueError(f"step {step.name!r} notifies {name!r}, which is not a launch step after it "
-                                     f"(launch steps after it: {', '.join(launches) or 'none'})")
+                    raise ValueError(f"step {step.name!r} notifies {name!r}, which is not a {restarting} step after "
+                                     f"it ({restarting} steps after it: {', '.join(later) or 'none'})")
         return steps
 
     @field_validator("secrets")
@@ -369,6 +237,28 @@ class Recipe(Strict):
             raise UsageError(f"--steps: no step named {', '.join(unknown)} in recipe {self.name} "
                              f"(steps: {', '.join(known)}){hint}")
         return [s for s in self.steps if s.name in names]
+
+
+@functools.cache
+def _built() -> tuple[type[Step], type[Recipe]]:
+    if not SPECS:
+        raise RuntimeError("no step kinds registered: import patchkit.run.steps.registry before loading a recipe")
+    kinds: dict[str, Any] = {name: (Annotated[Optional[spec], BUILT_ON_USE], None) for name, spec in SPECS.items()}
+    # Fields in the order of the bases, reversed: StepHead's, the kinds', then Step's own.
+    with_kinds: Any = create_model("StepKinds", __base__=StepHead, __module__=__name__, **kinds)
+    step: Any = create_model("Step", __base__=(Step, with_kinds), __module__=__name__)
+    recipe: Any = create_model("Recipe", __base__=Recipe, __module__=__name__, steps=(list[step], Field(min_length=1)))
+    return cast("type[Step]", step), cast("type[Recipe]", recipe)
+
+
+def step_model() -> type[Step]:
+    """The model of a recipe's step: Step with one optional field per registered kind."""
+    return _built()[0]
+
+
+def recipe_model() -> type[Recipe]:
+    """The model a recipe validates with (`patchkit schema` is its JSON Schema)."""
+    return _built()[1]
 
 
 class LoadedRecipe(BaseModel):
@@ -448,7 +338,7 @@ def _render(source: RecipeSource, variables: dict[str, Any], key: str) -> Loaded
         loaded = doc.build(variables, literal={"vars", "secrets"})
         listed = loaded.data.get("secrets") if isinstance(loaded.data, dict) else None
         marked = [m for m in listed if isinstance(m, str)] if isinstance(listed, list) else []
-        recipe: Recipe = loaded.validate(Recipe.model_validate)
+        recipe: Recipe = loaded.validate(recipe_model().model_validate)
     except UsageError as exc:
         raise UsageError(Redactor(find_secrets(variables, marked)).text(str(exc))) from None
     for i, name in enumerate(recipe.secrets):
@@ -456,26 +346,15 @@ def _render(source: RecipeSource, variables: dict[str, Any], key: str) -> Loaded
             raise source_error(loaded.mark_for(("secrets", i)), f"secrets[{i}]",
                                f"{name!r} is not a variable of this recipe (vars: {', '.join(declared) or 'none'}; "
                                "or give it with -e)")
-    launches = [s.launch for s in recipe.steps if s.launch]
-    redactor = Redactor(find_secrets(
-        variables, recipe.secrets,
-        commands=[c for ln in launches for c in (ln.command, ln.baseline.command if ln.baseline else [])],
-        envs=[ln.env for ln in launches]))
+    handed = [step.spec.secret_words() for step in recipe.steps]
+    redactor = Redactor(find_secrets(variables, recipe.secrets, commands=[c for cs, _ in handed for c in cs],
+                                     envs=[e for _, es in handed for e in es]))
     for i, step in enumerate(recipe.steps):
-        if step.launch and step.launch.spec_decode and step.launch.spec_decode.prompts_file is not None:
-            try:
-                step.launch.spec_decode.bind(path.parent)
-            except ValueError as exc:
-                raise source_error(loaded.mark_for(("steps", i, "launch", "spec_decode", "prompts_file")),
-                                   f"steps[{i}].launch.spec_decode.prompts_file", str(exc)) from None
-        if step.patch and step.patch.edit.codemod:
-            step.patch.edit.codemod.bind(path.parent)
-        if step.patch and step.patch.edit.diff and step.patch.edit.diff.file is not None:
-            where = ("steps", i, "patch", "edit", "diff", "file")
-            try:
-                step.patch.edit.diff.bind(path.parent)
-                step.patch.agree_with_diff()
-            except (EditError, ValueError) as exc:
-                raise source_error(loaded.mark_for(where), f"steps[{i}].patch.edit.diff.file", str(exc)) from None
+        try:
+            step.spec.bind(path.parent)
+        except BindError as exc:
+            where = (step.kind, *exc.where)
+            raise source_error(loaded.mark_for(("steps", i, *where)), f"steps[{i}].{'.'.join(where)}",
+                               exc.message) from None
     return LoadedRecipe(recipe=recipe, path=path, content_sha256=doc.sha256, variables=variables,
                         redactor=redactor, render_sha256=key)

@@ -21,6 +21,7 @@ from typing import Any
 from patchkit.recipe.model import LoadedRecipe
 from patchkit.report.output import diff_key
 from patchkit.run.results import RunReport, StepResult
+from patchkit.run.steps.registry import KINDS, kind_named
 from patchkit.base.reveal import MARK, Reveal, hidden_warning
 
 ORDER = ("failed", "drifted", "stale", "pending", "changed", "applied", "ok", "skipped", "not-applicable")
@@ -94,58 +95,20 @@ def _facts(loaded: LoadedRecipe | None, name: str, dry_run: bool) -> list[tuple[
     step = next((s for s in loaded.recipe.steps if s.name == name), None)
     if step is None:
         return []
-    shown = loaded.redactor.value
-    facts: list[tuple[str, str]] = []
-    if step.launch is not None:
-        facts.append(("server it would start", " ".join(str(shown(a)) for a in step.launch.command)))
-        if step.launch.health is not None:
-            facts.append(("ready when", f"GET {shown(step.launch.health.url)} answers 200"))
-    if step.deploy is not None:
-        facts.append(("copies", f"{shown(step.deploy.src)} → {shown(step.deploy.dest)}"))
-    if step.check is not None:
-        facts.append(("check (runs on apply; a plan does not run it)" if dry_run else "check",
-                      str(shown(step.check.python))))
-    if step.patch is not None:
-        gate = f" {step.patch.versions}" if step.patch.versions else ""
-        facts.append(("patches", f"{step.patch.package}{gate}: {', '.join(step.patch.modules)}"))
-        if step.verify is not None and step.verify.import_:
-            facts.append(("verified by importing", ", ".join(step.verify.import_)))
-    return facts
+    kind = kind_named(step.kind)
+    return kind.facts(step, kind.spec_of(step), loaded.redactor.value, dry_run)
 
 
 def _measured(step: StepResult) -> list[tuple[str, str]]:
-    """What a host's result adds to the recipe's facts: the files a deploy sends, the checks
-    that verified a write, what a launch's gate measured."""
-    details = step.details or {}
-    out: list[tuple[str, str]] = []
-    to_send = details.get("to_send")
-    if to_send:
-        out.append(("files it would send", "\n".join(f"{f.get('rel')}  {_size(f.get('size'))}" for f in to_send)))
-    elif step.kind == "deploy" and details.get("files"):
-        out.append(("files written", "\n".join(f"{f.get('rel') or f.get('path')}" for f in details["files"]
-                                                if isinstance(f, dict))))
+    """What a host's result adds to the recipe's facts: what its kind says (the files a deploy
+    sends, what a launch's gate measured), then the checks that verified a write."""
+    kind = KINDS.get(step.kind)
+    out = kind.measured(step) if kind is not None else []
     if step.checks:
         out.append(("checks", "\n".join(f"{'passed' if c.ok else 'FAILED'}  {c.name}"
                                          + (f": {c.detail.splitlines()[-1]}" if not c.ok and c.detail else "")
                                          for c in step.checks)))
-    measured = details.get("spec_decode")
-    if isinstance(measured, dict):
-        out.append(("speculative decoding measured", "\n".join(f"{k}: {v}" for k, v in sorted(measured.items())
-                                                                if not isinstance(v, (dict, list)))))
     return out
-
-
-def _size(size: Any) -> str:
-    if not isinstance(size, int):
-        return ""
-    if size < 1024:
-        return f"{size} B"
-    scaled, unit = float(size), "B"
-    for unit in ("KiB", "MiB", "GiB"):
-        scaled /= 1024
-        if scaled < 1024:
-            break
-    return f"{scaled:.1f} {unit}"
 
 
 def _host_facts(loaded: LoadedRecipe | None, per_host: dict[str, LoadedRecipe], hosts: list[str], name: str,

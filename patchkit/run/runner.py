@@ -313,7 +313,7 @@ class Runner:
         # Kinds that restart what runs (launch) go last: a server restarted onto the original
         # code must start after the files are the original again.
         undo_order = list(reversed(target.live_steps()))
-        undo_order.sort(key=lambda st: bool(getattr(kind_named(st.kind), "undo_last", False)))  # stable
+        undo_order.sort(key=lambda st: kind_named(st.kind).undo_last)  # stable
         for step in undo_order:
             if wanted and step.name not in wanted:
                 continue

@@ -12,7 +12,7 @@ import pytest
 from patchkit.host.agent.protocol import LocateReply, ManifestReply
 from patchkit.edits import Edit
 from patchkit.edits.testing import assert_edit
-from patchkit.recipe.model import Step
+from patchkit.recipe.model import step_model
 from patchkit.run.results import HostResult, RunRecord, StepResult, host_status, nothing_patched
 from patchkit.run.steps.context import Gate, version_gate
 from patchkit.run.steps.deploy import status_deploy
@@ -135,7 +135,7 @@ def test_a_patch_no_host_is_in_the_versions_of_is_warned(steps: list[list[StepRe
 
 DEST = "/models/d"
 OLD, NEW, OTHER = "1" * 64, "2" * 64, "3" * 64
-STEP = Step.model_validate({"name": "ship", "deploy": {"src": "./d", "dest": DEST}})
+STEP = step_model().model_validate({"name": "ship", "deploy": {"src": "./d", "dest": DEST}})
 
 
 def manifest(**files: str) -> ManifestReply:

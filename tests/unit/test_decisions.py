@@ -3,6 +3,8 @@ rollback undoes, which change is still live. No host, no subprocess: millisecond
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 
 from patchkit.run.journal import active_changes, rollback_target, unverified_step
@@ -197,10 +199,45 @@ def test_live_changes_and_unverified_steps() -> None:
 def test_the_recipe_s_step_kinds_are_the_registry_s() -> None:
     """A recipe key for every registered kind and a kind for every recipe key: a kind added
     to one and not the other is caught here, not by a user's recipe."""
-    from patchkit.recipe.model import STEP_KINDS, Step
+    from patchkit.recipe.model import SPECS, step_model
 
-    assert set(STEP_KINDS) == set(KINDS)
-    assert all(name in Step.model_fields for name in KINDS)
+    assert list(SPECS) == list(KINDS)
+    assert all(name in step_model().model_fields for name in KINDS)
     for name, kind in KINDS.items():
         assert kind.name == name
-        assert Step.model_fields[name].annotation == kind.spec_model | None
+        assert SPECS[name] is kind.spec_model
+        assert typing.get_args(step_model().model_fields[name].annotation) == (kind.spec_model, type(None))
+
+
+def test_a_step_kind_must_say_what_the_shape_leaves_to_it() -> None:
+    """undo_last and not_tested have no default (the registry refuses a kind that does not set
+    them); facts and file_edits are abstract (a kind without them cannot be made)."""
+    from patchkit.run.steps.kind import CHOSEN, StepKind
+    from patchkit.run.steps.registry import every_kind_chooses
+
+    class Mute(StepKind[typing.Any, None]):
+        name = "mute"
+
+        async def plan(self, ctx: typing.Any, step: typing.Any, spec: typing.Any) -> typing.Any: ...
+        async def apply(self, ctx: typing.Any, step: typing.Any, spec: typing.Any, planned: typing.Any) -> typing.Any: ...
+        async def state(self, ctx: typing.Any, step: typing.Any, spec: typing.Any, planned: typing.Any, records: typing.Any) -> typing.Any: ...
+        async def undo(self, ctx: typing.Any, done: typing.Any, target: typing.Any) -> typing.Any: ...
+        def changed(self, done: typing.Any) -> bool: return False
+        def facts(self, step: typing.Any, spec: typing.Any, shown: typing.Any, dry_run: bool) -> list[tuple[str, str]]: return []
+        def file_edits(self, done: typing.Any, undone: typing.Any) -> list[typing.Any]: return []
+        def measured(self, done: typing.Any) -> list[tuple[str, str]]: return []
+
+    assert CHOSEN == ("undo_last", "not_tested")
+    with pytest.raises(RuntimeError, match="step kind 'mute' does not say its undo_last, not_tested"):
+        every_kind_chooses({"mute": Mute()})
+    every_kind_chooses(KINDS)  # each registered kind says both
+
+    class Quiet(Mute):
+        undo_last = False
+        not_tested = None
+
+    every_kind_chooses({"quiet": Quiet()})
+    for method in ("facts", "measured", "file_edits"):
+        without = type("Without", (StepKind,), {k: v for k, v in vars(Mute).items() if k != method})
+        with pytest.raises(TypeError, match=f"abstract method {method}$"):
+            without()

@@ -10,7 +10,15 @@ import symtable
 import sys
 from pathlib import Path
 
-from patchkit.host.agent.client import AGENT_CORE, AGENT_EXTENSIONS, HOST, SENT_CONSTANTS, agent_file, host_ops
+from patchkit.host.agent.client import (
+    AGENT_CORE,
+    AGENT_EXTENSIONS,
+    HOST,
+    SENT_CONSTANTS,
+    agent_file,
+    host_ops,
+    mutating_ops,
+)
 from tests.helpers import REPO, host_agent
 
 PACKAGE = REPO / "patchkit"
@@ -122,7 +130,10 @@ def test_every_op_the_control_code_sends_is_declared_by_a_host_file() -> None:
     from patchkit.host.agent import protocol
 
     assert set(protocol.OPS) == set(host_ops()), set(protocol.OPS) ^ set(host_ops())
-    constants = {name for name, value in vars(protocol).items() if isinstance(value, protocol.Op)}
+    from patchkit.run.steps.registry import KINDS
+
+    homes = [protocol] + [sys.modules[type(kind).__module__] for kind in KINDS.values()]  # a kind types its own ops
+    constants = {name for home in homes for name, value in vars(home).items() if isinstance(value, protocol.Op)}
     sent = set()
     for path in sorted(PACKAGE.glob("**/*.py")):
         if HOST_DIR in path.parents or path in (PACKAGE / "host" / "agent" / "client.py", PACKAGE / "host" / "testing.py"):
@@ -141,6 +152,7 @@ def test_every_op_the_control_code_sends_is_declared_by_a_host_file() -> None:
 
 def test_the_journal_guard_covers_every_op_that_changes_the_host() -> None:
     every = host_agent(*AGENT_EXTENSIONS)
-    assert every.MUTATING_OPS == {"apply_files", "restore", "receive_file", "remove_file", "launch_start", "launch_stop",
-                                  "journal_prune"}
+    assert {"apply_files", "restore", "receive_file", "remove_file", "launch_start", "launch_stop",
+            "journal_prune"} <= every.MUTATING_OPS
+    assert mutating_ops() == every.MUTATING_OPS  # what the control side (and FakeAgent) read from the host files
     assert every.STREAMING_OPS == {"receive_file"}

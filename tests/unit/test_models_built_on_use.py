@@ -1,8 +1,9 @@
 """A recipe builds the models of the step kinds and edit ops it uses, and no others.
 
 Counted in a fresh interpreter (a model, once built, stays built): which patchkit models
-pydantic generated a schema for while importing patchkit and loading the recipe, its own or
-inline in another's (pydantic's schema generator is wrapped to record them). No timing."""
+pydantic generated a schema for while loading the recipe (after importing patchkit and its
+step kinds, as the CLI does before it reads one), its own or inline in another's (pydantic's
+schema generator is wrapped to record them). No timing."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ PROBE = r"""
 import json, sys
 from pydantic._internal._generate_schema import GenerateSchema
 
+import patchkit.run.steps.registry
+from patchkit.recipe.model import load_recipe
+
 generated = set()
 real = GenerateSchema._model_schema
 
@@ -24,7 +28,6 @@ def recording(self, cls):
     return real(self, cls)
 
 GenerateSchema._model_schema = recording
-from patchkit.recipe.model import load_recipe
 
 recipe = load_recipe(sys.argv[1]).recipe
 built = sorted(m for m in generated if m.startswith("patchkit"))
@@ -43,10 +46,10 @@ def test_a_one_patch_recipe_builds_only_the_patch_models_and_its_edit_op() -> No
     result = _built_after_loading(str(REPO / "bench" / "bench_eagle3.yaml"))
     assert result["kinds"] == ["patch"]
     built = set(result["built"])
-    assert {"patchkit.recipe.model.Recipe", "patchkit.recipe.model.PatchStep", "patchkit.edits.Edit",
+    assert {"patchkit.recipe.model.Recipe", "patchkit.run.steps.patch.PatchStep", "patchkit.edits.Edit",
             "patchkit.edits.ops.list_insert.spec.ListInsert"} <= built
-    not_used = {"patchkit.recipe.model.CheckStep", "patchkit.recipe.model.DeployStep", "patchkit.recipe.model.LaunchStep",
-                "patchkit.recipe.model.Health", "patchkit.recipe.model.SpecDecodeGate", "patchkit.recipe.model.Baseline",
+    not_used = {"patchkit.run.steps.check.CheckStep", "patchkit.run.steps.deploy.DeployStep", "patchkit.run.steps.launch.LaunchStep",
+                "patchkit.run.steps.launch.Health", "patchkit.run.steps.launch.SpecDecodeGate", "patchkit.run.steps.launch.Baseline",
                 "patchkit.edits.ops.list_remove.spec.ListRemove", "patchkit.edits.ops.set_value.spec.SetValue", "patchkit.edits.ops.dict_set.spec.DictSet",
                 "patchkit.edits.ops.call_kwarg.spec.CallKwarg", "patchkit.edits.ops.codemod.spec.CodemodEdit",
                 "patchkit.edits.ops.replace_function.spec.ReplaceFunction", "patchkit.edits.ops.diff.spec.DiffEdit",
@@ -61,5 +64,5 @@ def test_the_models_of_the_kinds_a_recipe_has_are_built_when_it_loads(tmp_path: 
     recipe.write_text("name: r\nsteps:\n  - name: c\n    check: {python: 'print(1)'}\n"
                       "  - name: d\n    deploy: {src: x, dest: /tmp/x}\n")
     built = set(_built_after_loading(str(recipe))["built"])
-    assert {"patchkit.recipe.model.CheckStep", "patchkit.recipe.model.DeployStep"} <= built
-    assert {"patchkit.recipe.model.PatchStep", "patchkit.recipe.model.LaunchStep", "patchkit.edits.Edit"} & built == set()
+    assert {"patchkit.run.steps.check.CheckStep", "patchkit.run.steps.deploy.DeployStep"} <= built
+    assert {"patchkit.run.steps.patch.PatchStep", "patchkit.run.steps.launch.LaunchStep", "patchkit.edits.Edit"} & built == set()

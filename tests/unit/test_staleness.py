@@ -65,3 +65,17 @@ def test_the_run_in_progress_counts_and_old_records_compare_by_time() -> None:
     newer = record("3", patch("p", "/f.py", "b", "c")).model_copy(update={"started": 200.0})
     assert stale_change(legacy, "serve", [older]) is None
     assert stale_change(legacy, "serve", [older, newer]) is not None
+
+
+def pip_step(before: str | None, after: str | None, name: str = "pin") -> StepResult:
+    return StepResult(name=name, kind="pip", status="changed",
+                      details={"package": "transformers", "version_before": before, "version_after": after})
+
+
+def test_a_pip_step_that_installs_another_version_after_the_server_started_makes_it_stale() -> None:
+    later = [record("2", launch()), record("3", pip_step("4.1", "4.2"))]
+    found = stale_change(SERVER, "serve", later)
+    assert found is not None and (found.run_id, found.step, found.file) == ("3", "pin", "the installed transformers")
+    # rolled back to the version the server imported: it runs what is installed again
+    back = record("4", pip_step("4.2", "4.1"), kind="rollback", rollback_of="3")
+    assert stale_change(SERVER, "serve", [*later, back]) is None

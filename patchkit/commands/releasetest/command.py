@@ -42,6 +42,7 @@ from patchkit.commands.releasetest.plan import StepOutcome, plan_release, versio
 from patchkit.commands.releasetest.touchable import touchable_paths
 from patchkit.base.reveal import Reveal
 from patchkit.run.steps.context import EditCache
+from patchkit.run.steps.patch import PatchStep
 
 
 @dataclass
@@ -97,8 +98,8 @@ def run(loaded: LoadedRecipe, options: TestOptions, hosts: Callable[[], list[Hos
     wanted = Wanted(None if options.versions == "installed" else options.versions)
     groups: dict[str, list[Step]] = {}
     for step in steps:
-        if step.patch:
-            groups.setdefault(options.dist or step.patch.package, []).append(step)
+        if patch := PatchStep.of(step):
+            groups.setdefault(options.dist or patch.package, []).append(step)
     try:
         if options.versions == "installed":
             outcomes, released = asyncio.run(_installed(loaded, groups, hosts(), options))
@@ -110,10 +111,11 @@ def run(loaded: LoadedRecipe, options: TestOptions, hosts: Callable[[], list[Hos
     diffs: dict[str, str] = {}
     matrices = []
     for step in steps:
-        if not step.patch:
+        patch = PatchStep.of(step)
+        if not patch:
             matrices.append(StepMatrix(step, None))
             continue
-        dist = options.dist or step.patch.package
+        dist = options.dist or patch.package
         matrix = StepMatrix(step, dist)
         for label, version, host in released[dist]:
             outcome, error = outcomes[(dist, label)]
@@ -177,8 +179,8 @@ async def _releases(loaded: LoadedRecipe, groups: dict[str, list[Step]], wanted_
         if files.root is None:
             outcomes[(dist, version)] = (None, files.error)
             return
-        absent = [s.patch.package for s in steps if s.patch and not (files.root / s.patch.package).is_dir()
-                  and not (files.root / f"{s.patch.package}.py").is_file()]
+        absent = [p.package for s in steps if (p := PatchStep.of(s)) and not (files.root / p.package).is_dir()
+                  and not (files.root / f"{p.package}.py").is_file()]
         if absent:  # the agent would say "not importable by python ...": true, but not the point here
             outcomes[(dist, version)] = (None, (f"the wheel of {dist} {version} holds no package {absent[0]} "
                                                "(is --dist right?)"))
@@ -215,7 +217,7 @@ async def _releases(loaded: LoadedRecipe, groups: dict[str, list[Step]], wanted_
             absent = ", ".join(str(v) for v in sorted(wanted_releases.exact - found))
             raise HostError(f"{dist}: no release {absent} on the index (pip index versions {dist} lists them)")
         released[dist] = [(v, v, None) for v in versions]
-        wanted = sorted({p for s in steps if s.patch for p in touchable_paths(s.patch)})
+        wanted = sorted({p for s in steps if (patch := PatchStep.of(s)) for p in touchable_paths(patch)})
         work += [one(dist, steps, wanted, v) for v in versions]
     await asyncio.gather(*work)
     return outcomes, released
@@ -239,10 +241,11 @@ async def _installed(loaded: LoadedRecipe, groups: dict[str, list[Step]], hosts:
             agent = await AgentClient.start(transport, python, host.name)
             await agent.started(python)
             for dist, steps in groups.items():
-                assert steps[0].patch is not None
-                package = steps[0].patch.package
-                wanted = sorted({p for s in steps if s.patch for p in touchable_paths(s.patch)})
-                modules = sorted({m for s in steps if s.patch for m in s.patch.modules})
+                first = PatchStep.of(steps[0])
+                assert first is not None
+                package = first.package
+                wanted = sorted({p for s in steps if (patch := PatchStep.of(s)) for p in touchable_paths(patch)})
+                modules = sorted({m for s in steps if (p := PatchStep.of(s)) for m in p.modules})
                 located = await agent.call(LOCATE({"package": package, "modules": modules, "read_first": False}))
                 if not located["found"]:
                     raise HostError(f"{host.name}: package {package} is not importable by {python} "

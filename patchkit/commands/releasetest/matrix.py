@@ -25,13 +25,15 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.recipe.model import Step
 from patchkit.commands.releasetest.plan import StepOutcome
+from patchkit.run.steps.patch import PatchStep
+from patchkit.run.steps.registry import kind_named
 
 _HUNK_LINES = re.compile(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", re.MULTILINE)
-NOT_TESTED = {
-    "check": "not testable offline (it runs code with the target interpreter; patchkit plan runs it on a host)",
-    "deploy": "skipped (a deploy copies files to a host: nothing of a release to test)",
-    "launch": "skipped (a launch starts a server on a host: nothing of a release to test)",
-}
+
+
+def not_tested(step: Step) -> str | None:
+    """What the release test says of a step it does not plan on releases, as its kind says."""
+    return kind_named(step.kind).not_tested
 
 
 def diff_id(diff: str) -> str:
@@ -93,7 +95,8 @@ class StepMatrix:
 
     @property
     def versions(self) -> str | None:
-        return self.step.patch.versions if self.step.patch else None
+        patch = PatchStep.of(self.step)
+        return patch.versions if patch else None
 
     def rows(self) -> list[list[Cell]]:
         groups: list[list[Cell]] = []
@@ -213,10 +216,11 @@ def render(recipe: str, matrices: list[StepMatrix], diffs: dict[str, str], v: Ve
     shown: dict[str, list[Cell]] = {}
     for m in matrices:
         if m.dist is None:
-            lines.append(f"{m.step.name} ({m.step.kind}): {NOT_TESTED.get(m.step.kind, 'not tested')}")
+            lines.append(f"{m.step.name} ({m.step.kind}): {not_tested(m.step) or 'not tested'}")
             continue
-        assert m.step.patch is not None
-        lines.append(f"{m.step.name} (patch {m.step.patch.package} {m.versions or 'any version'}, "
+        patch = PatchStep.of(m.step)
+        assert patch is not None
+        lines.append(f"{m.step.name} (patch {patch.package} {m.versions or 'any version'}, "
                      f"releases of {m.dist}):")
         rows = m.rows()
         width = max(len(span(r)) for r in rows) if rows else 0
@@ -254,7 +258,7 @@ def as_json(recipe: str, matrices: list[StepMatrix], diffs: dict[str, str], v: V
     steps: dict[str, Any] = {}
     for m in matrices:
         if m.dist is None:
-            steps[m.step.name] = {"kind": m.step.kind, "tested": False, "message": NOT_TESTED.get(m.step.kind, ""),
+            steps[m.step.name] = {"kind": m.step.kind, "tested": False, "message": not_tested(m.step) or "",
                                   "releases": {}}
             continue
         steps[m.step.name] = {"kind": "patch", "tested": True, "dist": m.dist, "versions": m.versions,

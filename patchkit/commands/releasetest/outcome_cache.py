@@ -22,6 +22,7 @@ from patchkit.recipe.model import Step
 from patchkit.recipe.redact import Redactor
 from patchkit.commands.releasetest.plan import StepOutcome
 from patchkit.run.results import StepResult
+from patchkit.run.steps.patch import PatchStep
 
 
 @functools.cache
@@ -34,8 +35,7 @@ def _code_digest() -> str:
 
 
 def cacheable(steps: list[Step]) -> bool:
-    return not any(s.patch and (s.patch.edit.codemod or (s.patch.edit.diff and s.patch.edit.diff.file))
-                   for s in steps)
+    return not any((p := PatchStep.of(s)) and (p.edit.codemod or (p.edit.diff and p.edit.diff.file)) for s in steps)
 
 
 def key_of(steps: list[Step], files: Path, wanted: list[str], version: str) -> str:

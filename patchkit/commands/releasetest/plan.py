@@ -26,6 +26,7 @@ from patchkit.commands.releasetest.index import copy_release
 from patchkit.commands.releasetest.touchable import VERSION_FILES
 from patchkit.run.results import StepResult
 from patchkit.run.steps.context import EditCache, HostContext
+from patchkit.run.steps.patch import PatchStep
 from patchkit.run.steps.registry import kind_named
 from patchkit.host.transport import LocalTransport
 from patchkit.host.transport.local import _LocalStreams
@@ -64,8 +65,9 @@ class StepOutcome:
 
 
 def without_range(step: Step) -> Step:
-    assert step.patch is not None
-    return step.model_copy(update={"patch": step.patch.model_copy(update={"versions": None})})
+    patch = PatchStep.of(step)
+    assert patch is not None
+    return step.model_copy(update={step.kind: patch.model_copy(update={"versions": None})})
 
 
 def without_imports(step: Step) -> Step:
@@ -81,7 +83,7 @@ async def plan_release(version: str, files: Path, wanted: list[str], steps: list
         site = Path(tmp, "site")
         site.mkdir()
         copy_release(files, wanted, site)
-        for package in sorted({s.patch.package for s in steps if s.patch and s.patch.package}) if known else ():
+        for package in sorted({p.package for s in steps if (p := PatchStep.of(s)) and p.package}) if known else ():
             if not any((site / package / name).is_file() for name in VERSION_FILES[:2]):
                 version_record(site, package, version)
         transport = FolderTransport(site)
@@ -93,7 +95,7 @@ async def plan_release(version: str, files: Path, wanted: list[str], steps: list
                               run_id=new_run_id(), loaded=loaded, edits=edits, dry_run=True)
             out: dict[str, StepOutcome] = {}
             for i, step in enumerate(steps):
-                out[step.name] = await _one_step(ctx, step, chain=any(s.patch for s in steps[i + 1:]))
+                out[step.name] = await _one_step(ctx, step, chain=any(PatchStep.of(s) for s in steps[i + 1:]))
             return {name: _relative(o, site) for name, o in out.items()}
         finally:
             if agent is not None:
@@ -106,8 +108,9 @@ async def _one_step(ctx: HostContext, step: Step, chain: bool) -> StepOutcome:
     kind = kind_named(step.kind)
     planned = await kind.plan(ctx, step, kind.spec_of(step))
     outcome = StepOutcome(planned.result)
-    assert step.patch is not None
-    if planned.result.status == "skipped" and step.patch.versions:
+    patch = PatchStep.of(step)
+    assert patch is not None
+    if planned.result.status == "skipped" and patch.versions:
         unranged = without_range(step)
         outcome.unranged = (await kind.plan(ctx, unranged, kind.spec_of(unranged))).result
     if planned.result.status == "changed" and chain:

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 from patchkit.recipe.model import LoadedRecipe
 from patchkit.commands.releasetest.matrix import (
-    NOT_TESTED,
     Cell,
     StepMatrix,
     Verdicts,
+    not_tested,
     release_runs,
     span,
 )
@@ -153,7 +153,7 @@ def _step(m: StepMatrix, diffs: dict[str, str]) -> MatrixStep:
     out = MatrixStep(name=step.name, kind=step.kind, tested=m.dist is not None, dist=m.dist, versions=m.versions,
                      description=step.description, why=step.why, upstream=step.upstream)
     if m.dist is None:
-        out.not_tested = NOT_TESTED.get(step.kind, "not tested")
+        out.not_tested = not_tested(step) or "not tested"
         return out
     out.releases = [_outcome(c) for c in m.cells]
     out.rows = [(span(row), _outcome(row[0])) for row in m.rows()]

@@ -8,7 +8,7 @@ way to it, and every file a `diff` edit names.
 
 from __future__ import annotations
 
-from patchkit.recipe.model import PatchStep
+from patchkit.run.steps.patch import PatchStep
 
 VERSION_FILES = ("_version.py", "version.py", "__init__.py")  # as the agent looks for them
 

@@ -84,6 +84,16 @@ AGENT_EXTENSIONS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+def add_extension(name: str, files: tuple[tuple[str, str], ...]) -> None:
+    """A step kind's own host files, declaring its ops (run/steps/registry.py): known before
+    the first request asks which file declares an op."""
+    if host_ops.cache_info().currsize:
+        raise RuntimeError(f"agent extension {name!r} added after the host files were read")
+    if name in AGENT_EXTENSIONS:
+        raise RuntimeError(f"agent extension {name!r} added twice")
+    AGENT_EXTENSIONS[name] = files
+
+
 @functools.cache
 def agent_file(pkg: str, name: str) -> bytes:
     data = _package_file(pkg, name)
@@ -95,7 +105,7 @@ def agent_file(pkg: str, name: str) -> bytes:
 def _package_file(pkg: str, name: str) -> bytes:
     """A file of one of patchkit's packages. Read from the package's folder (found without
     running the package) when it is installed as files, as it always is by pip; else through
-    importlib.resources (a zip), whose readers import zipfile, on every run's start."""
+    importlib.resources (a zip), whose readers import zipfile, a cost on every run's start."""
     spec = importlib.util.find_spec(pkg)
     folders = list(spec.submodule_search_locations or []) if spec else []
     for folder in folders:
@@ -117,26 +127,35 @@ def agent_source() -> bytes:
 
 # A top-level `@op` or `@op(...)` decorator line, and a top-level `def op_<name>(` line.
 _OP_DECORATOR = re.compile(rb"@op(?:\(.*)?\s*$")
+_OP_MUTATING = re.compile(rb"@op\(.*\bmutating=True\b")
 _OP_DEF = re.compile(rb"def op_(\w+)\s*\(")
 
 
-def declared_ops(source: bytes) -> list[str]:
-    """The ops a host file declares: its top-level functions op_<name> decorated @op or @op(...).
+def declared_ops(source: bytes, mutating: bool = False) -> list[str]:
+    """The ops a host file declares: its top-level functions op_<name> decorated @op or @op(...);
+    with `mutating`, only those declared @op(mutating=True) (they may change the host).
 
-    Read line by line, not with `ast`: parsing the host files was a good part of a run's
-    start, on the path to the first byte sent (bench/README.md). The host files
-    keep to the form this reads (test_host_files checks it against `ast`)."""
-    found, decorated = [], False
+    Read line by line, not with `ast`, to keep the start of every run fast (bench/README.md).
+    The host files keep to the form this reads (test_host_files checks it against `ast`)."""
+    found, decorated, mutates = [], False, False
     for line in source.splitlines():
         if line.startswith(b"@"):
             decorated = decorated or bool(_OP_DECORATOR.match(line))
+            mutates = mutates or bool(_OP_MUTATING.match(line))
             continue
         match = _OP_DEF.match(line)
-        if match and decorated:
+        if match and decorated and (mutates or not mutating):
             found.append(match.group(1).decode())
         if line and not line[:1].isspace() and not line.startswith(b"#"):
-            decorated = False
+            decorated = mutates = False
     return found
+
+
+def mutating_ops() -> set[str]:
+    """The ops that may change the host, as the host files declare them (@op(mutating=True)):
+    the agent refuses them once a journal write failed."""
+    every = [AGENT_CORE] + [f for files in AGENT_EXTENSIONS.values() for f in files]
+    return {op for pkg, name in every for op in declared_ops(agent_file(pkg, name), mutating=True)}
 
 
 @functools.cache
@@ -175,7 +194,7 @@ def agent_argv(python: str, nonce: str, first_requests: bytes | None = None) -> 
 
 
 STREAM_CHUNK = 1 << 20
-# START: `hello` and the requests queued behind it before any reply is awaited (the
+# START. `hello` and the requests queued behind it before any reply is awaited (the
 # lock, a run's first reads) are held back; the agent is started only when the first reply is
 # awaited (or the held requests pass CORK_LIMIT, or one carries a payload), and they reach it
 # at once:

@@ -41,8 +41,16 @@ class Op(Generic[Args, Reply]):
 
     name: str
 
+    def __post_init__(self) -> None:
+        if OPS.setdefault(self.name, self) is not self:
+            raise RuntimeError(f"two ops are named {self.name!r}")
+
     def __call__(self, args: Args) -> Request[Reply]:
         return Request(self.name, cast(Mapping[str, Any], args))
+
+
+# Every op, by name: the core's and extensions' below, and a step kind's own (typed in its module).
+OPS: dict[str, Op[Any, Any]] = {}
 
 
 class NoArgs(TypedDict):
@@ -535,8 +543,3 @@ LAUNCH_STOP: Op[LaunchStopArgs, LaunchStopReply] = Op("launch_stop")
 HTTP: Op[HttpArgs, HttpReply] = Op("http")
 HTTP_BATCH: Op[HttpBatchArgs, HttpBatchReply] = Op("http_batch")
 LOG_TAIL: Op[LogTailArgs, LogTailReply] = Op("log_tail")
-
-OPS: dict[str, Op[Any, Any]] = {op.name: op for op in (
-    HELLO, END, LOAD, LOCATE, READ, HASH, VERIFY, RESTORE, APPLY_FILES, DIST_FILES, CHECK, LOCK, JOURNAL_WRITE, JOURNAL_LIST,
-    JOURNAL_PRUNE, MANIFEST, PART_INFO, RECEIVE_FILE, REMOVE_FILE, READ_CHECKPOINT, LAUNCH_START, LAUNCH_INSPECT,
-    LAUNCH_RESOLVES, LAUNCH_STOP, HTTP, HTTP_BATCH, LOG_TAIL)}

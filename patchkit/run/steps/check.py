@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+from pydantic import Field
 
 from patchkit.host.agent.protocol import CHECK, LOCATE, Request
 from patchkit.base.errors import HostError
-from patchkit.recipe.model import CheckStep, Step
+from patchkit.recipe.model import PackageGate, Step
 from patchkit.run.results import Check, RunRecord, StepResult
 from patchkit.run.steps.context import HostContext, gate, locate_args
 from patchkit.run.steps.kind import Planned, StepKind
+from patchkit.run.steps.staleness import FileEdit
+
+
+class CheckStep(PackageGate):
+    python: str = Field(description=("Python source run by the target interpreter; it passes when it exits 0. "
+                                      "The recipe's variables are a JSON object in the environment variable "
+                                      "PATCHKIT_VARS"))
+    message: str | None = Field(None, description="what a failure means, shown with the reason")
+    timeout_s: float = Field(300, gt=0)
 
 
 class CheckKind(StepKind[CheckStep, bool]):
@@ -17,6 +28,17 @@ class CheckKind(StepKind[CheckStep, bool]):
 
     name = "check"
     spec_model = CheckStep
+    undo_last = False
+    not_tested = "not testable offline (it runs code with the target interpreter; patchkit plan runs it on a host)"
+
+    def facts(self, step: Step, spec: CheckStep, shown: Callable[[Any], Any], dry_run: bool) -> list[tuple[str, str]]:
+        return [("check (runs on apply; a plan does not run it)" if dry_run else "check", str(shown(spec.python)))]
+
+    def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:
+        return []
+
+    def measured(self, done: StepResult) -> list[tuple[str, str]]:
+        return []  # its checks are shown for every kind
 
     def first_reads(self, spec: CheckStep) -> list[Request[Any]]:
         return [LOCATE(locate_args(spec.package, []))] if spec.package else []  # the gate's

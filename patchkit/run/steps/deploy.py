@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from pydantic import Field, field_validator
+
 from patchkit.host.agent import AgentClient
 from patchkit.host.agent.client import PART_SUFFIX, Pending
 from patchkit.host.agent.protocol import (
@@ -25,12 +27,61 @@ from patchkit.host.agent.protocol import (
 from patchkit.host.checkpoint import VALIDATORS
 from patchkit.base.errors import HostError, UsageError
 from patchkit.run.steps.manifest import FileEntry, sha256_of, source_manifest
-from patchkit.recipe.model import DeployStep, DeployTarget, Step
+from patchkit.recipe.model import KindSpec, Step, Strict
 from patchkit.run.results import DeployedFile, RunRecord, StepResult, deployed_files
 from patchkit.run.steps.context import HostContext
 from patchkit.run.steps.kind import Planned, StepKind, Undone
+from patchkit.run.steps.staleness import FileEdit, put_back, recorded_edits
 
 T = TypeVar("T")
+
+
+class DeployTarget(Strict):
+    """The target model a drafter must fit: its config.json on the host, or values."""
+
+    config: str | None = Field(None, description="path of the target's config.json on the host")
+    hidden_size: int | None = None
+    vocab_size: int | None = None
+    num_hidden_layers: int | None = None
+
+
+class DeployStep(KindSpec):
+    may_notify = True
+
+    src: str = Field(description="file or folder on the control machine (relative: to the recipe's folder)")
+    dest: str = Field(description="absolute path on the host (~ allowed)")
+    validate_as: str | None = Field(None, alias="validate", description="validator run on src before and dest after, e.g. eagle3-drafter")
+    target: DeployTarget | None = None
+
+    @field_validator("dest")
+    @classmethod
+    def _dest_is_absolute(cls, value: str) -> str:
+        if not (value.startswith("/") or value.startswith("~/")):
+            raise ValueError(f"dest {value!r} must be an absolute path (or start with ~/)")
+        if ".." in value.split("/"):
+            raise ValueError(f"dest {value!r} may not contain '..'")
+        return value
+
+    @field_validator("validate_as")
+    @classmethod
+    def _known_validator(cls, value: str | None) -> str | None:
+        if value is not None and value not in VALIDATORS:
+            raise ValueError(f"unknown validator {value!r} (known: {', '.join(sorted(VALIDATORS))})")
+        return value
+
+
+def _size_iec(size: Any) -> str:
+    """A file's size on the review page (KiB, MiB, GiB)."""
+    if not isinstance(size, int):
+        return ""
+    if size < 1024:
+        return f"{size} B"
+    scaled, unit = float(size), "B"
+    for unit in ("KiB", "MiB", "GiB"):
+        scaled /= 1024
+        if scaled < 1024:
+            break
+    return f"{scaled:.1f} {unit}"
 
 
 def source_path(ctx: HostContext, src: str) -> Path:
@@ -433,6 +484,28 @@ def _size(n: int) -> str:
 class DeployKind(StepKind[DeployStep, DeployPlan]):
     name = "deploy"
     spec_model = DeployStep
+    undo_last = False
+    not_tested = "skipped (a deploy copies files to a host: nothing of a release to test)"
+
+    def facts(self, step: Step, spec: DeployStep, shown: Callable[[Any], Any], dry_run: bool) -> list[tuple[str, str]]:
+        return [("copies", f"{shown(spec.src)} → {shown(spec.dest)}")]
+
+    def measured(self, done: StepResult) -> list[tuple[str, str]]:
+        details = done.details or {}
+        to_send = details.get("to_send")
+        if to_send:
+            return [("files it would send", "\n".join(f"{f.get('rel')}  {_size_iec(f.get('size'))}" for f in to_send))]
+        if details.get("files"):
+            return [("files written", "\n".join(f"{f.get('rel') or f.get('path')}" for f in details["files"]
+                                                 if isinstance(f, dict)))]
+        return []
+
+    def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:
+        deployed = (done.details or {}).get("files")
+        if isinstance(deployed, list) and deployed:
+            return [FileEdit(str(f.get("path")), f.get("sha256_before"), f.get("sha256_after"))
+                    for f in deployed if isinstance(f, dict) and f.get("path")]
+        return recorded_edits(done) or put_back(undone)  # an undo names no files: it put back the undone's
 
     async def plan(self, ctx: HostContext, step: Step, spec: DeployStep) -> Planned[DeployPlan]:
         result, todo, remote = await plan_deploy(ctx, step, spec)

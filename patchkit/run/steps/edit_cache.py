@@ -20,7 +20,7 @@ import hashlib
 import json
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from patchkit import __version__
 from patchkit.base import cache
@@ -29,7 +29,14 @@ from patchkit.edits.model import compile_error
 from patchkit.recipe.redact import Redactor
 
 if TYPE_CHECKING:
-    from patchkit.recipe.model import PatchStep
+    from patchkit.edits import Edit
+
+
+class PatchStep(Protocol):
+    """What of a patch step's spec (run/steps/patch.py, which imports this) an edit is computed from."""
+
+    @property
+    def edit(self) -> Edit: ...
 
 EDITING = threading.Lock()
 _VERDICTS = ("changed", "already", "not_found")

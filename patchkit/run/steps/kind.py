@@ -10,13 +10,19 @@ receive the step's spec typed as that model: no kind digs it out of the step its
 - apply: make the planned change, verified and journaled; under --dry-run, the plan itself
 - state: the plan and the journal -> applied | pending | drifted | not-applicable (status)
 - undo:  put back what a journaled run changed (rollback)
+
+and what the rest of patchkit asks of a kind, each kind answering for itself (no default: a
+new kind cannot be skipped unnoticed): its facts on the review page (`facts`, and `measured` of a host's result), the files its
+journaled results changed for a server's staleness (`file_edits`), whether its undo goes last
+(`undo_last`), what the release test says of it (`not_tested`). A kind with host ops of its
+own ships their host file (`host_files`) and types them with `Op`s in its module.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Callable, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -24,6 +30,7 @@ from patchkit.host.agent.protocol import Request
 from patchkit.recipe.model import Step
 from patchkit.run.results import RunRecord, StepResult
 from patchkit.run.steps.context import HostContext
+from patchkit.run.steps.staleness import FileEdit
 
 Spec = TypeVar("Spec", bound=BaseModel)  # the kind's recipe model (PatchStep, CheckStep, ...)
 Data = TypeVar("Data")  # a kind's own plan data, between its plan and its apply or state
@@ -47,13 +54,25 @@ class Undone:
     message: str
 
 
+# The class attributes every kind sets itself (StepKind gives them no default; registry checks).
+CHOSEN = ("undo_last", "not_tested")
+
+
 class StepKind(ABC, Generic[Spec, Data]):
     name: ClassVar[str]  # the recipe key: `patch:`, `check:`, ...
     spec_model: type[Spec]  # what the recipe holds under that key (a class attribute of each kind)
+    # Rollback undoes steps in reverse; those of a kind with undo_last go after all others (a
+    # server restarted onto the original code starts once the files are the original again).
+    undo_last: ClassVar[bool]
+    # `patchkit test` plans a kind's steps on each release, or says this instead (None: it plans them).
+    not_tested: ClassVar[str | None]
+    # The host files declaring this kind's own ops, in load order (patchkit package, file name):
+    # sent with the first request for one of them (host/agent/client.py AGENT_EXTENSIONS).
+    host_files: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def spec_of(self, step: Step) -> Spec:
         """The step's spec, as this kind's model (the recipe validated exactly one kind key)."""
-        spec: Any = getattr(step, self.name)
+        spec = step.spec
         assert isinstance(spec, self.spec_model), (step.name, self.name)
         return spec
 
@@ -84,6 +103,20 @@ class StepKind(ABC, Generic[Spec, Data]):
     def changed(self, done: StepResult) -> bool:
         """Did this journaled result change the host (so rollback has something to undo)?"""
 
+    @abstractmethod
+    def facts(self, step: Step, spec: Spec, shown: Callable[[Any], Any], dry_run: bool) -> list[tuple[str, str]]:
+        """What the review page says the step does, as (label, text) rows; `shown` redacts a value."""
+
+    @abstractmethod
+    def measured(self, done: StepResult) -> list[tuple[str, str]]:
+        """What a host's result of this kind adds to the step's facts on the review page (the
+        checks that verified a write are shown for every kind)."""
+
+    @abstractmethod
+    def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:
+        """The files a journaled changed result of this kind changed, with their hashes (what
+        makes a running server stale). `undone`: for a rollback's step, the step it undid."""
+
     def written(self, done: StepResult) -> list[tuple[str, str | None]]:
         """(path, sha256 after) of each installed file `done` wrote: what `audit` and `status`
         explain as patched by patchkit. None for most kinds."""
@@ -92,7 +125,7 @@ class StepKind(ABC, Generic[Spec, Data]):
     def first_reads(self, spec: Spec) -> list[Request[Any]]:
         """The read-only requests this kind's plan makes first, exactly as it makes them: a run
         whose first step this is asks for them behind hello and the lock (one round trip for
-        all, issue 27); the plan's own identical request then gets that answer. None by default."""
+        all); the plan's own identical request then gets that answer. None by default."""
         return []
 
     async def run(self, ctx: HostContext, step: Step) -> StepResult:

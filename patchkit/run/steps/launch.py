@@ -20,9 +20,11 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, Literal
 from urllib.parse import urlsplit
 
+from pydantic import Field, field_validator, model_validator
 from tenacity import (
     AsyncRetrying,
     RetryError,
@@ -48,13 +50,140 @@ from patchkit.host.agent.protocol import (
     PatchedFile,
 )
 from patchkit.base.errors import HostError
-from patchkit.recipe.model import Health, LaunchStep, SpecDecodeGate, Step
+from patchkit.recipe.model import BindError, KindSpec, Step, Strict
 from patchkit.recipe.redact import Redactor
 from patchkit.run.results import LaunchDetails, LaunchServer, RunRecord, StepResult
 from patchkit.run.steps.context import HostContext
 from patchkit.run.steps.gate_stats import Acceptance, below, regressed, show_interval
 from patchkit.run.steps.kind import Planned, StepKind, Undone
-from patchkit.run.steps.staleness import Stale, last_change, stale_change
+from patchkit.run.steps.staleness import FileEdit, Stale, last_change, stale_change
+
+def _words(value: Any) -> Any:
+    """argv and env values are strings; a lone `{{ port }}` substitutes an int, which is fine here."""
+    if isinstance(value, list):
+        return [str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value]
+    if isinstance(value, dict):
+        return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for k, v in value.items()}
+    return value
+
+
+class Health(Strict):
+    url: str = Field(description="probed from the host's side, e.g. http://127.0.0.1:8000/health")
+    timeout_s: float = Field(600, gt=0, description="give up after this long")
+    request_timeout_s: float = Field(5, gt=0, description="per probe: vLLM accepts connections before it is ready")
+    interval_s: float = Field(1, gt=0, description="first wait between probes (backs off to 5 s)")
+
+
+class Completion(Strict):
+    prompt: str = "Hello"
+    max_tokens: int = Field(8, ge=1)
+    timeout_s: float = Field(240, gt=0, description="how long the completion may take (a first request compiles)")
+
+
+class Ready(Strict):
+    model: str | None = Field(None, description="/v1/models must list this id")
+    completion: Completion | None = Field(None, description="a smoke completion that must succeed")
+
+
+class SpecDecodeGate(Strict):
+    prompts: list[str] = Field(default_factory=lambda: [f"Story {i}:" for i in range(8)], min_length=1,
+                               description="sent in order, again from the first while more evidence is needed")
+    prompts_file: str | None = Field(None, description=(
+        "prompts from a file next to the recipe (relative to its folder): a JSON list of strings, or one "
+        "prompt per non-empty line; instead of `prompts`"))
+    seed: int | None = Field(None, description="sampling seed: request i gets seed + i (reproducible at temperature > 0)")
+    max_tokens: int = Field(64, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    model: str | None = Field(None, description="model id for requests (default: the first /v1/models entry)")
+    min_draft_tokens: int = Field(300, ge=0, description=(
+        "keep sending prompts until this many drafted tokens were verified (within max_prompts and timeout_s)"))
+    max_prompts: int = Field(256, ge=1, description="at most this many requests for the measurement")
+    timeout_s: float = Field(900, gt=0, description="stop sending more prompts after this long")
+    min_acceptance_rate: float | None = Field(None, ge=0, le=1)
+    min_mean_acceptance_length: float | None = Field(None, ge=1)
+    fail_when: Literal["upper", "lower"] = Field("upper", description=(
+        "upper: fail only when the 95% interval's upper bound is below the bar (confidently bad); "
+        "lower: fail unless its lower bound reaches it (confidently good)"))
+    max_regression: float | None = Field(None, gt=0, lt=1, description=(
+        "fail when acceptance (and, with `baseline`, the speedup) is more than this fraction below the last "
+        "passing gate on this host with the same model, drafter and prompts"))
+
+    @model_validator(mode="after")
+    def _one_prompt_source(self) -> SpecDecodeGate:
+        if self.prompts_file is not None and "prompts" in self.model_fields_set:
+            raise ValueError("give `prompts` or `prompts_file`, not both")
+        return self
+
+    def bind(self, base: Path) -> None:
+        """Read `prompts_file` (relative to the recipe's folder) into `prompts`."""
+        if self.prompts_file is None:
+            return
+        path = (base / self.prompts_file).resolve()
+        if not path.is_relative_to(base.resolve()):
+            raise ValueError(f"{self.prompts_file!r} leaves the recipe's folder")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        if path.suffix == ".json":
+            import json
+
+            try:
+                prompts = json.loads(text)
+            except ValueError as exc:
+                raise ValueError(f"{path} is not JSON: {exc}") from None
+            if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+                raise ValueError(f"{path} must hold a JSON list of strings")
+        else:
+            prompts = [line for line in text.splitlines() if line.strip()]
+        if not prompts:
+            raise ValueError(f"{path} holds no prompt")
+        self.prompts = prompts
+
+
+class Baseline(Strict):
+    """The same model without speculation, measured on the same prompts."""
+
+    command: list[str] = Field(min_length=1)
+    health: Health
+    min_speedup: float | None = Field(None, gt=0, description="speculative tokens/s over baseline tokens/s")
+
+    _argv = field_validator("command", mode="before")(classmethod(lambda cls, v: _words(v)))
+    keep: Literal["faster", "speculative", "baseline"] = Field(
+        "faster", description="which server stays up afterwards")
+
+
+class LaunchStep(KindSpec):
+    restarts = True
+
+    command: list[str] = Field(min_length=1, description="argv, no shell; a first word python/python3 means the target interpreter")
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    log: str | None = Field(None, description="log file on the host (default: <state_dir>/launch/<step>.log)")
+    health: Health
+    ready: Ready | None = None
+    spec_decode: SpecDecodeGate | None = None
+    baseline: Baseline | None = None
+    stop_timeout_s: float = Field(30, gt=0)
+
+    _argv = field_validator("command", "env", mode="before")(classmethod(lambda cls, v: _words(v)))
+
+    @model_validator(mode="after")
+    def _baseline_needs_gate(self) -> "LaunchStep":
+        if self.baseline and not self.spec_decode:
+            raise ValueError("`baseline` compares throughput on the spec_decode prompts: add `spec_decode`")
+        return self
+
+    def bind(self, folder: Path) -> None:
+        if self.spec_decode and self.spec_decode.prompts_file is not None:
+            try:
+                self.spec_decode.bind(folder)
+            except ValueError as exc:
+                raise BindError(("spec_decode", "prompts_file"), str(exc)) from None
+
+    def secret_words(self) -> tuple[list[list[str]], list[dict[str, str]]]:
+        return [self.command, self.baseline.command if self.baseline else []], [self.env]
+
 
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -74,7 +203,7 @@ def resolved_argv(command: list[str], ctx: HostContext) -> list[str]:
 
 # pbkdf2 rounds for the part of a command hash that covers env values and secret arguments:
 # the hash sits in journals and JSON reports, and a short password must not be guessable
-# from it. About 20 ms, once per launch step per host, off the event loop.
+# from it. Paid once per launch step per host, off the event loop.
 _SECRET_ROUNDS = 100_000
 
 
@@ -376,9 +505,10 @@ async def staleness(ctx: HostContext, step: Step, record: dict[str, Any]) -> tup
 async def patched_files(ctx: HostContext) -> list[PatchedFile]:
     """The files the recipe's patch steps keep patched on this host: those this run wrote or found
     in place so far, then those its journal names as still changed."""
+    from patchkit.run.steps.patch import PatchStep
     from patchkit.run.steps.unit import unit_files
 
-    packages = {s.name: s.patch.package for s in ctx.loaded.recipe.steps if s.patch and s.patch.package}
+    packages = {s.name: p.package for s in ctx.loaded.recipe.steps if (p := PatchStep.of(s)) and p.package}
     found: dict[str, PatchedFile] = {}
     journaled = [(s, True) for r in sorted(await ctx.records(), key=lambda r: r.run_id) for s in r.live_steps()]
     for done, _ in [(s, False) for s in ctx.done] + journaled:
@@ -788,6 +918,23 @@ class LaunchKind(StepKind[LaunchStep, LaunchPlan]):
     name = "launch"
     spec_model = LaunchStep
     undo_last = True  # rollback restarts servers after the files are back (runner.rollback)
+    not_tested = "skipped (a launch starts a server on a host: nothing of a release to test)"
+
+    def facts(self, step: Step, spec: LaunchStep, shown: Callable[[Any], Any], dry_run: bool) -> list[tuple[str, str]]:
+        facts = [("server it would start", " ".join(str(shown(a)) for a in spec.command))]
+        if spec.health is not None:
+            facts.append(("ready when", f"GET {shown(spec.health.url)} answers 200"))
+        return facts
+
+    def measured(self, done: StepResult) -> list[tuple[str, str]]:
+        measured = (done.details or {}).get("spec_decode")
+        if not isinstance(measured, dict):
+            return []
+        return [("speculative decoding measured", "\n".join(f"{k}: {v}" for k, v in sorted(measured.items())
+                                                              if not isinstance(v, (dict, list))))]
+
+    def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:
+        return []  # a server changes no file (what it runs is what the other steps wrote)
 
     async def plan(self, ctx: HostContext, step: Step, spec: LaunchStep) -> Planned[LaunchPlan]:
         result, info, cmd = await plan_launch(ctx, step, spec)
@@ -808,9 +955,10 @@ class LaunchKind(StepKind[LaunchStep, LaunchPlan]):
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
         # The journal keeps env names only: the values come from the recipe being rolled back.
-        found = next((s for s in ctx.loaded.recipe.steps if s.name == done.name and s.launch), None)
-        env = dict(found.launch.env) if found and found.launch else {}
-        health = found.launch.health if found and found.launch else None
+        found = next((spec for s in ctx.loaded.recipe.steps if s.name == done.name and (spec := LaunchStep.of(s))),
+                     None)
+        env = dict(found.env) if found else {}
+        health = found.health if found else None
         undone = await undo_launch(ctx.agent, ctx.journal.state_dir, done, ctx.force, ctx.loaded.redactor, env,
                                    ctx.run_id, health)
         return StepResult(name=done.name, kind=self.name, status="changed" if undone.ok else "failed",

@@ -10,16 +10,19 @@ import hashlib
 import os
 import posixpath
 import re
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from pydantic import Field, field_validator, model_validator
 
 from patchkit.host.agent.protocol import LOCATE, READ, Request
-from patchkit.edits import EditError, EditResult
+from patchkit.edits import Edit, EditError, EditResult
 from patchkit.edits.encoding import decode_source, encode_source
 from patchkit.edits.model import is_ambiguity
 from patchkit.edits.ops.diff.spec import DiffEdit
 from patchkit.base.errors import HostError
 from patchkit.run.journal import PATCHED, UNEXPLAINED, explain
-from patchkit.recipe.model import PatchStep, Step
+from patchkit.recipe.model import BindError, PackageGate, Step, check_module
 from patchkit.run.results import FileChange, RunRecord, StepResult
 from patchkit.run.steps import edit_cache
 from patchkit.run.steps.context import HostContext, gate, locate_args
@@ -33,10 +36,60 @@ from patchkit.run.steps.unit import (
     unit_files,
     unit_state,
 )
+from patchkit.run.steps.staleness import FileEdit, put_back, recorded_edits
 from patchkit.run.steps.upstream import with_upstream_note
 
 if TYPE_CHECKING:
     from patchkit.edits.hunk_locate import FileOutcome
+
+
+class PatchStep(PackageGate):
+    takes_verify = True
+    may_notify = True
+
+    package: str = Field(description="top-level package to patch, found on the target without importing it")
+    modules: list[str] = Field(default_factory=list, description=(
+        "candidate modules; the first holding the target wins. Optional for a `diff` edit (its files "
+        "name them); given, they must be the diff's"))
+    edit: Edit
+
+    @field_validator("modules")
+    @classmethod
+    def _modules_are_dotted(cls, value: list[str]) -> list[str]:
+        for m in value:
+            check_module(m)
+        return value
+
+    @model_validator(mode="after")
+    def _modules_given(self) -> "PatchStep":
+        if self.edit.diff is None and not self.modules:
+            raise ValueError("missing required key 'modules' (the candidate modules that may hold the target; "
+                             "only a diff edit names its own)")
+        if self.edit.diff is not None and self.edit.diff.text is not None:
+            self.agree_with_diff()
+        return self
+
+    def agree_with_diff(self) -> None:
+        """A diff names its files: `modules` are those (filled in when not given)."""
+        assert self.edit.diff is not None
+        named = self.edit.diff.modules
+        if self.modules and sorted(set(self.modules)) != sorted(set(named)):
+            raise ValueError(f"modules {', '.join(self.modules)} do not agree with the files the diff changes "
+                             f"({', '.join(named)}): leave `modules` out, or list those")
+        if named and named[0].split(".")[0] != self.package:
+            raise ValueError(f"the diff changes {named[0]}, not a module of package {self.package} "
+                             "(check `strip`)")
+        self.modules = named
+
+    def bind(self, folder: Path) -> None:
+        if self.edit.codemod:
+            self.edit.codemod.bind(folder)
+        if self.edit.diff and self.edit.diff.file is not None:
+            try:
+                self.edit.diff.bind(folder)
+                self.agree_with_diff()
+            except (EditError, ValueError) as exc:
+                raise BindError(("edit", "diff", "file"), str(exc)) from None
 
 
 _HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
@@ -313,6 +366,21 @@ def _says_it_verifies(ctx: HostContext, step: Step, result: StepResult) -> StepR
 class PatchKind(StepKind[PatchStep, UnitPlan]):
     name = "patch"
     spec_model = PatchStep
+    undo_last = False
+    not_tested = None  # the release test is for this kind: its edit planned on each release
+
+    def facts(self, step: Step, spec: PatchStep, shown: Callable[[Any], Any], dry_run: bool) -> list[tuple[str, str]]:
+        gate = f" {spec.versions}" if spec.versions else ""
+        facts = [("patches", f"{spec.package}{gate}: {', '.join(spec.modules)}")]
+        if step.verify is not None and step.verify.import_:
+            facts.append(("verified by importing", ", ".join(step.verify.import_)))
+        return facts
+
+    def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:
+        return recorded_edits(done) or put_back(undone)
+
+    def measured(self, done: StepResult) -> list[tuple[str, str]]:
+        return []  # its checks are shown for every kind
 
     def first_reads(self, spec: PatchStep) -> list[Request[Any]]:
         if _is_many(spec) or spec.package is None:

@@ -1,40 +1,48 @@
 """Every step kind, by the recipe key that names it. The runner looks kinds up here only.
 
-Adding a kind: its module (the StepKind subclass with its spec model), one line in KINDS,
-the recipe's key for it (a `Step` field typed with the kind's spec model, checked here at
-import), and its tests."""
+Adding a kind: its module under run/steps/ (the StepKind subclass with its spec model, its
+review facts, its word for the release test, its staleness contribution, and any host ops it
+declares with their host file), one line in KINDS, and its tests."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from patchkit.host.agent.client import add_extension
+from patchkit.recipe.model import register_kind
 from patchkit.run import results
-from patchkit.recipe.model import STEP_KINDS, Step
 from patchkit.run.results import StepResult
+from patchkit.run.steps import staleness
 from patchkit.run.steps.check import CheckKind
 from patchkit.run.steps.deploy import DeployKind
-from patchkit.run.steps.kind import StepKind
+from patchkit.run.steps.kind import CHOSEN, StepKind
 from patchkit.run.steps.launch import LaunchKind
 from patchkit.run.steps.patch import PatchKind
+from patchkit.run.steps.pip import PipKind
 
 KINDS: dict[str, StepKind[Any, Any]] = {kind.name: kind for kind in (
-    PatchKind(), CheckKind(), DeployKind(), LaunchKind(),
+    PatchKind(), CheckKind(), DeployKind(), LaunchKind(), PipKind(),
 )}
 
 
-def _recipe_keys_are_the_kinds() -> None:
-    """The recipe's step keys are exactly these kinds, each typed with its kind's spec model:
-    a kind added to one and not the other fails every run at once, not a user's recipe."""
-    if set(STEP_KINDS) != set(KINDS):
-        raise RuntimeError(f"recipe step keys {sorted(STEP_KINDS)} are not the registered kinds {sorted(KINDS)}")
-    for name, kind in KINDS.items():
-        if Step.model_fields[name].annotation != kind.spec_model | None:
-            raise RuntimeError(f"recipe key {name!r} is not typed {kind.spec_model.__name__} | None")
+def every_kind_chooses(kinds: dict[str, StepKind[Any, Any]]) -> None:
+    """What the StepKind shape leaves to each kind without a default, each kind says (its
+    abstract methods are enforced when it is made; these class attributes, here)."""
+    for name, kind in kinds.items():
+        missing = [attr for attr in CHOSEN if not hasattr(kind, attr)]
+        if missing:
+            raise RuntimeError(f"step kind {name!r} does not say its {', '.join(missing)}")
 
 
-_recipe_keys_are_the_kinds()
+every_kind_chooses(KINDS)
+for _name, _kind in KINDS.items():
+    register_kind(_name, _kind.spec_model)
+    if _kind.host_files:
+        add_extension(_name, _kind.host_files)
 # Whether a journaled step changed the host is its kind's answer (RunRecord.changed_steps).
 results.CHANGES_HOST.update({name: kind.changed for name, kind in KINDS.items()})
+# The files a journaled step changed, for a server's staleness, are its kind's answer too.
+staleness.KIND_EDITS.update({name: kind.file_edits for name, kind in KINDS.items()})
 
 
 def written_files(step: StepResult) -> list[tuple[str, str | None]]:

@@ -16,7 +16,7 @@ Pure: records in, a verdict out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from patchkit.run.results import RunRecord, StepResult
 
@@ -40,23 +40,33 @@ class Stale:
         return f"pid {pid} started {started}, before run {self.run_id} changed {self.file}"
 
 
+# kind name -> the files a changed result of that kind changed: each kind's `file_edits`, filled
+# by run/steps/registry.py (this module is below the kinds: it cannot import them).
+KIND_EDITS: dict[str, Callable[[StepResult, StepResult | None], list[FileEdit]]] = {}
+
+
 def file_edits(step: StepResult, undone: StepResult | None = None) -> list[FileEdit]:
-    """The files a journaled step changed, with their hashes. `undone`: for a rollback's step
-    that names no files (a deploy's undo), the step of the run it undid, whose files it put back."""
-    if step.kind == "launch" or step.status != "changed":
+    """The files a journaled step changed, with their hashes, as its kind says. `undone`: for
+    a rollback's step, the step of the run it undid (whose files a deploy's undo put back)."""
+    edits_of = KIND_EDITS.get(step.kind)
+    if edits_of is None or step.status != "changed":
         return []
+    return edits_of(step, undone)
+
+
+def recorded_edits(step: StepResult) -> list[FileEdit]:
+    """The files a step's result names (`files`, or the one `file`), changed ones only."""
     if step.files:
         return [FileEdit(f.file, f.sha256_before, f.sha256_after) for f in step.files
                 if f.sha256_before != f.sha256_after or f.sha256_before is None]
     if step.file:
         return [FileEdit(step.file, step.sha256_before, step.sha256_after)]
-    deployed = (step.details or {}).get("files")
-    if isinstance(deployed, list) and deployed:
-        return [FileEdit(str(f.get("path")), f.get("sha256_before"), f.get("sha256_after"))
-                for f in deployed if isinstance(f, dict) and f.get("path")]
-    if undone is not None:
-        return [FileEdit(e.file, e.after, e.before) for e in file_edits(undone)]
     return []
+
+
+def put_back(undone: StepResult | None) -> list[FileEdit]:
+    """What undoing `undone` did to its files: each edit reversed."""
+    return [FileEdit(e.file, e.after, e.before) for e in file_edits(undone)] if undone is not None else []
 
 
 def _changes_of(record: RunRecord, by_id: dict[str, RunRecord], after_step: str | None) -> list[tuple[str, FileEdit]]:

@@ -25,7 +25,7 @@ from typing import Literal
 from patchkit.host.agent.protocol import APPLY_FILES, HASH, REMOVE_FILE, RESTORE, VERIFY, VerifyProgram
 from patchkit.base.errors import HostError
 from patchkit.run.journal import live_change
-from patchkit.recipe.model import Step
+from patchkit.recipe.model import PackageGate, Step
 from patchkit.run.results import Check, FileChange, RunRecord, StepResult
 from patchkit.run.steps.context import HostContext
 
@@ -168,7 +168,7 @@ async def _write(ctx: HostContext, step: Step, result: StepResult, contents: dic
             "import_timeout_s": verify.timeout_s,
             "verify_python": verify_program(ctx, step),
             "root": root,
-            "package": step.patch.package if step.patch else None,
+            "package": step.spec.package if isinstance(step.spec, PackageGate) else None,
         }), reply_wait=checks_wait(step))
     except HostError as exc:
         result.status, result.message = "failed", str(exc)
@@ -232,7 +232,7 @@ async def settle(ctx: HostContext, step: Step, result: StepResult, record: RunRe
             "files": [{"path": c.file, "expected_sha256": c.sha256_after} for c in files],
             "verify_imports": verify.import_, "import_timeout_s": verify.timeout_s, "root": root,
             "verify_python": verify_program(ctx, step),
-            "package": step.patch.package if step.patch else None,
+            "package": step.spec.package if isinstance(step.spec, PackageGate) else None,
         }), reply_wait=checks_wait(step))
     except HostError as exc:
         result.status, result.message = "failed", f"pending verification of run {record.run_id}: {exc}"

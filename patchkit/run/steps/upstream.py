@@ -5,7 +5,7 @@ from __future__ import annotations
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from patchkit.recipe.model import PatchStep, Step
+from patchkit.recipe.model import PackageGate, Step
 from patchkit.run.results import StepResult
 
 _UPPER = ("<", "<=", "==", "===", "~=")
@@ -29,7 +29,7 @@ def past_range(version: str, versions: str) -> bool:
     return False
 
 
-def with_upstream_note(result: StepResult, step: Step, spec: PatchStep) -> StepResult:
+def with_upstream_note(result: StepResult, step: Step, spec: PackageGate) -> StepResult:
     """status of a step with `upstream:` on a release past its range: the fix is upstream, the step can go."""
     if (result.status != "not-applicable" or not step.upstream or not spec.versions
             or not result.package_version or not past_range(result.package_version, spec.versions)):
