@@ -135,7 +135,7 @@ class FakeAgent:
     def op_end(self) -> dict[str, Any]:
         return {}
 
-    def op_lock(self, state_dir: str, timeout_s: float, owner: str) -> dict[str, Any]:
+    def op_lock(self, state_dir: str, timeout_s: float, owner: str, create: bool = True) -> dict[str, Any]:
         return {"path": posixpath.join(state_dir, "lock"), "state_dir": state_dir}
 
     def op_journal_write(self, state_dir: str, recipe: str, run_id: str, record: dict[str, Any]) -> dict[str, Any]:

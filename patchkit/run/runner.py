@@ -39,6 +39,9 @@ from patchkit.host.transport.early import EarlyReach
 
 log = get_logger("patchkit")
 
+# Commands that only read their hosts (plan is apply --dry-run): their runs make nothing there.
+READING_COMMANDS = frozenset({"plan", "status", "history", "audit", "capture"})
+
 # A work's first reads (Runner._first_reads): sent behind hello and the lock, before either
 # is answered; what it asked for by name (Session.early), for the work to take.
 EarlyReads = Callable[[AgentClient, Journal], Awaitable[dict[str, Pending[Any]]]]
@@ -88,7 +91,7 @@ def interpreter_for(host: HostSpec, loaded: LoadedRecipe | None, options: Option
 @asynccontextmanager
 async def session(host: HostSpec, python: str, options: Options, owner: str,
                   redactor: Redactor | None = None, warnings: list[str] | None = None,
-                  early: EarlyReads | None = None) -> AsyncIterator[Session]:
+                  early: EarlyReads | None = None, read_only: bool = False) -> AsyncIterator[Session]:
     """The host's agent, locked; `warnings` gets what it reported (skipped output) once it is closed.
     `early`: the work's first reads, sent behind hello and the lock in the start's one write."""
     transport = (options.early and options.early.take(host.name)) or transport_for(host, options)
@@ -103,7 +106,7 @@ async def session(host: HostSpec, python: str, options: Options, owner: str,
         # Sent behind `hello` before its answer: one round trip for both on a slow link.
         try:
             lock = await agent.send(LOCK({"state_dir": journal.state_dir, "timeout_s": options.lock_timeout,
-                                          "owner": owner}))
+                                          "owner": owner, "create": not read_only}))
             asked = await early(agent, journal) if early else {}
         except HostError:
             await agent.started(python)  # the agent died: its own error says why
@@ -137,6 +140,11 @@ class Runner:
     # run exits 2, as for a usage error, since the state dir given is what is wrong
     untrusted_state: set[str] = field(default_factory=set)
 
+    @property
+    def read_only(self) -> bool:
+        """Does this run only read its hosts (then it makes nothing there, not even the state dir)?"""
+        return self.options.dry_run or self.command in READING_COMMANDS
+
     def recipe_for(self, host: str) -> LoadedRecipe | None:
         return self.per_host.get(host, self.loaded)
 
@@ -153,7 +161,7 @@ class Runner:
             warnings: list[str] = []
             try:
                 async with session(host, python, self.options, f"{self.command} {self.run_id}", redactor,
-                                   warnings, early or self._early_for(work, host.name)) as s:
+                                   warnings, early or self._early_for(work, host.name), self.read_only) as s:
                     result = await work(s)
                     result.exec_requests = s.transport.exec_requests
             except HostError as exc:

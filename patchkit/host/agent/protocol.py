@@ -276,10 +276,13 @@ class LockArgs(TypedDict):
     state_dir: str
     timeout_s: float
     owner: str
+    # False for a run that only reads (plan, status, history): nothing is made on the host; a
+    # state dir that is not there is no lock to take, and one that is there is locked shared
+    create: NotRequired[bool]
 
 
 class LockReply(TypedDict):
-    path: str
+    path: str | None  # None: a reading run found no state dir (or no lock file) and took no lock
     state_dir: str  # absolute, as the host resolved it
 
 

@@ -1473,16 +1473,27 @@ LOCK = {}
 
 
 @op
-def op_lock(state_dir, timeout_s, owner):
+def op_lock(state_dir, timeout_s, owner, create=True):
+    """The run's host lock: exclusive for a run that may write, made with the state dir if
+    missing; shared for one that only reads (create=False), which makes and writes nothing:
+    no state dir or no lock file there means no journal to read and nothing to wait for."""
     state_dir = expand(state_dir)
-    ensure_private_dir(state_dir)
     path = os.path.join(state_dir, "lock")
-    fd = open_private_file(path)
+    if create:
+        ensure_private_dir(state_dir)
+        fd = open_private_file(path)
+    else:
+        if not state_dir_exists(state_dir):
+            return {"path": None, "state_dir": state_dir}
+        fd = open_existing_lock(path)
+        if fd is None:
+            return {"path": None, "state_dir": state_dir}
+    mode = fcntl.LOCK_EX if create else fcntl.LOCK_SH
     deadline = time.monotonic() + timeout_s
     told_at = time.monotonic() + 1  # a wait longer than this is said while it lasts, once
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
             break
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
@@ -1498,11 +1509,44 @@ def op_lock(state_dir, timeout_s, owner):
                     path, describe_holder(os.pread(fd, 4096, 0).decode("utf-8", "replace").strip())))
             time.sleep(0.1)
     # flock dies with its process, so a crashed run never leaves a stale lock behind.
-    info = json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "owner": owner, "since": time.time()})
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, info.encode(), 0)
+    if create:  # a reader writes nothing: the file keeps the last writer's name
+        info = json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "owner": owner, "since": time.time()})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, info.encode(), 0)
     LOCK["fd"] = fd
     return {"path": path, "state_dir": state_dir}
+
+
+def pid_alive(pid):
+    """Is there a process `pid` on this host (False for anything but a positive number)?"""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # there, but not ours to signal
+    return True
+
+
+def open_existing_lock(path):
+    """The lock file opened for reading (flock needs no write access), never through a
+    symlink nor anything but a regular file; None when there is none."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Refused("%s is a symlink; refusing to follow it" % path)
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Refused("%s is not a regular file; refusing to use it" % path)
+    return fd
 
 
 def describe_holder(text):
@@ -1512,6 +1556,8 @@ def describe_holder(text):
         since = float(info["since"])
     except (ValueError, KeyError, TypeError):
         return text or "unknown"
+    if info.get("host") == os.uname().nodename and not pid_alive(info.get("pid")):
+        return "a run that only reads (plan, status or history: they lock it shared and leave no name)"
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
     return "pid %s on %s, owner %s, since %s (%ds ago)" % (
         info.get("pid"), info.get("host"), info.get("owner") or "unknown", when, max(0, time.time() - since))
