@@ -79,3 +79,17 @@ def test_a_module_that_is_not_there_gets_the_package_s_module_of_that_name(tmp_p
     assert planned.returncode == 1, planned
     message = planned.hosts()["local"]["steps"][0]["message"]
     assert "toyllm.speculative: no such module (did you mean toyllm.config.speculative?)" in message, message
+
+
+def test_the_review_shows_the_verify_program_that_decides_verified(tmp_path: Path) -> None:
+    box = make_sandbox(tmp_path / "host", ("toyllm",))
+    program = "from toyllm.config.speculative import SpeculativeConfig  # the approver reads this\n"
+    with_program = tmp_path / "verified.yaml"
+    with_program.write_text(Path(TOY).read_text().replace(
+        "    verify:\n      import: [toyllm.config.speculative]\n",
+        "    verify:\n      import: [toyllm.config.speculative]\n      python: |\n        " + program, 1))
+    assert "the approver reads this" in with_program.read_text()
+    planned = box.run("plan", str(with_program), "--steps", "eagle3-whitelist", "--markdown", "-")
+    assert planned.returncode == 0, planned
+    assert "verified by this program (runs on apply; a plan does not run it):" in planned.stdout, planned.stdout
+    assert program.strip() in planned.stdout

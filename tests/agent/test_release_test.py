@@ -432,3 +432,17 @@ def test_a_changed_kept_file_or_index_is_fetched_again(tmp_path: Path, own_index
     assert again.returncode == 0 and "Traceback" not in again.stderr, again
     assert "fetched toyllm 0.16.0" in again.stderr
     assert again.json()["steps"] == first.json()["steps"]
+
+
+def test_the_matrix_says_the_checks_did_not_run_offline(tmp_path: Path, index: dict[str, str]) -> None:
+    path = Path(write_recipe(tmp_path, ">=0.10.1,<0.22"))
+    path.write_text(path.read_text().replace(
+        "          after: afmoe\n",
+        "          after: afmoe\n    verify: {import: [toyllm.config.speculative], python: 'import toyllm'}\n", 1))
+    assert "verify:" in path.read_text()
+    result = run_patchkit("test", str(path), env=index, timeout=180)
+    assert result.returncode == 0, result
+    assert ("note: whitelist: `changed` says the edit applies to that release's files; its import check and its "
+            "verify program did not run (planned offline: they run on each host when applied)") in result.stdout
+    plain = run_patchkit("test", write_recipe(tmp_path, ">=0.10.1,<0.22"), env=index, timeout=180)
+    assert "did not run (planned offline" not in plain.stdout  # no checks, nothing to say

@@ -179,6 +179,11 @@ def verdicts(matrices: list[StepMatrix]) -> Verdicts:
                          "changed": "yet the edit would still change it"}.get(newest.unranged or "", "")
                 out.notes.append(f"{name}: the newest release, {newest.version}, is past {spec} (upstream may have "
                                  f"fixed it{'; ' + finds if finds else ''})")
+        checks = m.step.verify
+        if checks is not None and (checks.import_ or checks.python) and any(c.status == "changed" for c in m.cells):
+            what = " and its verify program" if checks.python else ""
+            out.notes.append(f"{name}: `changed` says the edit applies to that release's files; its import "
+                             f"check{what} did not run (planned offline: they run on each host when applied)")
     return out
 
 

@@ -374,6 +374,10 @@ class PatchKind(StepKind[PatchStep, UnitPlan]):
         facts = [("patches", f"{spec.package}{gate}: {', '.join(spec.modules)}")]
         if step.verify is not None and step.verify.import_:
             facts.append(("verified by importing", ", ".join(step.verify.import_)))
+        if step.verify is not None and step.verify.python:  # what decides "verified": the approver reads it
+            label = "verified by this program (runs on apply; a plan does not run it)" if dry_run else \
+                "verified by this program"
+            facts.append((label, str(shown(step.verify.python))))
         return facts
 
     def file_edits(self, done: StepResult, undone: StepResult | None) -> list[FileEdit]:
