@@ -24,6 +24,10 @@ from pathlib import Path
 
 import pytest
 
+# In-process tests read inventories as the CLI does: once the transports declared their schemes
+# (the addresses and options an inventory takes: patchkit/fleet/reach.py).
+import patchkit.host.transport.schemes  # noqa: F401,E402
+
 TIERS = ("unit", "agent", "ssh", "containers", "ray", "real")
 HERE = Path(__file__).resolve().parent
 

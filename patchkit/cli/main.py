@@ -595,6 +595,7 @@ def _inventories(args: argparse.Namespace) -> LoadedInventory:
     found is raised again on each call."""
     from patchkit.base.errors import UsageError
     from patchkit.fleet.sources import load_inventories
+    from patchkit.host.transport import schemes  # noqa: F401 - declares the addresses and options inventories take
 
     if "inventory_loaded" not in vars(args):
         try:
@@ -677,6 +678,7 @@ def _hosts(args: argparse.Namespace, resolve: bool = True) -> tuple[list[HostSpe
     at run time (pods, Ray nodes) are named, not resolved: no cluster is contacted."""
     from patchkit.fleet.inventory import local_inventory
     from patchkit.fleet.sources import LoadedInventory
+    from patchkit.host.transport import schemes  # noqa: F401 - declares the addresses and options inventories take
     from patchkit.host.transport.groups import resolve_group
 
     loaded = _inventories(args) if args.inventory else LoadedInventory(local_inventory())

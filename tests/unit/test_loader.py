@@ -18,6 +18,7 @@ from tests.helpers import REPO, run_many
 from patchkit.base import yamlsource
 from patchkit.base.errors import UsageError
 from patchkit.fleet.inventory import load_inventory
+from patchkit.host.transport.ssh_scheme import SSHOptions
 from patchkit.recipe.model import load_recipe
 from patchkit.base.yamlsource import MAX_ALIAS_VALUES, MAX_BYTES, MAX_DEPTH
 from loadercheck import check_message, place_of, time_limit, usage_error
@@ -70,7 +71,7 @@ def at(message: str, tmp_path: Path, name: str = "r.yaml") -> tuple[int, int]:
 def test_the_bases_are_valid(tmp_path: Path) -> None:
     loaded = load_recipe(write(tmp_path, RECIPE))
     assert loaded.recipe.steps[1].launch.command[-1] == "8000"
-    assert load_inventory(write(tmp_path, INVENTORY, "inv.yaml")).hosts["gpu-1"].port == 22
+    assert load_inventory(write(tmp_path, INVENTORY, "inv.yaml")).hosts["gpu-1"].options_as(SSHOptions).port == 22
 
 
 # ---------------------------------------------------------------------------- bytes and characters

@@ -1,9 +1,11 @@
-"""The scheme table (patchkit/host/transport/schemes.py): every scheme has a transport that reads
-its own addresses and builds itself from a host entry, and every transport class is reached
+"""The scheme table (patchkit/host/transport/schemes.py): every scheme declares its addresses
+and its options (a model whose every field is described), reads its own addresses, builds
+itself from a host entry, and is reached for real by a test; every transport class is reached
 by a scheme. Pure: transports are built, never started."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import os
@@ -11,14 +13,19 @@ import pkgutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel, Field
 
 import patchkit.host.transport
-from patchkit.fleet.inventory import HostSpec, split_address
-from patchkit.host.transport.base import Reach
+from patchkit.fleet.inventory import HostSpec
+from patchkit.fleet.reach import TransportOptions, scheme_of, split_address
 from patchkit.host.transport import sshhelper
-from patchkit.host.transport.schemes import SCHEMES, scheme_of, transport_for
+from patchkit.host.transport.base import Reach
+from patchkit.host.transport.schemes import SCHEMES, options_reference, transport_for
+from tests.helpers import REPO
 
 # One address a scheme takes, and the host entries (beyond it) that choose among its transports.
 EXAMPLES: dict[str, list[dict[str, object]]] = {
@@ -30,6 +37,60 @@ EXAMPLES: dict[str, list[dict[str, object]]] = {
     "ray": [{"address": "ray://head.internal:10001/" + "0f" * 28}, {"address": "ray://auto/0f0f0f0f"},
             {"address": "ray://gcs/127.0.0.1:6379/" + "0f" * 28}],
 }
+
+# The test that reaches a host of each scheme for real (its engine, sshd, cluster): apply,
+# status, rollback through the CLI. A new scheme names its own here.
+REACHED_FOR_REAL: dict[str, str] = {
+    "local": "tests/agent/test_apply_local.py::test_apply_changes_verifies_backs_up_and_journals_then_is_idempotent",
+    "ssh": "tests/ssh/test_ssh.py::test_fleet_apply_reapply_status_rollback",
+    "podman": "tests/containers/test_containers.py::test_apply_reapply_status_rollback_in_a_container[podman]",
+    "docker": "tests/containers/test_containers.py::test_apply_reapply_status_rollback_in_a_container[docker]",
+    "k8s": "tests/containers/test_containers.py::test_pods_through_a_fake_kubectl",
+    "ray": "tests/ray/test_ray_apply.py::test_apply_reapply_status_and_rollback_on_every_node",
+}
+
+
+def scheme_problems(schemes: dict[str, Any], examples: dict[str, Any], reached: dict[str, str]) -> list[str]:
+    """What a scheme lacks: an options model (a TransportOptions with a docstring) whose every
+    field has a default and a description, keys that mean one thing in every scheme and are not
+    a host's own, an example address, and a test that reaches one of its hosts for real."""
+    problems: list[str] = []
+    own = set(HostSpec.model_fields)
+    seen: dict[str, tuple[str, object]] = {}
+    for name, scheme in schemes.items():
+        model = getattr(scheme, "options", None)
+        if not (isinstance(model, type) and issubclass(model, TransportOptions)):
+            problems.append(f"{name}: no options model (a TransportOptions subclass)")
+            continue
+        if not (model.__doc__ or "").strip() or model.__doc__ == TransportOptions.__doc__:
+            problems.append(f"{name}: its options model {model.__name__} has no docstring")
+        for key, field in model.model_fields.items():
+            if not (field.description or "").strip():
+                problems.append(f"{name}: option {key} has no description")
+            if field.is_required():
+                problems.append(f"{name}: option {key} has no default")
+            if key in own:
+                problems.append(f"{name}: option {key} is a host's own key")
+            first = seen.setdefault(key, (name, field.annotation))
+            if first[1] != field.annotation:
+                problems.append(f"{name}: option {key} is {field.annotation}, but {first[1]} in {first[0]}")
+        if not examples.get(name):
+            problems.append(f"{name}: no example address (EXAMPLES)")
+        test = reached.get(name)
+        if test is None or not _test_exists(test):
+            problems.append(f"{name}: no test that reaches one of its hosts for real (REACHED_FOR_REAL: {test})")
+    return problems
+
+
+def _test_exists(node: str) -> bool:
+    path, _, function = node.partition("::")
+    function, _, param = function.partition("[")
+    file = REPO / path
+    if not file.is_file():
+        return False
+    text = file.read_text()
+    defined = {n.name for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return function in defined and param.rstrip("]") in text
 
 
 def transport_classes() -> set[type]:
@@ -44,7 +105,8 @@ def transport_classes() -> set[type]:
     return found
 
 
-def test_every_scheme_has_an_example_and_a_transport() -> None:
+def test_every_scheme_has_described_options_an_example_a_real_test_and_a_transport() -> None:
+    assert scheme_problems(SCHEMES, EXAMPLES, REACHED_FOR_REAL) == []
     assert set(EXAMPLES) == set(SCHEMES), "a scheme without an example address here is not tested"
     for scheme, hosts in EXAMPLES.items():
         for entry in hosts:
@@ -87,8 +149,8 @@ def test_each_scheme_words_its_own_refusal(address: str, problem: str) -> None:
 
 
 def test_no_address_is_the_ssh_host_of_the_name_never_silently_local() -> None:
-    """Issue 25 item 4: as Ansible does, a bare name is an SSH host (through ~/.ssh/config);
-    only `address: local`, or the name localhost without an address, is this machine."""
+    """As Ansible does, a bare name is an SSH host (through ~/.ssh/config); only `address:
+    local`, or the name localhost without an address, is this machine."""
     from patchkit.run.runner import transport_of
     from patchkit.host.transport.ssh_common import SSHTarget
 

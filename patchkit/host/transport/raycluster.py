@@ -22,7 +22,9 @@ from typing import Any
 from patchkit.base.errors import HostError
 from patchkit.fleet.inventory import Defaults, HostSpec
 from patchkit.base.logs import get_logger
-from patchkit.fleet.raygroup import NodeFilter, RayGroup, RayNodes, node_address
+from patchkit.fleet.raygroup import NodeFilter, RayGroup, RayNodes
+from patchkit.host.transport import schemes  # noqa: F401 - registers the schemes that read the hosts built here
+from patchkit.host.transport.ray_scheme import node_address
 
 RAY_MISSING = ("Ray is not installed on this machine: pip install 'patchkit-llm[ray]' "
                "(or '.[ray]' in a clone of patchkit; the Ray transport needs it)")
@@ -220,7 +222,7 @@ def cluster_nodes(ray: ModuleType) -> list[Node]:
 
 def node_host(spec: RayNodes, defaults: Defaults, node: Node) -> HostSpec:
     """The host of one node: the inventory's defaults, then the group's settings."""
-    merged: dict[str, object] = {k: v for k, v in defaults.model_dump().items() if v is not None}
+    merged = defaults.settings()
     merged.update(spec.host_settings())
     merged["vars"] = {**defaults.vars, **spec.vars}
     merged.update(name=node.name, address=node_address(spec.address, node.node_id))

@@ -1,0 +1,165 @@
+"""How a host is reached, as the inventory sees it: its address's scheme, and that scheme's options.
+
+An address is `scheme://rest`, or bare: `local` is this machine, anything else an SSH host;
+a host without an address is the SSH host of its name (only `localhost` is this machine
+then), as Ansible does. What each scheme is (the form of its addresses, the options its
+hosts take) is declared by its transport: host/transport/schemes.py registers every scheme
+here, once, when it is imported (the CLI does before it reads an inventory). This module
+names no transport and imports nothing of host/: it holds the registry and reads inventory
+entries with it.
+
+A scheme's options are a pydantic model (`TransportOptions`), each field with a description
+(the inventory's reference in docs/inventory.md is made from them). In the inventory they
+are written flat, beside the host's own keys (`engine_args:` next to `python:`), as ever:
+`take_options` splits them off and checks each with the model of a scheme that declares it.
+A host keeps its own scheme's options (`HostSpec.options`); a key only other schemes take
+(`engine:` on an SSH host, e.g. from `defaults:`) is checked, and has no effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import InitErrorDetails
+
+# The bare schemes: an address without `://` is one of these (scheme_of).
+LOCAL = "local"
+SSH = "ssh"
+
+
+class TransportOptions(BaseModel):
+    """What the inventory accepts for the hosts of one scheme. Every field has a default and a
+    description; a key means the same (same type) in every scheme that declares it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
+
+
+class SchemeForm(Protocol):
+    """What the inventory needs of a scheme; its transport declares it (host/transport/)."""
+
+    @property
+    def form(self) -> str:
+        """How its addresses are written, for messages (`podman://CONTAINER`)."""
+
+    @property
+    def written(self) -> bool:
+        """True: addresses are written `scheme://rest`; False: a bare address (local, ssh)."""
+
+    @property
+    def options(self) -> type[TransportOptions]:
+        """The options its hosts take (may have no field)."""
+
+    def check_address(self, rest: str) -> None:
+        """ValueError, one line naming the form wanted, when `scheme://rest` (the whole bare
+        address for local and ssh) is not an address of this scheme."""
+
+
+_SCHEMES: dict[str, SchemeForm] = {}
+
+
+def register(name: str, scheme: SchemeForm) -> None:
+    """Make `name` a scheme of inventory addresses (host/transport/schemes.py, at its import)."""
+    _SCHEMES[name] = scheme
+
+
+def registered() -> Mapping[str, SchemeForm]:
+    """Every scheme; an inventory cannot be read before the transports declared theirs."""
+    if not _SCHEMES:
+        raise RuntimeError("no transport scheme is registered: import patchkit.host.transport.schemes "
+                           "before reading an inventory (it declares every scheme)")
+    return _SCHEMES
+
+
+def split_address(address: str | None) -> tuple[str | None, str]:
+    """`scheme://rest` as (scheme, rest); a bare address (none: "") as (None, address). What a
+    scheme means, and whether `rest` is well formed, is the scheme's (`check`)."""
+    if address is None or "://" not in address:
+        return None, address or ""
+    scheme, _, rest = address.partition("://")
+    return scheme, rest
+
+
+def scheme_of(address: str | None, name: str | None = None) -> str:
+    """The scheme an address names (registered, once `check` accepted the address). A host
+    without an address is reached, as Ansible does, by its name over SSH (~/.ssh/config may
+    alias it); only `local`, or no address on the host named `localhost`, is this machine."""
+    scheme, rest = split_address(address)
+    if scheme is not None:
+        return scheme
+    if not rest:
+        return LOCAL if name == "localhost" else SSH
+    return LOCAL if rest == "local" else SSH
+
+
+def check(address: str) -> None:
+    """ValueError (one line) unless `address` is an address of one of the schemes."""
+    schemes = registered()
+    written, rest = split_address(address)
+    scheme = scheme_of(address)
+    row = schemes.get(scheme)
+    if row is None or (written is not None) != row.written:
+        forms = ", ".join(s.form for s in schemes.values())
+        raise ValueError(f"address {address!r}: unknown scheme {scheme + '://'!r}; an address is one of: {forms}")
+    row.check_address(rest)
+
+
+def option_keys() -> list[str]:
+    """Every key some scheme's options declare, in the order the schemes and their fields are."""
+    return list(dict.fromkeys(key for row in registered().values() for key in row.options.model_fields))
+
+
+def owners(key: str) -> list[str]:
+    """The schemes whose options declare `key`."""
+    return [name for name, row in registered().items() if key in row.options.model_fields]
+
+
+def options_for(scheme: str, given: Mapping[str, Any]) -> TransportOptions:
+    """The options of `scheme` from flat keys already checked (`take_options`); the keys it
+    does not declare are left out."""
+    model = registered()[scheme].options
+    return model.model_validate({k: v for k, v in given.items() if k in model.model_fields})
+
+
+def take_options(data: dict[str, Any], own: Iterable[str],
+                 schemes: Iterable[str] | None = None) -> tuple[dict[str, Any], dict[str, Any], list[InitErrorDetails]]:
+    """An inventory entry (flat keys) split into its model's own keys (`own`) and transport
+    options, each option checked with the model of a scheme that declares it (only `schemes`,
+    when given: a pod selector takes k8s's alone). Also the problems, each at its key: an
+    unknown key, or a value its scheme refuses (`raise_with` turns them into pydantic's error)."""
+    own = set(own)
+    allowed = list(schemes) if schemes is not None else list(registered())
+    mine: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    problems: list[InitErrorDetails] = []
+    for key, value in data.items():
+        if key in own:
+            mine[key] = value
+            continue
+        found = [s for s in owners(key) if s in allowed] if isinstance(key, str) else []
+        if not found:
+            problems.append(InitErrorDetails(type="extra_forbidden", loc=(key,), input=value))
+            continue
+        try:
+            checked = registered()[found[0]].options.model_validate({key: value})
+        except ValidationError as exc:
+            problems += [_detail(err) for err in exc.errors()]
+            continue
+        options[key] = getattr(checked, key)
+    return mine, options, problems
+
+
+def raise_with(title: str, problems: list[InitErrorDetails], also: ValidationError | None = None) -> NoReturn:
+    """The problems found by `take_options` (and those of the entry's own keys, `also`) as one
+    ValidationError, each at its key, as pydantic reports a model's fields."""
+    if also is not None:
+        problems = [_detail(err) for err in also.errors()] + problems
+    raise ValidationError.from_exception_data(title, problems)
+
+
+def _detail(err: Any) -> InitErrorDetails:
+    detail = InitErrorDetails(type=err["type"], loc=tuple(err["loc"]), input=err["input"])
+    if "ctx" in err:
+        detail["ctx"] = err["ctx"]
+    return detail
