@@ -39,14 +39,16 @@ from patchkit.fleet.inventory import (
     Inventory,
     PodSelector,
 )
-from patchkit.host.transport.container import ContainerTarget, parse_container_address
 from patchkit.host.transport.container_errors import classify
+from patchkit.host.transport.docker import DockerScheme
+from patchkit.host.transport.k8s import K8sOptions, KubectlScheme, parse_pod_address
 from patchkit.host.transport.kubectl import (
     get_pods_argv,
     pod_host,
     pods_from_json,
     resolve_selector,
 )
+from patchkit.host.transport.podman import PodmanScheme
 from tests.helpers import PATCHKIT, RECIPES, Result
 
 REPO = Path(__file__).resolve().parents[2]
@@ -790,7 +792,7 @@ def test_selector_groups_are_resolved_through_the_resolver_given() -> None:
     chosen = inventory.select("both", resolve)
     assert [h.name for h in chosen.hosts] == ["web", "serving/vllm-7d9f-a1", "serving/vllm-7d9f-b2"]
     pod = chosen.hosts[1]
-    assert (pod.address, pod.python, pod.context, pod.scheme) == (
+    assert (pod.address, pod.python, pod.options_as(K8sOptions).context, pod.scheme) == (
         "k8s://serving/vllm-7d9f-a1/vllm", "/opt/venv/bin/python", "prod", "k8s")
     assert len(chosen.notes) == 5 and asked == ["pods"]
     everything = inventory.select(None, resolve)  # no -l: every host, and every selector's pods
@@ -805,28 +807,28 @@ def test_addresses_parse_into_schemes() -> None:
     assert HostSpec(address="gpu-1.internal").scheme == "ssh"
     assert HostSpec(address="local").scheme == "local" and HostSpec(name="localhost").scheme == "local"
     assert HostSpec(name="gpu-7").scheme == "ssh"  # no address: the SSH host of its name, as Ansible
-    pod = parse_container_address("k8s://serving/vllm-0/engine")
-    assert (pod.namespace, pod.container, pod.pod_container) == ("serving", "vllm-0", "engine")
+    pod = parse_pod_address("serving/vllm-0/engine")
+    assert (pod.namespace, pod.pod, pod.container) == ("serving", "vllm-0", "engine")
     assert str(pod) == "k8s://serving/vllm-0/engine"
 
 
 def test_container_exec_argv() -> None:
     host = HostSpec(name="c1", address="podman://web", user="app", engine="/usr/bin/podman",
                     engine_args=["--runtime", "runc"])
-    assert ContainerTarget.from_host(host).command(["python3", "-c", "x", "n"]) == [
+    assert PodmanScheme().target(host).command(["python3", "-c", "x", "n"]) == [
         "/usr/bin/podman", "--runtime", "runc", "exec", "-i", "--user=app", "--", "web", "python3", "-c", "x", "n"]
-    assert ContainerTarget.from_host(HostSpec(name="d", address="docker://web")).command(["py"]) == [
+    assert DockerScheme().target(HostSpec(name="d", address="docker://web")).command(["py"]) == [
         "docker", "exec", "-i", "--", "web", "py"]
 
 
 def test_kubectl_exec_argv_honours_kubeconfig_and_context() -> None:
     host = HostSpec(name="p", address="k8s://serving/vllm-0/engine", kubeconfig="/etc/kube/config",
                     context="prod-eu", user="root")
-    assert ContainerTarget.from_host(host).command(["python3", "-c", "x"]) == [
+    assert KubectlScheme().target(host).command(["python3", "-c", "x"]) == [
         "kubectl", "--kubeconfig", "/etc/kube/config", "--context", "prod-eu",
         "exec", "-i", "-n", "serving", "vllm-0", "-c", "engine", "--", "python3", "-c", "x"]
     bare = HostSpec(name="p", address="k8s://default/vllm-0")
-    assert ContainerTarget.from_host(bare).command(["py"]) == ["kubectl", "exec", "-i", "-n", "default", "vllm-0",
+    assert KubectlScheme().target(bare).command(["py"]) == ["kubectl", "exec", "-i", "-n", "default", "vllm-0",
                                                                "--", "py"]
 
 
