@@ -178,3 +178,52 @@ def test_a_transport_module_is_imported_only_for_its_scheme() -> None:
               for address in ("local", "podman://web", "gpu-1", "ray://auto/0f0f0f0f")}
     assert loaded == {"local": [], "podman://web": ["patchkit.host.transport.container"], "gpu-1": ["asyncssh"],
                       "ray://auto/0f0f0f0f": ["patchkit.host.transport.raytransport"]}  # Ray itself: once a host starts
+
+
+def test_the_guard_names_what_a_scheme_lacks() -> None:
+    """A scheme without a described options model, an example or a real test does not pass."""
+
+    class Undescribed(TransportOptions):
+        flag: bool = False
+
+    class Clashing(TransportOptions):
+        """A made-up scheme's options."""
+
+        port: str | None = Field(default=None, description="a port, as text")  # ssh's is an integer
+        python: str | None = Field(default=None, description="an interpreter")  # every host's own key
+        needed: str = Field(description="no default")
+
+    class Bare:
+        options = Undescribed
+
+    class Clash:
+        options = Clashing
+
+    schemes = {**SCHEMES, "bare": Bare(), "clash": Clash(), "none": object()}
+    found = scheme_problems(schemes, {**EXAMPLES, "clash": [{}]},
+                            {**REACHED_FOR_REAL, "clash": "tests/unit/test_schemes.py::test_not_written"})
+    assert found == [
+        "bare: its options model Undescribed has no docstring",
+        "bare: option flag has no description",
+        "bare: no example address (EXAMPLES)",
+        "bare: no test that reaches one of its hosts for real (REACHED_FOR_REAL: None)",
+        "clash: option port is str | None, but int | None in ssh",
+        "clash: option python is a host's own key",
+        "clash: option needed has no default",
+        "clash: no test that reaches one of its hosts for real (REACHED_FOR_REAL: "
+        "tests/unit/test_schemes.py::test_not_written)",
+        "none: no options model (a TransportOptions subclass)",
+    ]
+
+
+def test_the_inventory_reference_lists_every_option_of_every_scheme() -> None:
+    doc = (REPO / "docs" / "inventory.md").read_text()
+    begin, end = "<!-- transport options: begin -->\n", "<!-- transport options: end -->"
+    assert begin in doc and end in doc
+    listed = doc.split(begin, 1)[1].split(end, 1)[0]
+    assert listed == options_reference(), ("docs/inventory.md's transport options differ from the models: put "
+                                           "options_reference() of patchkit/host/transport/schemes.py there")
+    for name, scheme in SCHEMES.items():
+        section = listed.split(f"### `{name}`: ", 1)[1].split("\n### ", 1)[0]
+        for key, field in scheme.options.model_fields.items():
+            assert f"| `{key}` |" in section and " ".join(str(field.description).split()) in section, (name, key)

@@ -26,7 +26,8 @@ class EngineOptions(TransportOptions):
 
     engine: str | None = Field(default=None, description="The engine's binary: a name looked up in PATH, or a path.")
     engine_args: list[str] = Field(default_factory=list, description=(
-        "Arguments the engine takes before its command, e.g. `[--runtime, runc]`, `[--cgroup-manager=cgroupfs]`."))
+        "Options the engine takes before `exec`, one word an item, e.g. `[--runtime, runc, "
+        "--cgroup-manager=cgroupfs]`."))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,9 @@ class K8sOptions(EngineOptions):
     kubeconfig: str | None = Field(default=None, description=(
         "kubectl's `--kubeconfig` (`~` is expanded); default: kubectl's own (KUBECONFIG, ~/.kube/config)."))
     context: str | None = Field(default=None, description="kubectl's `--context`; default: the kubeconfig's current one.")
+    engine_args: list[str] = Field(default_factory=list, description=(
+        "Options kubectl takes before `exec` (after `--kubeconfig` and `--context`), one word an item, "
+        "e.g. `[--request-timeout, 30s]`."))
 
 
 def kubectl_prefix(options: K8sOptions) -> tuple[str, ...]:

@@ -15,7 +15,11 @@ of the scheme for real; docs/inventory.md's table of options is checked against 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import json
+from types import UnionType
+from typing import TYPE_CHECKING, Literal, Protocol, Union, get_args, get_origin
+
+from pydantic.fields import FieldInfo
 
 from patchkit.fleet import reach
 from patchkit.fleet.reach import SchemeForm, scheme_of
@@ -65,16 +69,38 @@ def reported(host: HostSpec) -> tuple[str, str]:
 
 
 def options_reference() -> str:
-    """docs/inventory.md's table of every scheme's options, from the models' descriptions."""
-    lines = ["| scheme | option | type | description |", "|---|---|---|---|"]
+    """docs/inventory.md's reference of every scheme's options, made from the models: per scheme
+    its address form and what its options model says, then a table of its options."""
+    out: list[str] = []
     for name, scheme in SCHEMES.items():
-        fields = scheme.options.model_fields
-        if not fields:
-            lines.append(f"| `{name}` | — | — | {_cell(scheme.options.__doc__ or '')} |")
-        for key, field in fields.items():
-            kind = str(field.annotation).replace("typing.", "").replace("NoneType", "None")
-            lines.append(f"| `{name}` | `{key}` | `{kind}` | {_cell(field.description or '')} |")
-    return "\n".join(lines) + "\n"
+        model = scheme.options
+        out += [f"### `{name}`: {scheme.form}", "", " ".join((model.__doc__ or "").split()), ""]
+        if model.model_fields:
+            out += ["| option | type | default | description |", "|---|---|---|---|"]
+            out += [f"| `{key}` | {_type_words(field.annotation)} | {_default(field)} | {_cell(field.description or '')} |"
+                    for key, field in model.model_fields.items()]
+            out.append("")
+    return "\n".join(out)
+
+
+def _type_words(annotation: object) -> str:
+    """A field's type as the inventory's YAML writes it."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) is Literal:
+        return " or ".join(f"`{a}`" for a in args)
+    if get_origin(annotation) in (Union, UnionType):
+        return " or ".join(_type_words(a) for a in args)
+    if get_origin(annotation) is list:
+        return f"list of {_type_words(args[0])}s"
+    words: dict[object, str] = {str: "string", int: "integer", bool: "`true` or `false`", float: "number"}
+    return words.get(annotation, str(annotation))
+
+
+def _default(field: FieldInfo) -> str:
+    value = field.get_default(call_default_factory=True)
+    if value is None:
+        return "—"
+    return f"`{json.dumps(value)}`" if not isinstance(value, str) else f"`{value}`"
 
 
 def _cell(text: str) -> str:
