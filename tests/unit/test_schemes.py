@@ -20,11 +20,14 @@ import pytest
 from pydantic import BaseModel, Field
 
 import patchkit.host.transport
-from patchkit.fleet.inventory import HostSpec
+from patchkit.base.errors import UsageError
+from patchkit.fleet import reach
+from patchkit.fleet.inventory import HostSpec, load_inventory
 from patchkit.fleet.reach import TransportOptions, scheme_of, split_address
 from patchkit.host.transport import sshhelper
 from patchkit.host.transport.base import Reach
 from patchkit.host.transport.schemes import SCHEMES, options_reference, transport_for
+from patchkit.host.transport.ssh_scheme import SSHOptions
 from tests.helpers import REPO
 
 # One address a scheme takes, and the host entries (beyond it) that choose among its transports.
@@ -227,3 +230,62 @@ def test_the_inventory_reference_lists_every_option_of_every_scheme() -> None:
         section = listed.split(f"### `{name}`: ", 1)[1].split("\n### ", 1)[0]
         for key, field in scheme.options.model_fields.items():
             assert f"| `{key}` |" in section and " ".join(str(field.description).split()) in section, (name, key)
+
+
+class IncusOptions(TransportOptions):
+    """incus instances (a scheme made up here: a module and a row are all a new scheme needs)."""
+
+    project: str | None = Field(default=None, description="The incus project of the instance.")
+
+
+class IncusScheme:
+    form = "incus://INSTANCE"
+    written = True
+    options = IncusOptions
+
+    def check_address(self, rest: str) -> None:
+        if not rest.isalnum():
+            raise ValueError(f"address 'incus://{rest}': want incus://INSTANCE (letters and digits)")
+
+
+def test_a_new_scheme_s_addresses_and_options_are_read_by_the_inventory_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(reach._SCHEMES, "incus", IncusScheme())  # what its row in schemes.py does
+    inv = tmp_path / "inv.yaml"
+
+    def error(text: str) -> str:
+        inv.write_text(text)
+        with pytest.raises(UsageError) as caught:
+            load_inventory(inv)
+        return str(caught.value)
+
+    inv.write_text("hosts:\n  web: {address: 'incus://web', project: ml}\n  gpu: {address: gpu-1}\n"
+                   "defaults: {project: base, port: 2222, engine: podman}\n")
+    hosts = load_inventory(inv).resolved()
+    assert hosts["web"].options == IncusOptions(project="ml")
+    assert hosts["gpu"].options == SSHOptions(port=2222)  # its own scheme's defaults, not incus' or podman's
+    assert error("hosts:\n  web: {address: 'incus://web', projct: ml}\n") == (
+        f"{inv}:2:33: hosts.web: unknown key 'projct' (did you mean 'project'?)")
+    assert error("hosts:\n  web: {address: 'incus://web', project: 3}\n") == (
+        f"{inv}:2:33: hosts.web.project: expected a string, got 3")
+    assert error("hosts:\n  web: {address: 'incus://web', port: x}\n") == (  # another scheme's: checked too
+        f"{inv}:2:33: hosts.web.port: expected an integer, got 'x'")
+    assert error("hosts:\n  web: {address: 'incus://we-b'}\n") == (
+        f"{inv}:2:9: hosts.web.address: address 'incus://we-b': want incus://INSTANCE (letters and digits)")
+    monkeypatch.undo()
+    assert "unknown scheme 'incus://'" in error("hosts:\n  web: {address: 'incus://web'}\n")
+
+
+def test_the_inventory_imports_no_transport_and_needs_their_schemes() -> None:
+    """fleet/ reads addresses and options with what the transports registered, never importing them."""
+    probe = ("import sys\nfrom patchkit.fleet.inventory import HostSpec\n"
+             "print(sorted(m for m in sys.modules if m.startswith('patchkit.host')))\n"
+             "try:\n    HostSpec(name='h', address='local')\nexcept RuntimeError as exc:\n    print(exc)\n"
+             "import patchkit.host.transport.schemes\nprint(HostSpec(name='h', address='podman://web').options)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == [
+        "[]",
+        "no transport scheme is registered: import patchkit.host.transport.schemes before reading an inventory "
+        "(it declares every scheme)",
+        "engine=None engine_args=[]",
+    ]
