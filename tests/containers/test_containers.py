@@ -553,7 +553,7 @@ def spy_engine(tmp_path: Path) -> tuple[Path, Path]:
 ])
 def test_bake_refuses_a_tag_or_image_that_is_not_an_image_reference(built_images: None, tmp_path: Path, flag: str,
                                                                      value: str) -> None:
-    """Issue 21 item 1: a usage error (exit 2) before any engine runs, naming the flag."""
+    """A usage error (exit 2) before any engine runs, naming the flag."""
     spy, calls = spy_engine(tmp_path)
     argv = {"--from": images.TOY_IMAGE, "--tag": "localhost/pk-test-never"}
     argv[flag] = value
@@ -569,7 +569,7 @@ def test_bake_refuses_a_tag_or_image_that_is_not_an_image_reference(built_images
 
 @containers
 def test_every_positional_of_bake_follows_a_double_dash(built_images: None, tmp_path: Path) -> None:
-    """Issue 21 item 1: IMAGE, TAG and the container's name come after `--` in each engine call."""
+    """IMAGE, TAG and the container's name come after `--` in each engine call."""
     spy, calls = spy_engine(tmp_path)
     tag = f"localhost/pk-test-dashes-{uuid.uuid4().hex[:8]}"
     try:
@@ -600,8 +600,8 @@ def docs_bake_flags() -> list[str]:
 
 @containers
 def test_bake_with_every_step_skipped_writes_no_image_unless_allowed(built_images: None, tmp_path: Path) -> None:
-    """Issue 21 item 2: every step outside `versions` used to give exit 0 and "wrote TAG" (an
-    unpatched image). Run with the docs' flags for hosts like ours, as written there."""
+    """Every step outside `versions` must not give exit 0 and "wrote TAG" (an unpatched
+    image). Run with the docs' flags for hosts like ours, as written there."""
     podman = Engine("podman")
     recipe = tmp_path / "out-of-range.yaml"
     recipe.write_text(json.dumps({"name": "oor", "steps": [
@@ -630,7 +630,7 @@ def test_bake_with_every_step_skipped_writes_no_image_unless_allowed(built_image
 
 @containers
 def test_a_bake_whose_run_fails_leaves_no_container(built_images: None) -> None:
-    """Issue 21 item 3: an rlimit the runtime refuses (nproc above the current one) fails
+    """An rlimit the runtime refuses (nproc above the current one) fails
     `podman run` after the container was created; the cleanup covers the run."""
     podman = Engine("podman")
     before = set(podman.run("ps", "-a", "--format", "{{.Names}}").stdout.split())
@@ -646,8 +646,7 @@ def test_a_bake_whose_run_fails_leaves_no_container(built_images: None) -> None:
 @containers
 def test_a_killed_bake_leaves_a_bounded_labelled_container_that_the_next_bake_removes(built_images: None,
                                                                                       tmp_path: Path) -> None:
-    """Issue 21 item 3: `kill -9` of bake used to leave `sleep infinity` forever. Now its
-    container sleeps the bake's timeout (and removes itself then: --rm), carries the owner
+    """`kill -9` of bake must not leave `sleep infinity` forever: its container sleeps the bake's timeout (and removes itself then: --rm), carries the owner
     label, and the next bake removes it; a labelled container whose bake still runs is kept."""
     podman = Engine("podman")
     recipe = tmp_path / "slow.yaml"

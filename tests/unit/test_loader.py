@@ -1,10 +1,10 @@
-"""The recipe and inventory loader never crashes, hangs or says something vague (issue 11).
+"""The recipe and inventory loader never crashes, hangs or says something vague.
 
 One test per finding of the outside fault run: every malformed file gives a UsageError,
-one line `FILE:LINE:COL: field: problem` per problem (issue 25: all of them, in the file's
-order), with bounded work (a CPU-time guard, loadercheck) and bounded memory; no test
-asserts seconds. A few guards at the
-end keep what valid recipes rely on (ints where numbers are wanted, `-e` overrides).
+one line `FILE:LINE:COL: field: problem` per problem (all of them, in the file's order),
+with bounded work (a CPU-time guard, loadercheck) and bounded memory; no test asserts
+seconds. A few guards at the end keep what valid recipes rely on (ints where numbers are
+wanted, `-e` overrides).
 """
 
 from __future__ import annotations
@@ -586,7 +586,7 @@ def test_shipped_and_fixture_recipes_still_load() -> None:
 
 def test_the_hang_guard_counts_cpu_time_not_the_wall_clock() -> None:
     """loadercheck.time_limit bounds work: a busy loop is interrupted, waiting is not (a
-    loaded machine stretches the wall clock of every load; issue 19)."""
+    loaded machine stretches the wall clock of every load)."""
     import time
 
     from loadercheck import Hang

@@ -115,8 +115,8 @@ def _client_init(ray: ModuleType, cluster: str, timeout: float) -> None:
     (about once in 17 connects measured here: "SpecificServer startup failed"),
     Ray's client waits for the answer to its Init forever (Ray 2.60) or says "Initialization
     failure from server". A new client gets a new server process, so another try is worth it;
-    with two tries, one such death beside an injected one failed the fault test in a full run
-    (2026-12-04: the first server's gRPC fork error, then the injected exit), so three."""
+    with two tries, one such death beside an injected one (a server's gRPC fork error, then the
+    injected exit) failed the fault test in a full run, so three."""
     for attempt in range(1, CLIENT_INIT_TRIES + 1):
         try:
             _one_client_init(ray, cluster, timeout)
