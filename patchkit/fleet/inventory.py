@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Callable, ClassVar, TypeVar, Union
 
@@ -39,9 +40,8 @@ from patchkit.base.errors import UsageError
 from patchkit.fleet.raygroup import RayGroup
 from patchkit.fleet.reach import (
     TransportOptions,
-    check,
+    entry_scheme,
     option_keys,
-    options_for,
     raise_with,
     registered,
     scheme_of,
@@ -86,30 +86,21 @@ class HostSpec(BaseModel):
     def _transport_options(cls, data: Any, handler: ModelWrapValidatorHandler[HostSpec]) -> HostSpec:
         if not isinstance(data, dict):
             return handler(data)
-        own, given, problems = take_options(data, _own_keys(cls))
-        scheme = _scheme_if_valid(own.get("address"), own.get("name"))
-        if problems or scheme is None:
+        scheme, problems = entry_scheme(data.get("address"), data.get("name"))  # in its scheme's words
+        taken = take_options(data, _own_keys(cls), scheme)
+        problems += taken.problems
+        if problems or taken.options is None:
             try:
-                handler(own)  # its own keys' problems too (an address no scheme takes is one)
+                handler(taken.own)  # its own keys' problems too
             except ValidationError as exc:
                 raise_with(cls.__name__, problems, exc)
             raise_with(cls.__name__, problems)
-        own["options"] = options_for(scheme, given)
-        return handler(own)
-
-    @field_validator("address")
-    @classmethod
-    def _address_form(cls, address: str | None) -> str | None:
-        if address is not None:
-            if not address.strip():
-                raise ValueError("address is empty: leave it out (the host's name is its SSH host) or write `local`")
-            check(address)  # in its scheme's words
-        return address
+        return handler({**taken.own, "options": taken.options})
 
     @classmethod
     def accepted_keys(cls) -> list[str]:
         """The keys an inventory's host entry may have: these, then every scheme's options."""
-        return [*_own_keys(cls), *option_keys()]
+        return [*(key for key in cls.model_fields if key in _own_keys(cls)), *option_keys()]
 
     @property
     def scheme(self) -> str:
@@ -132,20 +123,9 @@ class HostSpec(BaseModel):
         return {**self.model_dump(exclude_unset=True, exclude={"options"}), **self.options.model_dump(exclude_unset=True)}
 
 
-def _own_keys(model: type[BaseModel]) -> list[str]:
-    return [key for key in model.model_fields if key != "options"]
-
-
-def _scheme_if_valid(address: object, name: object) -> str | None:
-    """The scheme of an address its scheme accepts, else None (the address field says why)."""
-    if address is not None:
-        if not isinstance(address, str) or not address.strip():
-            return None
-        try:
-            check(address)
-        except ValueError:
-            return None
-    return scheme_of(address, name if isinstance(name, str) else None)
+@cache
+def _own_keys(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(key for key in model.model_fields if key != "options")
 
 
 class _FlatOptions(BaseModel):
@@ -162,21 +142,20 @@ class _FlatOptions(BaseModel):
     def _transport_options(cls, data: Any, handler: ModelWrapValidatorHandler[_FlatOptions]) -> _FlatOptions:
         if not isinstance(data, dict):
             return handler(data)
-        own, given, problems = take_options(data, _own_keys(cls), cls._schemes)
-        if problems:
+        taken = take_options(data, _own_keys(cls), schemes=cls._schemes)
+        if taken.problems:
             try:
-                handler(own)
+                handler(taken.own)
             except ValidationError as exc:
-                raise_with(cls.__name__, problems, exc)
-            raise_with(cls.__name__, problems)
-        own["options"] = given
-        return handler(own)
+                raise_with(cls.__name__, taken.problems, exc)
+            raise_with(cls.__name__, taken.problems)
+        return handler({**taken.own, "options": taken.given})
 
     @classmethod
     def accepted_keys(cls) -> list[str]:
         takes = option_keys() if cls._schemes is None else \
             [k for s in cls._schemes for k in registered()[s].options.model_fields]
-        return [*_own_keys(cls), *dict.fromkeys(takes)]
+        return [*(key for key in cls.model_fields if key in _own_keys(cls)), *dict.fromkeys(takes)]
 
 
 class Defaults(_FlatOptions):

@@ -18,7 +18,8 @@ A host keeps its own scheme's options (`HostSpec.options`); a key only other sch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -95,6 +96,8 @@ def scheme_of(address: str | None, name: str | None = None) -> str:
 
 def check(address: str) -> None:
     """ValueError (one line) unless `address` is an address of one of the schemes."""
+    if not address.strip():
+        raise ValueError("address is empty: leave it out (the host's name is its SSH host) or write `local`")
     schemes = registered()
     written, rest = split_address(address)
     scheme = scheme_of(address)
@@ -105,49 +108,83 @@ def check(address: str) -> None:
     row.check_address(rest)
 
 
+def entry_scheme(address: object, name: object) -> tuple[str | None, list[InitErrorDetails]]:
+    """The scheme of a host entry's address (None: no scheme takes it, or it is no string,
+    which the entry's own model reports), and the address's problem, at its key."""
+    if address is not None:
+        if not isinstance(address, str):
+            return None, []
+        try:
+            check(address)
+        except ValueError as exc:
+            return None, [InitErrorDetails(type="value_error", loc=("address",), input=address, ctx={"error": exc})]
+    return scheme_of(address, name if isinstance(name, str) else None), []
+
+
+_OWNERS: dict[str, list[str]] = {}  # option key -> the schemes declaring it, for `_owners_from`
+_owners_from: object = None  # the registry _OWNERS was made from
+
+
+def owners(key: str) -> list[str]:
+    """The schemes whose options declare `key`."""
+    global _owners_from
+    schemes = registered()
+    if _owners_from is not schemes or not _OWNERS:
+        _OWNERS.clear()
+        for name, row in schemes.items():
+            for field in row.options.model_fields:
+                _OWNERS.setdefault(field, []).append(name)
+        _owners_from = schemes
+    return _OWNERS.get(key, [])
+
+
 def option_keys() -> list[str]:
     """Every key some scheme's options declare, in the order the schemes and their fields are."""
     return list(dict.fromkeys(key for row in registered().values() for key in row.options.model_fields))
 
 
-def owners(key: str) -> list[str]:
-    """The schemes whose options declare `key`."""
-    return [name for name, row in registered().items() if key in row.options.model_fields]
+@dataclass
+class Taken:
+    """An inventory entry's keys, split by `take_options`."""
+
+    own: dict[str, Any]  # its model's own keys
+    given: dict[str, Any]  # every transport option it gives, checked (flat)
+    options: TransportOptions | None  # those of the entry's scheme, as its model (None: no scheme)
+    problems: list[InitErrorDetails]  # each at its key: an unknown key, a value its scheme refuses
 
 
-def options_for(scheme: str, given: Mapping[str, Any]) -> TransportOptions:
-    """The options of `scheme` from flat keys already checked (`take_options`); the keys it
-    does not declare are left out."""
-    model = registered()[scheme].options
-    return model.model_validate({k: v for k, v in given.items() if k in model.model_fields})
-
-
-def take_options(data: dict[str, Any], own: Iterable[str],
-                 schemes: Iterable[str] | None = None) -> tuple[dict[str, Any], dict[str, Any], list[InitErrorDetails]]:
+def take_options(data: dict[str, Any], own: Collection[str], scheme: str | None = None,
+                 schemes: Collection[str] | None = None) -> Taken:
     """An inventory entry (flat keys) split into its model's own keys (`own`) and transport
-    options, each option checked with the model of a scheme that declares it (only `schemes`,
-    when given: a pod selector takes k8s's alone). Also the problems, each at its key: an
-    unknown key, or a value its scheme refuses (`raise_with` turns them into pydantic's error)."""
-    own = set(own)
-    allowed = list(schemes) if schemes is not None else list(registered())
-    mine: dict[str, Any] = {}
-    options: dict[str, Any] = {}
-    problems: list[InitErrorDetails] = []
+    options. The options `scheme` declares are read with its model; any other is checked with
+    the model of the first scheme declaring it (only `schemes`, when given: a pod selector
+    takes k8s's alone), and has no effect. `raise_with` turns the problems into pydantic's error."""
+    taken = Taken({}, {}, None, [])
+    by_owner: dict[str, dict[str, Any]] = {}
     for key, value in data.items():
         if key in own:
-            mine[key] = value
+            taken.own[key] = value
             continue
-        found = [s for s in owners(key) if s in allowed] if isinstance(key, str) else []
+        found = owners(key) if isinstance(key, str) else []
+        if schemes is not None:
+            found = [s for s in found if s in schemes]
         if not found:
-            problems.append(InitErrorDetails(type="extra_forbidden", loc=(key,), input=value))
+            taken.problems.append(InitErrorDetails(type="extra_forbidden", loc=(key,), input=value))
             continue
+        by_owner.setdefault(scheme if scheme in found else found[0], {})[key] = value
+    rows = registered()
+    for owner, values in by_owner.items():
         try:
-            checked = registered()[found[0]].options.model_validate({key: value})
+            checked = rows[owner].options.model_validate(values)
         except ValidationError as exc:
-            problems += [_detail(err) for err in exc.errors()]
+            taken.problems += [_detail(err) for err in exc.errors()]
             continue
-        options[key] = getattr(checked, key)
-    return mine, options, problems
+        taken.given.update((key, getattr(checked, key)) for key in values)
+        if owner == scheme:
+            taken.options = checked
+    if scheme is not None and taken.options is None and scheme not in by_owner:
+        taken.options = rows[scheme].options.model_validate({})
+    return taken
 
 
 def raise_with(title: str, problems: list[InitErrorDetails], also: ValidationError | None = None) -> NoReturn:

@@ -250,7 +250,7 @@ class IncusScheme:
 
 def test_a_new_scheme_s_addresses_and_options_are_read_by_the_inventory_unchanged(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(reach._SCHEMES, "incus", IncusScheme())  # what its row in schemes.py does
+    monkeypatch.setattr(reach, "_SCHEMES", {**reach._SCHEMES, "incus": IncusScheme()})  # as its row in schemes.py
     inv = tmp_path / "inv.yaml"
 
     def error(text: str) -> str:
