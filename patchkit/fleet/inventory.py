@@ -142,7 +142,7 @@ class _FlatOptions(BaseModel):
     def _transport_options(cls, data: Any, handler: ModelWrapValidatorHandler[_FlatOptions]) -> _FlatOptions:
         if not isinstance(data, dict):
             return handler(data)
-        taken = take_options(data, _own_keys(cls), schemes=cls._schemes)
+        taken = take_options(data, _own_keys(cls), schemes=cls._schemes, null_unsets=True)
         if taken.problems:
             try:
                 handler(taken.own)
@@ -169,8 +169,8 @@ class Defaults(_FlatOptions):
 
     def settings(self) -> dict[str, Any]:
         """The defaults set, as flat host keys (vars apart)."""
-        own = self.model_dump(exclude={"options", "vars"})
-        return {k: v for k, v in {**own, **self.options}.items() if v is not None}
+        own = {k: v for k, v in self.model_dump(exclude={"options", "vars"}).items() if v is not None}
+        return {**own, **self.options}
 
 
 class GroupSpec(BaseModel):
@@ -209,7 +209,7 @@ class PodSelector(_FlatOptions):
         """What a pod of this group takes from the selector (over the inventory's defaults)."""
         settings: dict[str, object] = {k: v for k, v in (("python", self.python), ("state_dir", self.state_dir))
                                        if v is not None}
-        settings.update((k, v) for k, v in self.options.items() if v is not None)
+        settings.update(self.options)
         if self.vars:
             settings["vars"] = dict(self.vars)
         return settings

@@ -154,11 +154,13 @@ class Taken:
 
 
 def take_options(data: dict[str, Any], own: Collection[str], scheme: str | None = None,
-                 schemes: Collection[str] | None = None) -> Taken:
+                 schemes: Collection[str] | None = None, null_unsets: bool = False) -> Taken:
     """An inventory entry (flat keys) split into its model's own keys (`own`) and transport
     options. The options `scheme` declares are read with its model; any other is checked with
     the model of the first scheme declaring it (only `schemes`, when given: a pod selector
-    takes k8s's alone), and has no effect. `raise_with` turns the problems into pydantic's error."""
+    takes k8s's alone), and has no effect. `null_unsets`: an option given as null is left out
+    (defaults and selectors: null sets nothing). `raise_with` turns the problems into
+    pydantic's error."""
     taken = Taken({}, {}, None, [])
     by_owner: dict[str, dict[str, Any]] = {}
     for key, value in data.items():
@@ -170,6 +172,8 @@ def take_options(data: dict[str, Any], own: Collection[str], scheme: str | None 
             found = [s for s in found if s in schemes]
         if not found:
             taken.problems.append(InitErrorDetails(type="extra_forbidden", loc=(key,), input=value))
+            continue
+        if value is None and null_unsets:
             continue
         by_owner.setdefault(scheme if scheme in found else found[0], {})[key] = value
     rows = registered()
