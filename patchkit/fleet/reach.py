@@ -11,9 +11,9 @@ entries with it.
 A scheme's options are a pydantic model (`TransportOptions`), each field with a description
 (the inventory's reference in docs/inventory.md is made from them). In the inventory they
 are written flat, beside the host's own keys (`engine_args:` next to `python:`), as ever:
-`take_options` splits them off and checks each with the model of a scheme that declares it.
-A host keeps its own scheme's options (`HostSpec.options`); a key only other schemes take
-(`engine:` on an SSH host, e.g. from `defaults:`) is checked, and has no effect.
+`take_options` splits them off and reads them with the model of the host's scheme, kept as
+`HostSpec.options`; a key only other schemes take (`engine:` on an SSH host, e.g. from
+`defaults:`) is checked with their model, and has no effect.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ _SCHEMES: dict[str, SchemeForm] = {}
 def register(name: str, scheme: SchemeForm) -> None:
     """Make `name` a scheme of inventory addresses (host/transport/schemes.py, at its import)."""
     _SCHEMES[name] = scheme
+    _OWNERS.clear()
 
 
 def registered() -> Mapping[str, SchemeForm]:
