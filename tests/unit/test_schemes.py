@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 import patchkit.host.transport
 from patchkit.base.errors import UsageError
