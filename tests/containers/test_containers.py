@@ -831,6 +831,18 @@ def test_kubectl_exec_argv_honours_kubeconfig_and_context() -> None:
                                                                "--", "py"]
 
 
+def test_kubectl_takes_engine_args_after_its_config_flags_for_exec_and_get() -> None:
+    """One kubectl command line for a pod's exec and for listing a selector's pods: the
+    selector's options over the defaults', config flags first, then engine_args."""
+    defaults = Defaults(engine="/opt/kubectl", engine_args=["--request-timeout", "5s"], kubeconfig="/k/config")
+    selector = PodSelector(k8s_selector="app=vllm", namespace="serving", context="prod-eu")
+    prefix = ["/opt/kubectl", "--kubeconfig", "/k/config", "--context", "prod-eu", "--request-timeout", "5s"]
+    assert get_pods_argv(selector, defaults) == [*prefix, "get", "pods", "-l", "app=vllm", "-n", "serving", "-o",
+                                                 "json"]
+    pod = pod_host(selector, defaults, "vllm-0")
+    assert KubectlScheme().target(pod).command(["py"]) == [*prefix, "exec", "-i", "-n", "serving", "vllm-0", "--", "py"]
+
+
 # ---------------------------------------------------------------------- pods: selectors and kubectl's words
 
 
