@@ -26,6 +26,7 @@ from patchkit.fleet.inventory import HostSpec, Inventory, PodSelector, load_inve
 from patchkit.fleet.reach import TransportOptions, scheme_of, split_address
 from patchkit.host.transport import sshhelper
 from patchkit.host.transport.base import Reach
+from patchkit.host.transport.docker import DockerOptions
 from patchkit.host.transport.podman import PodmanOptions
 from patchkit.host.transport.schemes import SCHEMES, options_reference, transport_for
 from patchkit.host.transport.ssh_scheme import SSHOptions
@@ -295,7 +296,8 @@ def test_the_inventory_imports_no_transport_and_needs_their_schemes() -> None:
 def test_options_fill_from_defaults_where_a_host_leaves_them_and_null_in_defaults_sets_nothing() -> None:
     inventory = Inventory.model_validate({
         "hosts": {"gpu-1": {"address": "gpu-1.internal", "port": None}, "gpu-2": {"address": "gpu-2.internal"},
-                  "web": {"address": "podman://web", "engine_args": ["--runtime", "runc"]}},
+                  "web": {"address": "podman://web", "engine_args": ["--runtime", "runc"]},
+                  "ctr": {"address": "docker://ctr", "port": 2}},
         "groups": {"pods": {"k8s_selector": "app=vllm", "engine": None, "context": "prod"}},
         "defaults": {"port": 2222, "become": None, "ssh_client": None, "engine": "/opt/podman", "engine_args": None},
     })
@@ -303,6 +305,8 @@ def test_options_fill_from_defaults_where_a_host_leaves_them_and_null_in_default
     assert hosts["gpu-1"].options == SSHOptions()  # its own null unsets the defaults' port
     assert hosts["gpu-2"].options == SSHOptions(port=2222)
     assert hosts["web"].options == PodmanOptions(engine="/opt/podman", engine_args=["--runtime", "runc"])
+    assert hosts["ctr"].options == DockerOptions(engine="/opt/podman")  # read by docker's model, not podman's
+    assert type(hosts["ctr"].options) is DockerOptions and hosts["ctr"].settings()["engine"] == "/opt/podman"
     selector = inventory.groups["pods"]
     assert isinstance(selector, PodSelector) and selector.host_settings() == {"context": "prod"}
     with pytest.raises(ValueError, match="become\n  Input should be a valid boolean"):
