@@ -10,7 +10,7 @@ QUIET_PIP := grep -v -e 'is ignored: it is neither a file nor a directory' -e '^
 # script, same package): removed first, as its RECORD would take the script with it later.
 DROP_OLD_NAME = -m pip uninstall -q -y patchkit 2>&1 | { $(QUIET_PIP); }
 
-.PHONY: setup system-deps test-inputs demo typecheck layers test test-unit test-fast test-lowest test-newest test-releases collection clean
+.PHONY: setup system-deps test-inputs demo typecheck layers docs test test-unit test-fast test-lowest test-newest test-releases collection clean
 
 # Every package at the version CI has run (constraints.txt); a new release comes in by editing it.
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -42,6 +42,12 @@ typecheck: setup
 ## The import layers and contracts in pyproject.toml ([tool.importlinter]); fails on any broken one.
 layers: setup
 	$(abspath $(VENV))/bin/lint-imports --no-cache
+
+## The docs site into site/ (mkdocs, strict: a broken link or anchor fails), after regenerating
+## the reference pages and the man page from the code (scripts/docs_reference.py).
+docs: setup
+	$(PY) scripts/docs_reference.py
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d site
 
 ## The whole test suite (what .ci/run calls), after the type check, the import layers and the pure tier at the newest
 ## allowed versions (test-newest: before the suite, whose report .ci/run reads). Builds and caches

@@ -10,7 +10,7 @@ of the old release by
 - `patch -p3 --batch --forward` and `git apply -p3`, each on its own copy of the tree.
 Every result is checked byte for byte against the new release. Figures: hunks per CPU
 second (this process for patchkit; the children's for patch and git) and wall seconds, and
-patchkit's slowest file. Then the not-found verdict at the sizes of issue 21.6 (a hunk of N
+patchkit's slowest file. Then the not-found verdict at large sizes (a hunk of N
 real lines with every 7th one changed, in a file of M real lines): seconds and the message.
 
     .venv/bin/python bench/diff_speed.py [--pairs 0.13.0:0.14.0,...] [--json-out FILE]
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from fixtures.release_diffs import PAIRS, STRIP, ReleaseDiff, release_diff
 from patchkit.edits import Edit
-from patchkit.edits.specs import DiffEdit
+from patchkit.edits.ops.diff.spec import DiffEdit
 
 BIG_FILE = ("0.16.0", "vllm/v1/worker/gpu_model_runner.py")
 NOT_FOUND_SIZES = ((100, 7_000), (300, 7_000), (3_000, 20_000))

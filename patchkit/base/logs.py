@@ -1,6 +1,6 @@
 """Logging, configured once by the CLI; everything else calls `get_logger()`.
 
-structlog (and the rich it pulls in) costs ~0.1 s to import, a fifth of a no-op run;
+importing structlog (and the rich it pulls in) costs about a fifth of a no-op run;
 events below the configured level are dropped before structlog is ever imported.
 """
 

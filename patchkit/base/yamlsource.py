@@ -125,9 +125,13 @@ class LoadedYaml:
         lines = []
         for mark, loc, errs in problems[:MAX_LISTED]:
             close = misspelt.get(loc)
+            outer = None
             if close is None and errs[0]["type"] == "extra_forbidden" and root is not None and loc:
                 close = _allowed_close(root, loc, data)
+                outer = None if close else _allowed_above(root, loc)
             field, message = _describe_problem(loc, errs, close)
+            if outer is not None:  # `verify:` indented under `patch:`: a key of the mapping holding it
+                message += f" here; it is a key of the level of `{outer}:`: dedent it"
             lines.append(_one_line(f"{mark}: {field}: {message}" if field else f"{mark}: {message}"))
         if len(errors) > MAX_ERRORS:
             lines[-1] += " (and many more problems)"
@@ -148,6 +152,19 @@ def _allowed_close(root: type, loc: Loc, data: Any) -> Loc | None:
     given = set(here) if isinstance(here, dict) else set()
     close = difflib.get_close_matches(str(loc[-1]), [k for k in dict.fromkeys(allowed) if k not in given], n=1)
     return loc[:-1] + (close[0],) if close else None
+
+
+def _allowed_above(root: type, loc: Loc) -> str | None:
+    """When the unknown key at `loc` is a key a mapping enclosing it allows: the key of that
+    mapping the unknown one sits under (to dedent it to), else None."""
+    key = loc[-1]
+    for depth in range(len(loc) - 2, -1, -1):
+        if not isinstance(loc[depth], str):
+            continue  # a list item: its mapping is the one at the index, checked next round
+        for model in _models_at(root, loc[:depth]):
+            if any(key in (name, field.alias) for name, field in model.model_fields.items()):
+                return str(loc[depth])
+    return None
 
 
 def _models_at(root: type, loc: Loc) -> list[type[BaseModel]]:

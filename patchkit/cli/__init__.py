@@ -1,2 +1,2 @@
-"""The edge: arguments in, one report out, an exit code (`main`), and what the start of a
-command needs (shell completion, the garbage collector during start-up)."""
+"""The edge: arguments in (parser), one function per command (commands; targets: the recipe and
+hosts they share), an exit code out (main), a cheap start (startup), shell completion."""

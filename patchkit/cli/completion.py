@@ -9,13 +9,10 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from patchkit.cli.parser import subcommands
+
 SHELLS = ("bash", "zsh", "fish")
 _FILE_ARGS = {"recipe", "inventory", "html", "markdown", "output", "wheel"}
-
-
-def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(sub.choices)
 
 
 def _flags(command: argparse.ArgumentParser) -> list[str]:
@@ -23,7 +20,7 @@ def _flags(command: argparse.ArgumentParser) -> list[str]:
 
 
 def script(parser: argparse.ArgumentParser, shell: str) -> str:
-    commands = _commands(parser)
+    commands = subcommands(parser)
     if shell == "bash":
         cases = "\n".join(f"    {name}) opts={shlex.quote(' '.join(_flags(cmd)))} ;;" for name, cmd in commands.items())
         return f"""# patchkit bash completion: eval "$(patchkit completion bash)"

@@ -1,12 +1,14 @@
 """Pure CST edit operations, registered by the name a recipe uses for them.
 
-specs.py holds what a recipe writes; each operation's module (list_insert.py, ...) holds
-its libcst engine, imported only when an edit is computed (the spec's `compute`).
+Each op is a package of ops/: `spec.py` (what a recipe writes) and `engine.py` (its libcst
+engine, imported only when an edit is computed). targets.py is the vocabulary they share
+(what an edit points at); model.py the contract (EditSpec, EditResult, errors).
 
-Adding an op: its spec (an `EditSpec` with a `kind` and a `compute` that imports its
-engine), its engine module, one line in `OPS`, and its tests (the idempotency table in
-tests/unit/test_edits.py and a fuzz generator in tests/real/test_edit_fuzz.py are asked for
-by tests that go through `OPS`).
+Adding an op: ops/NAME/spec.py (an `EngineSpec` with a `kind` and a `compute` that imports
+its engine, handing it the vocabulary and its own fields), ops/NAME/engine.py, its import and a line in
+`OPS`, and its tests: a folder of data cases tests/unit/edit_cases/NAME/ (a change and a
+refusal at least) with the op's fuzz generator, fuzz.py, beside them; tests that go through
+`OPS` ask for both.
 """
 
 from __future__ import annotations
@@ -17,16 +19,14 @@ from pydantic import BaseModel, ConfigDict, create_model, model_validator
 
 from patchkit.base.built_on_use import BUILT_ON_USE, SchemaOfBuiltOnUse
 from patchkit.edits.model import EditBug, EditError, EditResult, EditSpec, Verdict
-from patchkit.edits.specs import (
-    CallKwarg,
-    CodemodEdit,
-    DiffEdit,
-    DictSet,
-    ListInsert,
-    ListRemove,
-    ReplaceFunction,
-    SetValue,
-)
+from patchkit.edits.ops.call_kwarg.spec import CallKwarg
+from patchkit.edits.ops.codemod.spec import CodemodEdit
+from patchkit.edits.ops.dict_set.spec import DictSet
+from patchkit.edits.ops.diff.spec import DiffEdit
+from patchkit.edits.ops.list_insert.spec import ListInsert
+from patchkit.edits.ops.list_remove.spec import ListRemove
+from patchkit.edits.ops.replace_function.spec import ReplaceFunction
+from patchkit.edits.ops.set_value.spec import SetValue
 
 __all__ = ["Edit", "EditBug", "EditError", "EditResult", "EditSpec", "Verdict", "EDIT_KINDS", "OPS"]
 

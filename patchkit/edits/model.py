@@ -10,7 +10,8 @@ import ast
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from pathlib import Path
+from typing import ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict
 
@@ -47,6 +48,14 @@ class EditResult:
     refused: bool = False
 
 
+AMBIGUOUS = " is ambiguous: "  # what the message of a target matching several places says
+
+
+def is_ambiguity(message: str) -> bool:
+    """Does an edit's not_found message say its target matches several places?"""
+    return AMBIGUOUS in message
+
+
 class EditError(Exception):
     """The source cannot be edited as asked (not a parse error of ours: theirs)."""
 
@@ -70,6 +79,11 @@ class EditSpec(BaseModel):
 
     def apply(self, source: str) -> EditResult:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def bind(self, base_dir: Path) -> Self:
+        """Where files the op names (`file:`) are found: the recipe's folder. An op without
+        files has nothing to bind."""
+        return self
 
 
 BOM = "\ufeff"

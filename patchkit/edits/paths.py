@@ -17,8 +17,9 @@ from typing import Callable, Protocol, Sequence, TypeVar
 
 import libcst as cst
 
-from patchkit.edits.base import EditError, EditRefused, Layout, literal_of, literal_key, python_equal, snippet
+from patchkit.edits.base import EditError, EditRefused, Layout, literal_key, literal_of, python_equal, snippet
 from patchkit.edits.model import Scalar
+from patchkit.edits.sequence import Seq
 
 D = TypeVar("D", bound=cst.BaseExpression)  # a kind of display (list, dict...)
 
@@ -180,3 +181,35 @@ def replace_parts(node: cst.BaseExpression, new: dict[int, cst.BaseExpression]) 
 
 def replace_part(node: cst.BaseExpression, part: cst.BaseExpression, new: cst.BaseExpression) -> cst.BaseExpression:
     return replace_parts(node, {id(part): new})
+
+
+# The elements of list, tuple and set displays (list_insert, list_remove), compared as literals.
+COLLECTIONS: tuple[type[cst.List | cst.Tuple | cst.Set], ...] = (cst.List, cst.Tuple, cst.Set)
+WHAT = "a list, tuple or set literal"
+
+
+def element_values(node: Seq) -> list[tuple[bool, object]]:
+    return [literal_of(e.value) if isinstance(e, cst.Element) else (False, None) for e in node.elements]
+
+
+def unique(values: Sequence[object]) -> list[object]:
+    """`values` without repeats, by type and value (dict.fromkeys would merge 1 and True)."""
+    seen: set[object] = set()
+    out = []
+    for v in values:
+        key = literal_key(v)
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return out
+
+
+def check_set_collisions(parts: Sequence[cst.BaseExpression], values: Sequence[object]) -> None:
+    """In a set, `1` and `True` are one element: refuse rather than write a no-op or lose one."""
+    for part in parts:
+        if not isinstance(part, cst.Set):
+            continue
+        for ok, element in element_values(part):
+            for v in values:
+                if ok and literal_key(element) != literal_key(v) and python_equal(element, v):
+                    raise EditError(f"{v!r} and the set's element {element!r} are one element of a set in Python")

@@ -34,8 +34,9 @@ from patchkit.edits.base import (
     scope_matches,
     snippet,
 )
+from patchkit.edits.model import AMBIGUOUS
 from patchkit.edits.paths import ValueOp, call_arg_index, edit_at
-from patchkit.edits.specs import Choose, Where
+from patchkit.edits.targets import Choose, Where
 from patchkit.edits.tree import Location, SourceTree, replacement
 
 
@@ -153,6 +154,10 @@ class Locator(ScopedTransformer):
     def describe(self) -> str:
         raise NotImplementedError
 
+    def ambiguity_hint(self) -> str:
+        """More ways to pick one place than how_to_choose names, for this kind of target."""
+        return ""
+
     def rebuild(self, node: cst.CSTNode) -> Rebuilt:
         """The node with the edit made (EditError: it cannot be), None when already in place."""
         raise NotImplementedError
@@ -244,13 +249,22 @@ def _lines(tree: SourceTree, places: Sequence[Place]) -> dict[int, int]:
     return {p.order: line for p, line in zip(places, lines)}
 
 
+LISTED = 8  # places a message quotes; the others are counted, with their lines (a file may hold dozens)
+
+
 def list_places(tree: SourceTree, places: Sequence[Place]) -> str:
     lines = _lines(tree, places)
-    return "; ".join(
+    listed = "; ".join(
         f"{i}) line {lines[p.order]} in {p.scope}: `{snippet(p.node)}`"
         + (f" (cannot be edited: {p.error})" if p.error else "")
-        for i, p in enumerate(places, 1)
+        for i, p in enumerate(places[:LISTED], 1)
     )
+    rest = places[LISTED:]
+    if not rest:
+        return listed
+    more = [str(lines[p.order]) for p in rest]
+    shown = ", ".join(more[:20]) + (", ..." if len(more) > 20 else "")
+    return f"{listed}; and {len(rest)} more (lines {shown})"
 
 
 def how_to_choose(scopes: Sequence[str]) -> str:
@@ -261,9 +275,9 @@ def how_to_choose(scopes: Sequence[str]) -> str:
     return text
 
 
-def ambiguity(what: str, tree: SourceTree, places: Sequence[Place]) -> str:
-    return (f"{what} is ambiguous: it matches {len(places)} places: {list_places(tree, places)}; "
-            + how_to_choose([p.scope for p in places]))
+def ambiguity(what: str, tree: SourceTree, places: Sequence[Place], hint: str = "") -> str:
+    return (f"{what}{AMBIGUOUS}it matches {len(places)} places: {list_places(tree, places)}; "
+            + how_to_choose([p.scope for p in places]) + hint)
 
 
 def run_locator(source: str, make: Callable[[], Locator]) -> EditResult:
@@ -299,7 +313,7 @@ def _run_locator(tree: SourceTree, locator: Locator) -> EditResult:
     elif choice.all or len(places) == 1:
         chosen = places
     else:
-        return EditResult("not_found", source, ambiguity(what, tree, places))
+        return EditResult("not_found", source, ambiguity(what, tree, places, locator.ambiguity_hint()))
 
     refused = [p for p in chosen if p.refusal]
     if refused:
@@ -507,6 +521,13 @@ class CallArgLocator(CallLocator):
 
     def describe(self) -> str:
         return self.spec.describe_target()
+
+    def ambiguity_hint(self) -> str:
+        # The calls differ by what surrounds them, e.g. one per key of a dict of lambdas
+        # (`env = {"A": lambda: os.environ.get("A", "1"), ...}`): a path names the one meant.
+        return ("; or reach the one call through the value that holds it: `target: assignment` with "
+                "`names: [NAME]` and `path: [KEY, ...]` (a dict key, an index, an argument; a `lambda:` on "
+                "the way is looked through)")
 
     def rebuild(self, node: cst.CSTNode) -> Rebuilt:
         assert isinstance(node, cst.Call)

@@ -7,14 +7,31 @@
 `assert_edit` checks what every op promises: the result is exactly `after` (byte for byte),
 it compiles, and applying the edit again says `already` and changes nothing. A failure is
 an AssertionError whose message shows a diff, so it reads the same under pytest or unittest.
+
+Golden cases can be data: a folder per op of YAML files (`case_files`, `read_case`,
+`assert_case`), each one edit, as a recipe would write it:
+
+    about:   why the case exists (optional)
+    spec:    the op's parameters (the op is the folder's name)
+    before:  the source
+    after:   the exact result (as assert_edit checks it; the second apply also says
+             `already in place`), or
+    already: true (the edit is found in place), or
+    refused: the whole message of a refusal (nothing changed)
+    message: the whole message, or message_has: parts of it (with after or already)
+
+Files a spec names (a codemod's module, a diff) sit beside the cases: the folder is the
+recipe's folder.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from patchkit.base.yamlsource import read_yaml
 from patchkit.edits import Edit, EditResult, EditSpec
 from patchkit.edits.model import compile_error
 
@@ -79,4 +96,49 @@ def assert_refused(edit: EditLike, source: str, /, **params: Any) -> str:
     return result.message
 
 
-__all__ = ["as_edit", "assert_edit", "assert_idempotent", "assert_refused"]
+CASE_OUTCOMES = ("after", "already", "refused")
+CASE_KEYS = frozenset({"about", "spec", "before", *CASE_OUTCOMES, "message", "message_has"})
+
+
+def case_files(root: Path) -> list[tuple[str, Path]]:
+    """(op, file) for every case under root/OP/*.yaml, in order."""
+    return [(folder.name, path) for folder in sorted(root.iterdir()) if folder.is_dir()
+            for path in sorted(folder.glob("*.yaml"))]
+
+
+def read_case(path: Path) -> dict[str, Any]:
+    """A case file, read as patchkit reads recipes, its shape checked (AssertionError naming it)."""
+    case = read_yaml(path).build().data
+    assert isinstance(case, dict), f"{path}: a case is a mapping"
+    unknown = set(case) - CASE_KEYS
+    assert not unknown, f"{path}: unknown keys {sorted(unknown)} (a case has {sorted(CASE_KEYS)})"
+    assert "spec" in case and "before" in case, f"{path}: a case has `spec` and `before`"
+    outcomes = [key for key in CASE_OUTCOMES if key in case]
+    assert len(outcomes) == 1, f"{path}: give exactly one of {', '.join(CASE_OUTCOMES)}"
+    assert case.get("already", True) is True, f"{path}: `already` is true or absent"
+    assert not ("refused" in case and {"message", "message_has"} & set(case)), \
+        f"{path}: `refused` is the whole message already"
+    return case
+
+
+def assert_case(op: str, case: Mapping[str, Any], folder: Path) -> EditResult:
+    """The case's edit on its `before` gives what the case says, and nothing else. The result."""
+    edit = Edit.model_validate({op: case["spec"]})
+    edit.op.bind(folder)
+    before = case["before"]
+    if "refused" in case:
+        message = assert_refused(edit, before)
+        assert message == case["refused"], f"the refusal says:\n  {message}\nnot:\n  {case['refused']}"
+        return EditResult("not_found", before, message)
+    result = assert_edit(edit, before, case["after"] if "after" in case else before)
+    if "after" in case:
+        again = edit.apply(result.source)
+        assert again.message == "already in place", f"the second apply says: {again.message}"
+    if "message" in case:
+        assert result.message == case["message"], f"the message is:\n  {result.message}"
+    for part in case.get("message_has", []):
+        assert part in result.message, f"the message does not say {part!r}:\n  {result.message}"
+    return result
+
+
+__all__ = ["as_edit", "assert_case", "assert_edit", "assert_idempotent", "assert_refused", "case_files", "read_case"]

@@ -1,4 +1,4 @@
-"""The CST node for what a `value`/`expr` edit wants (see specs.WantsValue), and what replacing
+"""The CST node for what a `value`/`expr` edit wants (see targets.WantsValue), and what replacing
 a literal of one type with one of another says (`type_trap`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from patchkit.edits.base import EditError, EditRefused, Layout, expression_node,
 from patchkit.edits.model import a_type, type_name
 
 if TYPE_CHECKING:
-    from patchkit.edits.specs import WantsValue
+    from patchkit.edits.targets import WantsValue
 
 # Words YAML 1.1 (and so Ansible) reads as booleans; YAML 1.2 (patchkit) keeps them strings.
 BOOL_WORDS = {"yes": True, "on": True, "true": True, "no": False, "off": False, "false": False}

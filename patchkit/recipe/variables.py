@@ -158,7 +158,7 @@ def unused(given: dict[str, str], known: set[str], typos_only: Collection[str] =
     for name, origin in given.items():
         if name in known or name in SPECIAL:
             continue
-        close = difflib.get_close_matches(name, sorted(known), n=1)
+        close = difflib.get_close_matches(name, sorted(set(known) | set(SPECIAL)), n=1)  # -e pyhton= too
         hint = close[0] if close else None
         if name in typos_only and hint is None:
             continue

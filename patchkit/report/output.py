@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from patchkit.run.results import RunReport
 from patchkit.base.reveal import Reveal
@@ -18,7 +18,9 @@ STATUS_STYLE = {
 
 
 def print_json(report: RunReport, out: TextIO = sys.stdout) -> None:
-    out.write(report.model_dump_json(indent=2, exclude_none=False) + "\n")
+    # history's runs are in each host's `runs`; its `steps` (a row per run) are for the eye only
+    exclude: Any = {"hosts": {"__all__": {"steps"}}} if report.command == "history" else None
+    out.write(report.model_dump_json(indent=2, exclude_none=False, exclude=exclude) + "\n")
 
 
 def diff_key(diff: str) -> str:
@@ -60,15 +62,14 @@ def print_plain(report: RunReport, out: TextIO = sys.stdout, verbose: bool = Fal
     def one_line(text: str) -> str:
         return _one_line(shown(text))
 
-    lines: list[str] = []
+    lines: list[str] = [f"# {one_line(_title(report))}\n"]  # what follows is this run's
+    if verbose:
+        lines += [f"# via {one_line(line)}\n" for line in where_lines(report)]
     for diff, where in shared_diffs(report).values():
         lines.append(f"# {shown(', '.join(where))}\n{shown(diff).rstrip(chr(10))}\n\n")
     for name, why, upstream in _about(report):
         lines.append(" ".join([f"{shown(name)}:", *(f"{key}: {one_line(value)}" for key, value in (
             ("why", why), ("upstream", upstream)) if value)]) + "\n")
-    lines.append(f"# {one_line(_title(report))}\n")
-    if verbose:
-        lines += [f"# via {one_line(line)}\n" for line in where_lines(report)]
     notes: list[str] = []
     for host, result in report.hosts.items():
         if not result.steps:
@@ -128,9 +129,6 @@ def print_human(report: RunReport, out: TextIO = sys.stdout, verbose: bool = Fal
             items.append(Text(line, style=style))
         items.append(Text(""))
 
-    for name, why, upstream in _about(report):  # a step's `why:` and `upstream:`
-        items.append(Text.assemble((f"{shown(name)}:", "bold"), *(f" {key}: {shown(value)}" for key, value in (
-            ("why", why), ("upstream", upstream)) if value)))
     table = Table(title=Text(shown(_title(report))), title_justify="left", show_lines=False)
     steps = [s.name for r in report.hosts.values() for s in r.steps]
     # Nothing is cut: a step column as wide as its longest name (history's run ids are what
@@ -147,6 +145,9 @@ def print_human(report: RunReport, out: TextIO = sys.stdout, verbose: bool = Fal
             table.add_row(Text(shown(host)) if i == 0 else "", Text(shown(step.name)),
                           Text(step.status, style=STATUS_STYLE.get(step.status, "")), Text(shown(step.message)))
     items.append(table)
+    for name, why, upstream in _about(report):  # a step's `why:` and `upstream:`, under the table naming it
+        items.append(Text.assemble((f"{shown(name)}:", "bold"), *(f" {key}: {shown(value)}" for key, value in (
+            ("why", why), ("upstream", upstream)) if value)))
     if verbose:
         items += [Text(f"via {shown(line)}", style="dim") for line in where_lines(report)]
     for host, result in report.hosts.items():

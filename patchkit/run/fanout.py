@@ -9,8 +9,9 @@
   not yet started are skipped.
 - Ctrl-C once: no new host and no new step starts; steps in progress finish (and are
   journaled), then the summary says which hosts finished. Ctrl-C again: hosts in
-  flight are abandoned; each host agent still finishes the request it is on (it
-  ignores SIGINT, and every write is atomic), so no file is left half-written.
+  flight are abandoned at once, not waited for: each host agent still finishes the request
+  it is on (it ignores SIGINT, and every write is atomic), so no file is left half-written,
+  and a change cut off before its checks were recorded is `pending verification` in status.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, TextIO
 
 from patchkit.fleet.inventory import HostSpec
 from patchkit.run.results import HostResult
@@ -38,6 +39,10 @@ class Progress(Protocol):
     def note(self, host: str, text: str) -> None: ...
     def finished(self, host: str, result: HostResult) -> None: ...
     def close(self) -> None: ...
+
+
+ABANDONED = ("interrupted while in progress, abandoned at the second Ctrl-C: the host's agent finishes the request "
+             "it was on (each write is whole); status says what it left")
 
 
 @dataclass
@@ -59,6 +64,7 @@ class Interrupt:
 class _State:
     failed: int = 0
     stop_reason: str | None = None
+    running: set[str] = field(default_factory=set)  # hosts started, finished or not
     results: dict[str, HostResult] = field(default_factory=dict)
 
 
@@ -84,12 +90,14 @@ async def fan_out(
         interrupt.forced = True
         for task in tasks:
             task.cancel()
+        abandoned.set()  # not waiting for the hosts' agents to end: see the module's docstring
 
     async def one(host: HostSpec) -> None:
         async with limit:
             if state.stop_reason:
                 state.results[host.name] = HostResult(status="skipped", message=f"not run: {state.stop_reason}")
                 return
+            state.running.add(host.name)
             if progress:
                 progress.started(host.name)
             try:
@@ -107,6 +115,7 @@ async def fan_out(
 
     budget = failure_budget(policy.max_fail, len(hosts))
     cut = batches(hosts, policy.serial)
+    abandoned = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
@@ -114,7 +123,12 @@ async def fan_out(
             if i > 0 and state.failed and not state.stop_reason:
                 state.stop_reason = _stopped_after(i, cut, state.results)
             tasks[:] = [asyncio.ensure_future(one(h)) for h in batch]
-            await asyncio.gather(*tasks, return_exceptions=True)
+            every: asyncio.Future[Any] = asyncio.gather(*tasks, return_exceptions=True)
+            given_up: asyncio.Future[Any] = asyncio.ensure_future(abandoned.wait())
+            await asyncio.wait([every, given_up], return_when=asyncio.FIRST_COMPLETED)
+            given_up.cancel()
+            if abandoned.is_set():
+                break
             for host in batch if len(cut) > 1 else ():
                 if host.name in state.results:
                     state.results[host.name].batch = f"{i + 1}/{len(cut)}"
@@ -123,6 +137,8 @@ async def fan_out(
         if progress:
             progress.close()
     for host in hosts:
+        if host.name in state.running:  # abandoned at the second Ctrl-C
+            state.results.setdefault(host.name, HostResult(status="failed", message=ABANDONED))
         state.results.setdefault(host.name, HostResult(status="skipped", message="not run: interrupted"))
     return {h.name: state.results[h.name] for h in hosts}
 
@@ -147,8 +163,9 @@ class LineProgress:
     a host's long work (a deploy's bytes, rate, ETA) at most once a minute per host."""
 
     def __init__(self, total: int, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 out: TextIO | None = None) -> None:
+                 out: TextIO | None = None, finished_lines: bool = True) -> None:
         self.total = total
+        self.finished_lines = finished_lines  # off when the report goes to the same file: it says each host
         self.done = 0
         self.every_s, self.clock, self.out = every_s, clock, out
         self.last: dict[str, float] = {}
@@ -164,8 +181,8 @@ class LineProgress:
 
     def finished(self, host: str, result: HostResult) -> None:
         self.done += 1
-        if self.total < 2:
-            return  # one host: its report says it
+        if self.total < 2 or not self.finished_lines:
+            return  # one host, or stdout is this same file: the report says it
         note = f" — {reveal(result.message)}" if result.status == "failed" and result.message else ""
         print(f"[{self.done}/{self.total}] {host}: {result.status}{note}", file=self.out or sys.stderr, flush=True)
 
@@ -287,4 +304,12 @@ def progress_for(hosts: list[HostSpec], enabled: bool) -> Progress | None:
         return None
     if sys.stderr.isatty() and os.environ.get("TERM") != "dumb":
         return LiveProgress([h.name for h in hosts])
-    return LineProgress(len(hosts))
+    return LineProgress(len(hosts), finished_lines=not _same_file(sys.stdout, sys.stderr))
+
+
+def _same_file(one: TextIO, other: TextIO) -> bool:
+    """Do both write to the same open file (`2>&1 | tee log`, `>log 2>&1`)?"""
+    try:
+        return os.path.samestat(os.fstat(one.fileno()), os.fstat(other.fileno()))
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's StringIO)
+        return False

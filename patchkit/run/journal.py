@@ -89,7 +89,7 @@ class Journal:
     async def finish(self, record: RunRecord, keep: int, listing: Pending[JournalListReply]) -> int:
         """The run's final record, the prune and the agent's `end` in one write, then their answers:
         they come back with the agent's exit, so the run's last records cost no round trip of
-        their own (issue 27). Raises if a record did not land; returns how many runs were pruned.
+        their own. Raises if a record did not land; returns how many runs were pruned.
 
         The runs to prune are picked from `listing` (the records as this run found them, under
         its lock: only this session wrote them since) with every record this session wrote in

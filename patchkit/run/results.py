@@ -71,9 +71,14 @@ class HostResult(BaseModel):
     transport: str | None = None  # local | ssh | openssh | podman | docker | k8s ...: how it was reached
     address: str | None = None
     seconds: float | None = None  # wall time of this host's work, connection included
+    # history: the runs of the host's journal, each as fields (run_id, command, recipe, status,
+    # started, finished, steps, ...), oldest first; its JSON leaves out `steps`, which the
+    # terminal and pipe views draw a row per run from
+    runs: list[dict[str, Any]] | None = None
 
 
-REPORT_SCHEMA_VERSION = 2  # 1: before schema_version, totals and timings (same keys otherwise)
+# 1: before schema_version, totals and timings; 2: history's runs were `steps`; 3: history's runs are `runs`
+REPORT_SCHEMA_VERSION = 3
 
 
 class RunReport(BaseModel):

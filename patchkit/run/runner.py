@@ -62,6 +62,8 @@ class Options:
     accept_new_host_keys: bool = False  # SSH: record unknown host keys (a changed key is still refused)
     changes_note: bool = True  # apply: say once per host when its changes last only as long as it (containers)
     early: EarlyReach | None = None  # the first hosts' transports, already connecting (host/transport/early.py)
+    history_recipe: str | None = None  # history --recipe: only this recipe's runs
+    history_since: float | None = None  # history --since: only runs started then or later (epoch seconds)
 
 
 @dataclass
@@ -335,13 +337,14 @@ class Runner:
     # ------------------------------------------------------------------ history
 
     async def history(self, s: Session) -> HostResult:
-        records = await s.journal.runs(self.loaded.recipe.name if self.loaded else None)
+        records = await s.journal.runs(self.options.history_recipe or (self.loaded.recipe.name if self.loaded else None))
+        since = self.options.history_since
+        records = [r for r in records if since is None or r.started >= since]
         steps = [
-            StepResult(name=r.run_id, kind=r.kind, status=_history_status(r),
-                       message=_history_line(r), details=_history_details(r))
+            StepResult(name=r.run_id, kind=r.kind, status=_history_status(r), message=_history_line(r))
             for r in records
         ]
-        return HostResult(status="ok", steps=steps)
+        return HostResult(status="ok", steps=steps, runs=[_history_details(r) for r in records])
 
 
 def _journal_failed(record: RunRecord, exc: HostError) -> HostResult:

@@ -275,12 +275,12 @@ def test_rollback_restores_originals_then_has_nothing_left(sandbox: Sandbox) -> 
 
     history = sandbox.run("history", None, json_out=True)
     assert history.returncode == 0, history
-    runs = {s["name"]: s for s in host(history)["steps"]}
-    assert runs[apply_id]["kind"] == "apply"
-    assert runs[rolled.json()["run_id"]]["kind"] == "rollback"
-    assert f"undoes {apply_id}" in runs[rolled.json()["run_id"]]["message"]
+    runs = {r["run_id"]: r for r in host(history)["runs"]}
+    assert runs[apply_id]["command"] == "apply"
+    assert runs[rolled.json()["run_id"]]["command"] == "rollback"
+    assert runs[rolled.json()["run_id"]]["rollback_of"] == apply_id
     # Listed oldest first, in the order the runs happened.
-    kinds = [s["kind"] for s in host(history)["steps"]]
+    kinds = [r["command"] for r in host(history)["runs"]]
     assert kinds == ["apply", "rollback"], history
 
 

@@ -192,7 +192,7 @@ def test_json_is_exactly_one_document_with_the_contract_shape(sandbox: Sandbox) 
     status, history = run_many([sandbox.argv("status", TOY, "--json"), sandbox.argv("history", None, "--json")])
     assert status.returncode == 0 and history.returncode == 0, (status, history)
     check_shape(status.json(), "toyllm_eagle3", STATE_STATUSES)
-    assert [s["name"] for s in history.json()["hosts"]["local"]["steps"]] == [doc["run_id"]]
+    assert [r["run_id"] for r in history.json()["hosts"]["local"]["runs"]] == [doc["run_id"]]
 
 
 # ---------------------------------------------------------------------------- unreachable interpreter

@@ -65,3 +65,54 @@ def test_ctrl_c_finishes_the_step_in_progress_and_starts_nothing_new(tmp_path: P
     for name in ("b", "c"):
         assert report[name]["status"] == "skipped" and "interrupted" in report[name]["message"]
         assert (tmp_path / name / "site/slowpkg/config.py").read_text() == SLOW_PACKAGE["slowpkg/config.py"]
+
+
+def test_a_second_ctrl_c_exits_at_once_and_status_tells_what_the_host_left(tmp_path: Path) -> None:
+    """The host's import check takes 10 s; the second Ctrl-C comes during it. patchkit exits
+    at once (130) with the host failed as abandoned; the agent finishes its request, so the
+    write is whole and journaled as unverified: status says `pending verification`, and the
+    next apply verifies it."""
+    site = tmp_path / "a" / "site" / "slowpkg"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("import time\ntime.sleep(10)  # a slow import check\n")
+    (site / "config.py").write_text(SLOW_PACKAGE["slowpkg/config.py"])
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "a" / "venv")], check=True)
+    python = tmp_path / "a" / "venv" / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, "site.pth").write_text(str(tmp_path / "a" / "site") + "\n")
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text(json.dumps({"hosts": {"a": {"address": "local", "python": str(python),
+                                                     "state_dir": str(tmp_path / "a" / "state")}}}))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(json.dumps({"name": "slow", "steps": [
+        {"name": "add", "patch": {"package": "slowpkg", "modules": ["slowpkg.config"],
+                                  "edit": {"list_insert": {"names": ["SUPPORTED"], "values": ["kimi_k2"]}}},
+         "verify": {"import": ["slowpkg.config"]}}]}))
+    proc = subprocess.Popen([PATCHKIT, "apply", str(recipe), "-i", str(inventory), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    backups = tmp_path / "a/state/backups"
+    deadline = time.monotonic() + 60
+    while not backups.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert backups.exists(), "host a never reached its write"
+    time.sleep(0.5)  # inside the import check
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    second = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    waited = time.monotonic() - second
+    assert proc.returncode == 130, err
+    assert waited < 3, f"the second Ctrl-C took {waited:.1f} s to exit"
+    host = json.loads(out)["hosts"]["a"]
+    assert host["status"] == "failed" and "abandoned at the second Ctrl-C" in host["message"], host
+    assert "Traceback" not in err, err
+
+    status = subprocess.run([PATCHKIT, "status", str(recipe), "-i", str(inventory)], capture_output=True, text=True,
+                            timeout=60)  # waits for the agent's host lock, held until its request is done
+    assert status.returncode == 3 and "\tpending\tpending verification: run " in status.stdout, status
+    assert '"kimi_k2"' in (site / "config.py").read_text()
+    again = subprocess.run([PATCHKIT, "apply", str(recipe), "-i", str(inventory)], capture_output=True, text=True,
+                           timeout=60)
+    assert again.returncode == 0 and "verified now" in again.stdout, again

@@ -8,6 +8,7 @@ import pty
 import re
 import shlex
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from tests.helpers import PATCHKIT, TOY_SPECULATIVE, Sandbox, recipe, sandbox_fixture  # noqa: F401 - fixture
@@ -52,13 +53,14 @@ def test_history_gives_whole_run_ids_on_a_terminal_and_in_a_pipe_and_fields_in_j
     assert sandbox.run("apply", TOY).returncode == 0
     assert sandbox.run("rollback", TOY).returncode == 0
     doc = sandbox.run("history", None, json_out=True).json()
-    runs = doc["hosts"]["local"]["steps"]
-    assert [r["details"]["command"] for r in runs] == ["apply", "rollback"]
-    apply_run, rollback_run = (r["details"] for r in runs)
+    assert doc["schema_version"] == 3 and "steps" not in doc["hosts"]["local"]
+    runs = doc["hosts"]["local"]["runs"]
+    assert [r["command"] for r in runs] == ["apply", "rollback"]
+    apply_run, rollback_run = runs
     assert apply_run["recipe"] == "toyllm_eagle3" and apply_run["status"] == "changed"
     assert apply_run["started"].endswith("Z") and "eagle3-whitelist" in apply_run["changed_steps"]
     assert rollback_run["rollback_of"] == apply_run["run_id"]
-    ids = [r["name"] for r in runs]
+    ids = [r["run_id"] for r in runs]
 
     piped = sandbox.run("history")
     assert all(any(line.startswith(f"local\t{run_id}\t") for line in piped.stdout.splitlines()) for run_id in ids)
@@ -120,7 +122,7 @@ def test_every_json_report_validates_against_patchkit_schema_report(sandbox: San
         docs[command] = result.json()
         jsonschema.validate(docs[command], schema)
     apply_doc = docs["apply"]
-    assert apply_doc["schema_version"] == 2 and apply_doc["totals"] == {"hosts": 1, "changed": 1}
+    assert apply_doc["schema_version"] == 3 and apply_doc["totals"] == {"hosts": 1, "changed": 1}
     assert apply_doc["seconds"] > 0 and apply_doc["hosts"]["local"]["seconds"] > 0
     assert apply_doc["hosts"]["local"]["transport"] == "local"
     assert docs["status"]["totals"]["hosts"] == 1
@@ -131,3 +133,23 @@ def test_every_json_report_validates_against_patchkit_schema_report(sandbox: San
     assert error["exit_code"] == 2 and "no-such-step" in error["error"]["message"]
     bad = run_patchkit("plan", "--json", "--no-such-flag", TOY)
     assert bad.returncode == 2 and "--no-such-flag" in bad.json()["error"]["message"], bad
+
+
+def test_history_keeps_only_the_runs_of_a_recipe_and_since_a_moment(sandbox: Sandbox, tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text(Path(TOY).read_text().replace("name: toyllm_eagle3", "name: other_recipe", 1))
+    assert "name: other_recipe" in other.read_text()
+    assert sandbox.run("apply", TOY, "--steps", "eagle3-whitelist").returncode == 0
+    assert sandbox.run("status", str(other)).returncode in (0, 3)  # status journals nothing
+    assert sandbox.run("apply", str(other), "--steps", "eagle3-whitelist").returncode == 0  # `ok`, journaled
+    every = sandbox.run("history", None, json_out=True).json()["hosts"]["local"]["runs"]
+    assert [r["recipe"] for r in every] == ["toyllm_eagle3", "other_recipe"], every
+
+    mine = sandbox.run("history", None, "--recipe", "other_recipe", json_out=True).json()["hosts"]["local"]["runs"]
+    assert [r["recipe"] for r in mine] == ["other_recipe"], mine
+    recent = sandbox.run("history", None, "--since", "1h", json_out=True).json()["hosts"]["local"]["runs"]
+    assert len(recent) == 2, recent
+    future = sandbox.run("history", None, "--since", "2999-01-01", json_out=True).json()["hosts"]["local"]["runs"]
+    assert future == [], future
+    bad = sandbox.run("history", None, "--since", "yesterday")
+    assert bad.returncode == 2 and bad.stderr.startswith("patchkit: ") and "'yesterday' is neither" in bad.stderr, bad

@@ -1,9 +1,11 @@
-"""The runtime install a user makes (README "Install"): `pip install .` into a fresh venv, no
-extras, dependencies at the newest versions pyproject.toml allows (no constraints file), from
-the package index pip is configured with. It must give the console script, work, stay quiet on
-stderr and stay small.
+"""The runtime install a user makes (README "Install"): `pip install .` from a clone, or the
+built wheel, into a fresh venv, no extras, dependencies at the newest versions pyproject.toml
+allows (no constraints file), from the package index pip is configured with. It must give the
+console script, work, stay quiet on stderr and stay small. The artifacts a release uploads
+(`python -m build`: sdist and wheel) pass `twine check --strict`, and the wheel holds the files
+that run on hosts and the Ansible collection, and no tests.
 
-The build runs on a copy of the files it needs, so the worktree gets no build/ or *.egg-info.
+Builds run on a copy of the files they need, so the worktree gets no build/, dist/ or *.egg-info.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 from patchkit import __version__
@@ -40,15 +43,53 @@ def _quiet(done: subprocess.CompletedProcess[str]) -> bool:
     return not any(WARNING.search(line) for line in done.stderr.splitlines()) and "Traceback" not in done.stderr
 
 
-def test_pip_install_from_a_clone_gives_a_small_quiet_working_patchkit(tmp_path: Path) -> None:
-    source = tmp_path / "clone"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    shutil.copytree(REPO / "patchkit", source / "patchkit", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+def _clean_env() -> dict[str, str]:
+    """Nothing of the test venv may leak in: the installed patchkit must stand on its own."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
 
-    # Nothing of the test venv may leak in: the installed patchkit must stand on its own.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+
+def _clone(root: Path) -> Path:
+    """What a clone holds of the distribution's sources (a copy: builds write beside them)."""
+    root.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, root / name)
+    for folder in ("patchkit", "ansible_collections"):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return root
+
+
+def test_pip_install_from_a_clone_gives_a_small_quiet_working_patchkit(tmp_path: Path) -> None:
+    _install_and_use(tmp_path, str(_clone(tmp_path / "clone")))
+
+
+def test_the_built_artifacts_pass_twine_and_the_wheel_installs_a_working_patchkit(tmp_path: Path) -> None:
+    source = _clone(tmp_path / "clone")
+    dist = tmp_path / "dist"
+    built = _run([sys.executable, "-m", "build", "-q", "--outdir", str(dist), str(source)], source, _clean_env(),
+                 timeout=300)
+    assert built.returncode == 0, built.stderr[-4000:]
+    wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
+    assert [w.name for w in wheels] == [f"patchkit_llm-{__version__}-py3-none-any.whl"], wheels
+    assert [s.name for s in sdists] == [f"patchkit_llm-{__version__}.tar.gz"], sdists
+    checked = _run([sys.executable, "-m", "twine", "check", "--strict", *map(str, wheels + sdists)], dist, _clean_env())
+    assert checked.returncode == 0 and checked.stdout.count("PASSED") == 2, checked
+
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        names = set(wheel.namelist())
+    shipped = {f"patchkit/{p.relative_to(REPO / 'patchkit')}" for p in (REPO / "patchkit").rglob("*.py")}
+    assert shipped <= names, sorted(shipped - names)  # every module: the host files and the reader among them
+    assert "patchkit/host/remote/core.py" in names and "patchkit/host/checkpoint/reader.py" in names
+    collection = {str(p.relative_to(REPO)) for p in (REPO / "ansible_collections").rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts}
+    assert collection and collection <= names, sorted(collection - names)
+    assert not [n for n in names if n.startswith("tests/") or "/__pycache__/" in n or n.endswith(".pyc")], names
+
+    _install_and_use(tmp_path, str(wheels[0]))
+
+
+def _install_and_use(tmp_path: Path, what: str) -> None:
+    """`pip install WHAT` into a new venv, then the console script: --version, validate, a plan."""
+    env = _clean_env()
     work = tmp_path / "work"
     work.mkdir()
     venv = tmp_path / "venv"
@@ -56,7 +97,7 @@ def test_pip_install_from_a_clone_gives_a_small_quiet_working_patchkit(tmp_path:
     made = _run([sys.executable, "-m", "venv", str(venv)], work, env)
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
-    installed = _run([str(python), "-m", "pip", "install", "-q", str(source)], work, env, timeout=300)
+    installed = _run([str(python), "-m", "pip", "install", "-q", what], work, env, timeout=300)
     assert installed.returncode == 0, installed.stderr[-4000:]
     install_s = time.monotonic() - started
 

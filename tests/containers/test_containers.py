@@ -267,7 +267,7 @@ def test_apply_reapply_status_rollback_in_a_container(engine: Engine, tmp_path: 
     assert {p: engine.read(name, p) for p in before} == before  # byte for byte
 
     history = patchkit(engine, "history", "-i", inv, "--json")
-    assert [s["kind"] for s in history.hosts()["c1"]["steps"]].count("apply") == 2
+    assert [r["command"] for r in history.hosts()["c1"]["runs"]].count("apply") == 2
 
 
 @containers

@@ -18,7 +18,7 @@ import pytest
 
 from fixtures.release_diffs import PAIRS, STRIP, release_diff
 from patchkit.edits import Edit
-from patchkit.edits.specs import DiffEdit
+from patchkit.edits.ops.diff.spec import DiffEdit
 
 pytestmark = pytest.mark.wheels
 

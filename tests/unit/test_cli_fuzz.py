@@ -1,7 +1,7 @@
 """Fuzz of the command line: hundreds of generated invocations (commands, flags and values:
 empty strings, nan, huge numbers, folders, devices, missing files, odd -l patterns, -e
 without `=`, non-ASCII, options given as values, ...), run in-process against the real
-argument parsing and validation of patchkit/cli/main.py. Each must end in one of the exit codes
+argument parsing and validation of patchkit/cli/. Each must end in one of the exit codes
 the product names (0, 1, 2, 3) with no traceback; a usage error is `patchkit: ...` on
 stderr's first line; and a value known to be malformed (an empty value, a number that is no
 count or no number of seconds, a nested-too-deep inventory) must be a usage error before any

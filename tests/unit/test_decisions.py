@@ -81,7 +81,7 @@ def unit_change(verified: bool | None = True, status: str = "changed", restored:
 
 UNIT_TABLE = [
     ("never applied", planned_unit("changed", (A, A), (B, B)), [], "pending", ""),
-    ("applied by us", planned_unit("ok", (B, B)), [run("r1", unit_change())], "applied", "2 files, backups"),
+    ("applied by us", planned_unit("ok", (B, B)), [run("r1", unit_change())], "applied", "in run r1 (2 files)"),
     ("one file changed since", planned_unit("ok", (B, C)), [run("r1", unit_change())], "drifted", F2),
     ("cut off before its checks", planned_unit("ok", (B, B)), [run("r1", unit_change(verified=False))], "pending",
      "pending verification"),

@@ -144,7 +144,7 @@ def test_edits_and_entry_checks_never_run_in_two_threads_at_once(step, root: Pat
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    import patchkit.edits.list_insert as engine
+    import patchkit.edits.ops.list_insert.engine as engine
     import patchkit.run.steps.edit_cache as module
 
     inside, most, guard = 0, 0, threading.Lock()

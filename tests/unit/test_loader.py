@@ -596,3 +596,16 @@ def test_the_hang_guard_counts_cpu_time_not_the_wall_clock() -> None:
             pass
     with time_limit(0.2):
         time.sleep(0.4)  # 0.4 s of wall clock, next to no CPU: no Hang
+
+
+def test_a_key_indented_one_level_too_deep_is_told_to_dedent(tmp_path: Path) -> None:
+    file = tmp_path / "r.yaml"
+    misplaced = RECIPE.replace('''        list_insert: {names: [eagle3_target_supported], values: ["{{ tag }}"]}\n''',
+                               '''        list_insert: {names: [eagle3_target_supported], values: ["{{ tag }}"]}\n'''
+                               '''      verify: {import: [toyllm.config.speculative]}\n''')
+    assert "      verify:" in misplaced
+    assert recipe_error(tmp_path, misplaced) == (
+        f"{file}:10:7: steps[0].patch: unknown key 'verify' here; it is a key of the level of `patch:`: dedent it")
+    # a key no level allows gets no such hint
+    assert recipe_error(tmp_path, misplaced.replace("      verify:", "      zzzz:")) == (
+        f"{file}:10:7: steps[0].patch: unknown key 'zzzz'")

@@ -1,9 +1,9 @@
 """Fuzz tier for the loader: thousands of malformed recipes and inventories, each a
 mutation of a valid one, must each give a UsageError whose first line is `FILE:LINE:COL: ...`
-(and each further line another problem of the file, as `FILE:LINE:COL: ...`: issue 25 lists
-every problem) with bounded work (issue 11). Nothing else may come out: no other exception,
-no hang, no silent load. At least the outside fault run's size (issue 21: 1,100 malformed
-recipes, 196 inventories): 1,300 recipes and 700 inventories are generated.
+(and each further line another problem of the file, as `FILE:LINE:COL: ...`: the loader
+lists every problem) with bounded work. Nothing else may come out: no other exception, no
+hang, no silent load. At least the size of an outside fault run (1,100 malformed recipes,
+196 inventories): 1,300 recipes and 700 inventories are generated.
 
 Most mutations are malformed by construction (a bad byte, a control character, a tag, an
 alias bomb, a merge key, nesting, a wrong type, an unknown or missing key, a broken
@@ -34,14 +34,14 @@ from hypothesis import strategies as st
 from loadercheck import check_message, time_limit
 
 from patchkit.edits import EDIT_KINDS
-from patchkit.edits.specs import Where
+from patchkit.edits.targets import Where
 from patchkit.base.errors import UsageError
 from patchkit.fleet.inventory import load_inventory
 from patchkit.recipe.model import load_recipe
 from patchkit.base.yamlsource import MAX_BYTES, MAX_DEPTH
 
 EXAMPLES = {"recipes": 1300, "inventories": 700}  # generated per kind (~11 and ~5 s of CPU here)
-MALFORMED = {"recipes": 1100, "inventories": 600}  # refused at least: above the outside run's 1,100 and 196 (issue 21)
+MALFORMED = {"recipes": 1100, "inventories": 600}  # refused at least: above the outside run's 1,100 and 196
 
 # ---------------------------------------------------------------------------- valid bases
 

@@ -1,4 +1,4 @@
-"""A recipe builds the models of the step kinds and edit ops it uses, and no others (issue 27).
+"""A recipe builds the models of the step kinds and edit ops it uses, and no others.
 
 Counted in a fresh interpreter (a model, once built, stays built): which patchkit models
 pydantic generated a schema for while importing patchkit and loading the recipe, its own or
@@ -44,12 +44,12 @@ def test_a_one_patch_recipe_builds_only_the_patch_models_and_its_edit_op() -> No
     assert result["kinds"] == ["patch"]
     built = set(result["built"])
     assert {"patchkit.recipe.model.Recipe", "patchkit.recipe.model.PatchStep", "patchkit.edits.Edit",
-            "patchkit.edits.specs.ListInsert"} <= built
+            "patchkit.edits.ops.list_insert.spec.ListInsert"} <= built
     not_used = {"patchkit.recipe.model.CheckStep", "patchkit.recipe.model.DeployStep", "patchkit.recipe.model.LaunchStep",
                 "patchkit.recipe.model.Health", "patchkit.recipe.model.SpecDecodeGate", "patchkit.recipe.model.Baseline",
-                "patchkit.edits.specs.ListRemove", "patchkit.edits.specs.SetValue", "patchkit.edits.specs.DictSet",
-                "patchkit.edits.specs.CallKwarg", "patchkit.edits.specs.CodemodEdit",
-                "patchkit.edits.specs.ReplaceFunction", "patchkit.edits.specs.DiffEdit",
+                "patchkit.edits.ops.list_remove.spec.ListRemove", "patchkit.edits.ops.set_value.spec.SetValue", "patchkit.edits.ops.dict_set.spec.DictSet",
+                "patchkit.edits.ops.call_kwarg.spec.CallKwarg", "patchkit.edits.ops.codemod.spec.CodemodEdit",
+                "patchkit.edits.ops.replace_function.spec.ReplaceFunction", "patchkit.edits.ops.diff.spec.DiffEdit",
                 "patchkit.run.results.DeployedFile", "patchkit.run.results.LaunchServer", "patchkit.run.results.LaunchDetails"}
     assert built & not_used == set()
 

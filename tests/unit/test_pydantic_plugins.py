@@ -1,4 +1,4 @@
-"""patchkit's models run without pydantic plugins (cli._without_pydantic_plugins).
+"""patchkit's models run without pydantic plugins (cli/startup.py, without_pydantic_plugins).
 
 A real plugin, installed the way pydantic finds plugins (a distribution's `pydantic` entry
 point), records every value it is shown. The same interpreter with the same path first shows

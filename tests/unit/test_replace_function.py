@@ -406,10 +406,6 @@ class TestNotFound:
         result = unchanged(self.SOURCE, "not_found", "SpeculativeConfig", "pass")
         assert result.message.startswith("no function SpeculativeConfig (SpeculativeConfig is a class")
 
-    def test_a_file_without_functions(self) -> None:
-        result = unchanged("x = 1\n", "not_found", "f", "pass")
-        assert result.message == "no function f; the file defines no functions"
-
     def test_two_definitions_are_refused_with_their_lines(self) -> None:
         source = code('''
             import sys

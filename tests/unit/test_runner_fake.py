@@ -56,7 +56,7 @@ def host() -> FakeAgent:
 
 
 def run(agent: FakeAgent, recipe: LoadedRecipe, command: str, **options: Any) -> HostResult:
-    """One command on the fake host, as cli.py runs it (plan: apply --dry-run)."""
+    """One command on the fake host, as the CLI runs it (plan: apply --dry-run)."""
     if command == "plan":
         command, options["dry_run"] = "apply", True
     runner = Runner(recipe, Options(**options), new_run_id(), command)

@@ -1,4 +1,4 @@
-"""The collector is held off during a command's start and frozen over what it built (startgc.py).
+"""The collector is held off during a command's start and frozen over what it built (cli/startup.py).
 
 Counted, never timed: gc's own collection counters and its frozen-object count."""
 
@@ -12,7 +12,7 @@ from tests.helpers import REPO
 
 
 def test_no_collection_during_the_start_and_the_start_frozen_after_it() -> None:
-    from patchkit.cli.startgc import started, starting
+    from patchkit.cli.startup import started, starting
 
     assert gc.isenabled()
     with starting():
@@ -28,7 +28,7 @@ def test_no_collection_during_the_start_and_the_start_frozen_after_it() -> None:
 
 
 def test_a_caller_that_turned_the_collector_off_keeps_it_off() -> None:
-    from patchkit.cli.startgc import started, starting
+    from patchkit.cli.startup import started, starting
 
     gc.disable()
     try:
@@ -42,15 +42,15 @@ def test_a_caller_that_turned_the_collector_off_keeps_it_off() -> None:
 
 def test_the_heap_is_frozen_at_exit_so_the_shutdown_does_not_collect_it() -> None:
     probe = ("import atexit, gc\n"
-             "from patchkit.cli.startgc import starting\n"
+             "from patchkit.cli.startup import starting\n"
              "with starting():\n    pass\n"
-             "atexit.register(lambda: print(gc.get_freeze_count()))\n")  # runs before startgc's hook
+             "atexit.register(lambda: print(gc.get_freeze_count()))\n")  # runs before startup.py's hook
     out = subprocess.run([sys.executable, "-P", "-c", probe], cwd=REPO, capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "0"  # not yet: the hook runs last-registered-first
     probe2 = ("import atexit, gc\n"
               "atexit.register(lambda: print(gc.get_freeze_count()))\n"  # registered first: runs after the hook
-              "from patchkit.cli.startgc import starting\n"
+              "from patchkit.cli.startup import starting\n"
               "with starting():\n    pass\n")
     out = subprocess.run([sys.executable, "-P", "-c", probe2], cwd=REPO, capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})

@@ -164,3 +164,11 @@ def test_the_review_shows_each_hosts_own_facts_when_variables_differ(tmp_path: P
     assert step.facts == [("copies (a, c)", "./d → /models/a"), ("copies (b)", "./d → /fast/b")]
     [same] = build_review(report, per_host["a"], None, {"a": per_host["a"]}).steps
     assert same.facts == [("copies", "./d → /models/a")]  # alike: said once, as before
+
+
+def test_a_misspelt_special_variable_gets_its_did_you_mean() -> None:
+    from patchkit.recipe.variables import unused
+
+    found = unused({"pyhton": "-e", "prot": "-e"}, {"port"})
+    assert [(u.name, u.hint) for u in found] == [("pyhton", "python"), ("prot", "port")]
+    assert str(found[0]) == "variable 'pyhton' from -e is used by no step of the recipe (did you mean 'python'?)"

@@ -1,4 +1,5 @@
-"""The host agent: its control-side client (client.py) and the files it runs on hosts (host/)."""
+"""The host agent, control side: its client (client.py), which starts it through a transport and
+sends it requests, and the typed ops (protocol.py). What runs on the host is in host/remote/."""
 
 from patchkit.host.agent.client import AgentClient, AgentRefused, agent_argv
 

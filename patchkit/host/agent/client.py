@@ -95,7 +95,7 @@ def agent_file(pkg: str, name: str) -> bytes:
 def _package_file(pkg: str, name: str) -> bytes:
     """A file of one of patchkit's packages. Read from the package's folder (found without
     running the package) when it is installed as files, as it always is by pip; else through
-    importlib.resources (a zip), whose readers import zipfile: ~2 ms of every run's start."""
+    importlib.resources (a zip), whose readers import zipfile, on every run's start."""
     spec = importlib.util.find_spec(pkg)
     folders = list(spec.submodule_search_locations or []) if spec else []
     for folder in folders:
@@ -123,8 +123,8 @@ _OP_DEF = re.compile(rb"def op_(\w+)\s*\(")
 def declared_ops(source: bytes) -> list[str]:
     """The ops a host file declares: its top-level functions op_<name> decorated @op or @op(...).
 
-    Read line by line, not with `ast`: parsing the host files took ~35 ms of every run's
-    start, on the path to the first byte sent (bench/README.md, issue 27). The host files
+    Read line by line, not with `ast`: parsing the host files was a good part of a run's
+    start, on the path to the first byte sent (bench/README.md). The host files
     keep to the form this reads (test_host_files checks it against `ast`)."""
     found, decorated = [], False
     for line in source.splitlines():
@@ -175,7 +175,7 @@ def agent_argv(python: str, nonce: str, first_requests: bytes | None = None) -> 
 
 
 STREAM_CHUNK = 1 << 20
-# START (issue 27). `hello` and the requests queued behind it before any reply is awaited (the
+# START: `hello` and the requests queued behind it before any reply is awaited (the
 # lock, a run's first reads) are held back; the agent is started only when the first reply is
 # awaited (or the held requests pass CORK_LIMIT, or one carries a payload), and they reach it
 # at once:

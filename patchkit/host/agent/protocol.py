@@ -1,6 +1,6 @@
 """The host agent's ops as the control side sees them: each op's name, request and reply.
 
-The host files (host/) declare the ops and answer them; they are stdlib-only Python 3.8
+The host files (host/remote/) declare the ops and answer them; they are stdlib-only Python 3.8
 and never import this (nor does this import them). Here each op is one `Op` constant typed
 by its request (the op's keyword arguments, a TypedDict) and its reply (what its function
 returns, as JSON). Calling the `Op` with the request's fields makes a `Request`; the client's
@@ -100,6 +100,7 @@ class LocateReply(TypedDict):
     version_source: NotRequired[str | None]
     files: NotRequired[dict[str, str | None]]  # module -> its file
     not_source: NotRequired[dict[str, str]]  # module -> what the target loads it from, when that is no .py file
+    suggest: NotRequired[dict[str, list[str]]]  # when no module is there: modules of the package named alike
     read: NotRequired[ReadReply]  # read_first: the first module file that exists
 
 

@@ -413,8 +413,8 @@ def sha256_at(path, dir_fd=None, what="read"):
 
 def create_temp(folder, prefix, suffix, dir_fd=None):
     """A new file (O_EXCL, 0600) with a unique name in folder (open as dir_fd, if given), as
-    tempfile.mkstemp makes (importing tempfile, with random and its hashing, costs every host's
-    agent start ~3 ms). Returns its descriptor and its name (beside dir_fd: at)."""
+    tempfile.mkstemp makes (importing tempfile, with random and its hashing, would add to
+    every host's agent start). Returns its descriptor and its name (beside dir_fd: at)."""
     for _ in range(100):
         tmp = at(os.path.join(folder, "%s%d-%s%s" % (prefix, os.getpid(), os.urandom(4).hex(), suffix)), dir_fd)
         try:
@@ -658,7 +658,7 @@ VERSION_LINE = re.compile(rb"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:
 
 def version_from_file(path):
     """A top-level string assigned to __version__ or version; a regex first (importing ast
-    costs every host ~6 ms), the syntax tree when the regex finds nothing."""
+    is a noticeable part of an agent's start), the syntax tree when the regex finds nothing."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -736,7 +736,31 @@ def op_locate(package, modules, read_first=False):
     first = next((files[m] for m in modules if files[m]), None)
     if read_first and first:
         out["read"] = dict(op_read(first, root), path=first)
+    if first is None and not not_source and os.path.isdir(root):
+        out["suggest"] = modules_named_like(root, package, modules)
     return out
+
+
+def modules_named_like(root, package, modules, limit=20000):
+    """For each module, the package's modules with its last name (`vllm.engine.envs` ->
+    `vllm.envs`): what a did-you-mean offers. Walks at most `limit` entries, no symlink."""
+    wanted = {m.rsplit(".", 1)[-1]: m for m in modules}
+    found = {m: [] for m in modules}
+    seen = 0
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not os.path.islink(os.path.join(folder, d)))
+        seen += len(dirs) + len(names)
+        if seen > limit:
+            break
+        dotted = package if folder == root else package + "." + os.path.relpath(folder, root).replace(os.sep, ".")
+        for name in sorted(names):
+            stem = name[:-3] if name.endswith(".py") else None
+            if stem in wanted:
+                found[wanted[stem]].append(dotted + "." + stem)
+        for name in dirs:
+            if name in wanted and os.path.isfile(os.path.join(folder, name, "__init__.py")):
+                found[wanted[name]].append(dotted + "." + name)
+    return {m: sorted(set(c for c in found[m] if c != m))[:3] for m in modules if found[m]}
 
 
 # ---------------------------------------------------------------- files

@@ -90,7 +90,7 @@ _dismissed: list[Helper] = []
 
 @contextmanager
 def ssh_side() -> Iterator[None]:
-    """Around a command that reaches hosts from an inventory (cli.py): the helper, unless
+    """Around a command that reaches hosts from an inventory (cli/startup.py): the helper, unless
     switched off (a value other than 0 or 1 is a usage error) or not possible here."""
     global _helper
     switch = os.environ.get(SWITCH, "1")
@@ -531,7 +531,7 @@ def _child(sock: socket.socket) -> None:  # pragma: no cover - runs in the forke
         import gc
 
         gc.freeze()
-        gc.enable()  # the parent held it off for its start (startgc.py); this process may live for hours
+        gc.enable()  # the parent held it off for its start (cli/startup.py); this process may live for hours
         asyncio.run(_Serve(sock, channel_box).serve())
     except BaseException:  # noqa: BLE001 - nothing to report to: the parent sees the socket close
         code = 1

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from patchkit.host.agent.protocol import LOCATE, READ, Request
 from patchkit.edits import EditError, EditResult
 from patchkit.edits.encoding import decode_source, encode_source
-from patchkit.edits.specs import DiffEdit
+from patchkit.edits.model import is_ambiguity
+from patchkit.edits.ops.diff.spec import DiffEdit
 from patchkit.base.errors import HostError
 from patchkit.run.journal import PATCHED, UNEXPLAINED, explain
 from patchkit.recipe.model import PatchStep, Step
@@ -107,7 +108,8 @@ def _refused(result: StepResult, path: str, why: str, one_file: bool = True) -> 
 def _not_found(result: StepResult, spec: PatchStep, version: str | None, misses: list[str]) -> None:
     gate_note = f"; this step applies to {spec.package} {spec.versions}" if spec.versions else ""
     found = f"{spec.package} {version}" if version else spec.package
-    result.message = f"{found}: target not found — " + " | ".join(misses) + gate_note
+    what = "ambiguous target" if any(is_ambiguity(m) for m in misses) else "target not found"
+    result.message = f"{found}: {what} — " + " | ".join(misses) + gate_note
 
 
 async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
@@ -128,7 +130,8 @@ async def plan_module_edit(ctx: HostContext, step: Step, spec: PatchStep) -> Uni
             misses.append(f"{module}: the target imports it from {loaded}, not from Python source patchkit could edit")
             continue
         if path is None:
-            misses.append(f"{module}: no such module")
+            alike = located.get("suggest", {}).get(module)
+            misses.append(f"{module}: no such module" + (f" (did you mean {' or '.join(alike)}?)" if alike else ""))
             continue
         first = located.pop("read", None)  # once: a later step must see what this one wrote
         read = first if first and first["path"] == path else await ctx.agent.call(READ({"path": path,

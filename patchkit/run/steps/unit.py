@@ -328,10 +328,11 @@ def unit_state(planned: StepResult, records: list[RunRecord]) -> StepResult:
         out.status = "drifted"
         out.message = "in place, but changed since patchkit wrote it (rollback would refuse)" + (
             f": {', '.join(moved)}" if many else "")
-    elif many:
-        out.status, out.message = "applied", f"applied by patchkit ({len(wrote)} files, backups in the journal)"
-    else:
-        out.status, out.message = "applied", f"applied by patchkit (backup {ours.backup})"
+    else:  # short enough for a table row; the backup's path is in --json (`backup`)
+        run_id = live[0].run_id if live else "?"
+        out.status = "applied"
+        out.message = f"applied by patchkit in run {run_id}" + (f" ({len(wrote)} files)" if many else "")
+        out.backup = ours.backup
     return out
 
 

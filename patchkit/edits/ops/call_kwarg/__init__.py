@@ -1,0 +1,1 @@
+"""call_kwarg: make a call to a callee pass a keyword argument with a value."""
