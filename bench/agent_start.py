@@ -18,7 +18,7 @@ import sys
 import time
 
 from patchkit.host.agent import AgentClient
-from patchkit.host.transport import LocalTransport
+from patchkit.host.transport.local import LocalTransport
 
 
 async def once(python: str) -> tuple[float, float]:

@@ -379,6 +379,7 @@ class Bench:
         code = (
             "import asyncio,json,sys\n"
             "from patchkit.fleet.inventory import Inventory\n"
+            "import patchkit.host.transport.schemes\n"
             "from patchkit.host.transport.ssh import SSHTransport\n"
             "from patchkit.host.transport.ssh_common import SSHTarget\n"
             "from patchkit.base.yamlsource import load_yaml\n"
@@ -588,6 +589,7 @@ RAW_STREAM = """\
 import asyncio, json, sys, time
 from pathlib import Path
 from patchkit.fleet.inventory import Inventory
+import patchkit.host.transport.schemes  # the schemes the inventory reads hosts with
 from patchkit.host.transport.ssh import SSHTransport
 from patchkit.host.transport.ssh_common import SSHTarget
 CHUNK = 1 << 20  # as patchkit.host.agent.client.STREAM_CHUNK

@@ -81,6 +81,7 @@ class OpenSSHBench(Bench):
 
     def openssh_cipher(self) -> str:
         """What patchkit's own ssh command line negotiates through the wrapper."""
+        import patchkit.host.transport.schemes  # noqa: F401 - the schemes the inventory reads hosts with
         from patchkit.fleet.inventory import Inventory
         from patchkit.host.transport.openssh import OpenSSHTransport
         from patchkit.host.transport.ssh_common import SSHTarget

@@ -134,6 +134,7 @@ class SimClient:
 def make_hosts(n: int, original: bytes, args: argparse.Namespace) -> list[Any]:
     from sim_host import SimHost
 
+    import patchkit.host.transport.schemes  # noqa: F401 - the schemes the inventory reads hosts with
     from patchkit.fleet.inventory import HostSpec
     from patchkit.host.testing import FakePackage
 

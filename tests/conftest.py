@@ -25,6 +25,9 @@ from pathlib import Path
 import pytest
 
 import patchkit.run.steps.registry  # noqa: F401  (registers the step kinds, as the CLI does at start)
+# In-process tests read inventories as the CLI does: once the transports declared their schemes
+# (the addresses and options an inventory takes: patchkit/fleet/reach.py).
+import patchkit.host.transport.schemes  # noqa: F401,E402
 
 TIERS = ("unit", "agent", "ssh", "containers", "ray", "real")
 HERE = Path(__file__).resolve().parent

@@ -144,7 +144,8 @@ def _allowed_close(root: type, loc: Loc, data: Any) -> Loc | None:
     """The allowed key nearest to the unknown key at `loc` (not one the mapping has already)."""
     allowed: list[str] = []
     for model in _models_at(root, loc[:-1]):
-        allowed += [field.alias or name for name, field in model.model_fields.items()]
+        accepted = getattr(model, "accepted_keys", None)  # a model that reads more keys than its fields names them
+        allowed += accepted() if accepted else [field.alias or name for name, field in model.model_fields.items()]
     here = data
     for part in loc[:-1]:  # a cleaned loc: every part is in the data
         here = here[part] if isinstance(here, (dict, list)) else None  # type: ignore[index]

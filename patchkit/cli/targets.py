@@ -80,6 +80,7 @@ def inventories_of(args: argparse.Namespace) -> LoadedInventory:
     found is raised again on each call."""
     from patchkit.base.errors import UsageError
     from patchkit.fleet.sources import load_inventories
+    from patchkit.host.transport import schemes  # noqa: F401 - declares the addresses and options inventories take
 
     if "inventory_loaded" not in vars(args):
         try:
@@ -163,6 +164,7 @@ def hosts_of(args: argparse.Namespace, resolve: bool = True) -> tuple[list[HostS
     at run time (pods, Ray nodes) are named, not resolved: no cluster is contacted."""
     from patchkit.fleet.inventory import local_inventory
     from patchkit.fleet.sources import LoadedInventory
+    from patchkit.host.transport import schemes  # noqa: F401 - declares the addresses and options inventories take
     from patchkit.host.transport.groups import resolve_group
 
     loaded = inventories_of(args) if args.inventory else LoadedInventory(local_inventory())

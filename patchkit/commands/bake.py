@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from patchkit.base.errors import HostError, UsageError
 from patchkit.fleet.inventory import HostSpec
+from patchkit.host.transport import schemes  # noqa: F401 - registers the schemes that read the host built here
 from patchkit.run.results import RunReport
 
 ENGINE_TIMEOUT_S = 300.0

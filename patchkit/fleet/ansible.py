@@ -5,7 +5,7 @@ every group (under its own name, for `-l` patterns; `all` is implicit), and per 
 connection and variables. `host_from_ansible_vars(name, hostvars)` maps one host's variables
 (the Ansible module uses it for the host it runs on).
 
-The variables Ansible uses to reach a host map to HostSpec fields:
+The variables Ansible uses to reach a host map to a host's keys (its own, or its scheme's options):
 
     ansible_host (ansible_ssh_host)            address (or the container / pod name)
     ansible_port (ansible_ssh_port)            port
@@ -17,7 +17,8 @@ The variables Ansible uses to reach a host map to HostSpec fields:
     ansible_kubectl_{namespace,pod,container,kubeconfig,context}   the pod's address and kubectl's flags
 
 patchkit's own host settings that Ansible has no variable for are written `patchkit_FIELD`
-(`patchkit_state_dir`, `patchkit_ssh_client`, `patchkit_known_hosts`, `patchkit_engine`, ...).
+(`patchkit_state_dir`, and every transport option but those above: `patchkit_ssh_client`,
+`patchkit_known_hosts`, `patchkit_engine`, ...).
 Any other `ansible_*` variable is Ansible's own (the prefix is reserved for it): not a recipe
 variable; the mapping notes the ones that change how a host is reached (`ansible_ssh_common_args`,
 passwords), since patchkit does not use them. Every other variable becomes a host variable
@@ -39,6 +40,7 @@ from pydantic import ValidationError
 
 from patchkit.base.errors import UsageError
 from patchkit.fleet.inventory import HostSpec, Inventory, too_deep
+from patchkit.fleet.reach import option_keys
 
 # ansible_connection values and the patchkit scheme each reaches the host by.
 _CONNECTIONS = {
@@ -62,8 +64,8 @@ _MAPPED = {
 _NOTED = re.compile(r"^ansible_(ssh_common_args|ssh_extra_args|ssh_args|password|ssh_pass|become_password|"
                     r"become_pass|sudo_pass|ssh_executable|ssh_transfer_method|docker_extra_args|"
                     r"podman_extra_args|kubectl_extra_args)$")
-# HostSpec fields an Ansible inventory sets as patchkit_FIELD (they are not recipe variables).
-PATCHKIT_FIELDS = ("state_dir", "ssh_client", "agent_start", "known_hosts", "engine", "engine_args", "kubeconfig", "context")
+# Host keys Ansible has a variable of its own for (above); python is ansible_python_interpreter.
+_ANSIBLE_OWN = {"port", "become", "identity_file"}
 _TRUE = {"true", "yes", "on", "1", "y", "t"}
 _FALSE = {"false", "no", "off", "0", "n", "f", ""}
 
@@ -210,10 +212,10 @@ def _host(name: str, hostvars: dict[str, Any], source: str) -> tuple[HostSpec, l
         if become_user != "root" or method != "sudo":
             raise UsageError(f"{where}: ansible_become_user={become_user} with ansible_become_method={method}; "
                              "patchkit becomes root with sudo only")
-    for setting in PATCHKIT_FIELDS:
+    for setting in patchkit_fields():
         if f"patchkit_{setting}" in hostvars:
             fields[setting] = hostvars[f"patchkit_{setting}"]
-    own = {f"patchkit_{setting}" for setting in PATCHKIT_FIELDS}
+    own = {f"patchkit_{setting}" for setting in patchkit_fields()}
     fields["vars"] = {k: v for k, v in hostvars.items() if not k.startswith("ansible_") and k not in own}
     notes = [f"{where}: {k} is not used by patchkit (set SSH options in ~/.ssh/config; keys, not passwords)"
              for k in sorted(hostvars) if _NOTED.match(k)]
@@ -222,6 +224,12 @@ def _host(name: str, hostvars: dict[str, Any], source: str) -> tuple[HostSpec, l
     except ValidationError as exc:
         problem = exc.errors()[0]
         raise UsageError(f"{where}: {'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
+
+
+def patchkit_fields() -> list[str]:
+    """The host keys an Ansible inventory sets as patchkit_FIELD (they are not recipe variables):
+    state_dir, and every scheme's options Ansible has no variable for."""
+    return ["state_dir", *(key for key in option_keys() if key not in _ANSIBLE_OWN)]
 
 
 def _boolean(value: Any, where: str) -> bool:

@@ -1,11 +1,11 @@
 """Inventories: which hosts, how to reach them, which interpreter and state dir they use.
 
-An address names the way in: `scheme://rest`, or a bare address (`local` is this machine,
-anything else an SSH host). A host without an address is the SSH host of its name, resolved
-through ~/.ssh/config as Ansible does; only the name `localhost` is this machine then. Which schemes there are, and what their addresses look
-like, is the transports' business (host/transport/schemes.py); this module only splits them. A group is a list of
-hosts and groups (or `{hosts: [...], vars: {...}}`), a Kubernetes label selector resolved to running
-pods at run time, or the nodes of a Ray cluster (raygroup.py), resolved to its alive nodes at run time.
+A host has what every host has (name, address, python, user, state_dir, vars) and the options of
+its address's scheme (`port:`, `engine_args:`, ...), written flat beside them; which schemes
+there are, the form of their addresses and their options are the transports' (reach.py holds
+what they declared). A group is a list of hosts and groups (or `{hosts: [...], vars: {...}}`),
+a Kubernetes label selector resolved to running pods at run time, or the nodes of a Ray
+cluster (raygroup.py), resolved to its alive nodes at run time.
 
 Variables (`vars:`) on `defaults`, groups and hosts reach the recipe's `{{ }}` templates per host:
 a host's own win over its groups', a group's over `defaults`'. Among a host's groups, as in
@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Union
+from typing import Annotated, Any, Callable, ClassVar, TypeVar, Union
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
+    ModelWrapValidatorHandler,
     PrivateAttr,
+    SerializeAsAny,
     Tag,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -34,10 +38,20 @@ from pydantic import (
 from patchkit.fleet import patterns as hostpattern
 from patchkit.base.errors import UsageError
 from patchkit.fleet.raygroup import RayGroup
+from patchkit.fleet.reach import (
+    TransportOptions,
+    entry_scheme,
+    option_keys,
+    raise_with,
+    registered,
+    scheme_of,
+    take_options,
+)
 from patchkit.base.rollout import SerialField
 from patchkit.base.yamlsource import load_yaml
 
 K8S_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?")  # RFC 1123: namespaces, pods, containers
+O = TypeVar("O", bound=TransportOptions)
 # Groups in groups (children of children ...) at most this deep: the walks over them recurse.
 MAX_GROUP_DEPTH = 100
 
@@ -49,81 +63,114 @@ def too_deep(group: str, trail: tuple[str, ...] | frozenset[str]) -> None:
                          "(a group's children's children ...): not read")
 
 
-def split_address(address: str | None) -> tuple[str | None, str]:
-    """`scheme://rest` as (scheme, rest); a bare address (none: "") as (None, address). What a
-    scheme means, and whether `rest` is well formed, is the transport's (host/transport/schemes.py)."""
-    if address is None or "://" not in address:
-        return None, address or ""
-    scheme, _, rest = address.partition("://")
-    return scheme, rest
-
-# Which SSH client reaches a host: the embedded asyncssh (default) or the system OpenSSH `ssh`
-# (its own config and auth features, and a faster data path for bulk deploys).
-SSHClient = Literal["asyncssh", "openssh"]
-# How the host agent starts over SSH: its source on stdin (one round trip after the exec), or
-# in the exec's command line (~20 KB of base64 in argv, visible in `ps`; docs/fleets.md).
-AgentStart = Literal["stdin", "command"]
-
-
 class HostSpec(BaseModel):
+    """One host: what every host has, and how it is reached (`options`, its scheme's: reach.py).
+
+    The inventory writes a host's transport options flat, beside these keys (`port:`,
+    `engine_args:`); they are read into `options`, the model its address's scheme declares."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = ""
-    address: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
+    address: str | None = None  # `scheme://rest`, `local`, or an SSH host; none: the SSH host of the name
+    python: str | None = None  # the target interpreter
+    # Who the agent runs as: the SSH login, podman's and docker's `exec --user`; kubectl exec,
+    # Ray and local cannot choose (the pod's, the raylet's, patchkit's own user).
     user: str | None = None
-    python: str | None = None
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    state_dir: str | None = None
-    become: bool = False
-    ssh_client: SSHClient = "asyncssh"
-    agent_start: AgentStart = "stdin"
-    # Containers and pods (podman://, docker://, k8s://): the engine binary (default podman,
-    # docker or kubectl, found on PATH), arguments it takes before its command (`--runtime
-    # runc`, `--cgroup-manager=cgroupfs`, `--kubeconfig` is below), kubectl's config and context.
-    engine: str | None = None
-    engine_args: list[str] = Field(default_factory=list)
-    kubeconfig: str | None = None
-    context: str | None = None
+    state_dir: str | None = None  # the journal's folder on the host
     vars: dict[str, Any] = Field(default_factory=dict)  # for the recipe's templates (defaults' and groups' merged in)
+    options: SerializeAsAny[TransportOptions] = Field(default_factory=TransportOptions)  # never written as such
 
-    @field_validator("address")
+    @model_validator(mode="wrap")
     @classmethod
-    def _address_form(cls, address: str | None) -> str | None:
-        if address is not None:
-            if not address.strip():
-                raise ValueError("address is empty: leave it out (the host's name is its SSH host) or write `local`")
-            from patchkit.host.transport import schemes  # its transport checks the form (imported then)
+    def _transport_options(cls, data: Any, handler: ModelWrapValidatorHandler[HostSpec]) -> HostSpec:
+        if not isinstance(data, dict):
+            return handler(data)
+        scheme, problems = entry_scheme(data.get("address"), data.get("name"))  # in its scheme's words
+        taken = take_options(data, _own_keys(cls), scheme)
+        problems += taken.problems
+        if problems or taken.options is None:
+            try:
+                handler(taken.own)  # its own keys' problems too
+            except ValidationError as exc:
+                raise_with(cls.__name__, problems, exc)
+            raise_with(cls.__name__, problems)
+        return handler({**taken.own, "options": taken.options})
 
-            schemes.check(address)
-        return address
+    @classmethod
+    def accepted_keys(cls) -> list[str]:
+        """The keys an inventory's host entry may have: these, then every scheme's options."""
+        return [*(key for key in cls.model_fields if key in _own_keys(cls)), *option_keys()]
 
     @property
     def scheme(self) -> str:
-        """How the host is reached: the key of host/transport/schemes.py's table."""
-        from patchkit.host.transport.schemes import scheme_of
-
+        """How the host is reached: a scheme registered in reach.py."""
         return scheme_of(self.address, self.name)
 
+    def options_as(self, model: type[O]) -> O:
+        """The host's options as its scheme's model says them (TypeError for another scheme's)."""
+        if not isinstance(self.options, model):
+            raise TypeError(f"host {self.name!r} is reached by {self.scheme}, not by the scheme of {model.__name__}")
+        return self.options
 
-class Defaults(BaseModel):
+    def settings(self) -> dict[str, Any]:
+        """The host as flat inventory keys: its own, its options, then vars."""
+        own = self.model_dump(exclude={"options", "vars"})
+        return {**own, **self.options.model_dump(), "vars": self.vars}
+
+    def given(self) -> dict[str, Any]:
+        """The keys the entry set (flat), for defaults to fill the rest."""
+        return {**self.model_dump(exclude_unset=True, exclude={"options"}), **self.options.model_dump(exclude_unset=True)}
+
+
+@cache
+def _own_keys(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(key for key in model.model_fields if key != "options")
+
+
+class _FlatOptions(BaseModel):
+    """An entry that takes transport options flat beside its own keys, kept as given (flat):
+    `defaults:` (every scheme's, for hosts of any scheme), a pod selector (k8s's)."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    port: int | None = Field(default=None, ge=1, le=65535)
-    user: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)  # never written as such
+    _schemes: ClassVar[tuple[str, ...] | None] = None  # whose options it takes; None: every scheme's
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _transport_options(cls, data: Any, handler: ModelWrapValidatorHandler[_FlatOptions]) -> _FlatOptions:
+        if not isinstance(data, dict):
+            return handler(data)
+        taken = take_options(data, _own_keys(cls), schemes=cls._schemes, null_unsets=True)
+        if taken.problems:
+            try:
+                handler(taken.own)
+            except ValidationError as exc:
+                raise_with(cls.__name__, taken.problems, exc)
+            raise_with(cls.__name__, taken.problems)
+        return handler({**taken.own, "options": taken.given})
+
+    @classmethod
+    def accepted_keys(cls) -> list[str]:
+        takes = option_keys() if cls._schemes is None else \
+            [k for s in cls._schemes for k in registered()[s].options.model_fields]
+        return [*(key for key in cls.model_fields if key in _own_keys(cls)), *dict.fromkeys(takes)]
+
+
+class Defaults(_FlatOptions):
+    """What every host of the inventory gets unless it sets it: its own keys, and options of
+    every scheme (a host takes those of its own scheme)."""
+
     python: str | None = None
-    identity_file: str | None = None
-    known_hosts: str | None = None
+    user: str | None = None
     state_dir: str | None = None
-    become: bool | None = None
-    ssh_client: SSHClient | None = None
-    agent_start: AgentStart | None = None
-    engine: str | None = None
-    engine_args: list[str] | None = None
-    kubeconfig: str | None = None
-    context: str | None = None
     vars: dict[str, Any] = Field(default_factory=dict)
+
+    def settings(self) -> dict[str, Any]:
+        """The defaults set, as flat host keys (vars apart)."""
+        own = {k: v for k, v in self.model_dump(exclude={"options", "vars"}).items() if v is not None}
+        return {**own, **self.options}
 
 
 class GroupSpec(BaseModel):
@@ -135,23 +182,19 @@ class GroupSpec(BaseModel):
     vars: dict[str, Any] = Field(default_factory=dict)
 
 
-class PodSelector(BaseModel):
+class PodSelector(_FlatOptions):
     """A group of pods: those matching a label selector in a namespace, resolved at run time
     (`kubectl get pods -l SELECTOR -n NAMESPACE -o json`; pods not running are left out, each
     with the reason). Each pod becomes a host `NAMESPACE/POD` at `k8s://NAMESPACE/POD[/CONTAINER]`
-    with the inventory's defaults, then what is set here."""
+    with the inventory's defaults, then what is set here (the k8s scheme's options too)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    _schemes = ("k8s",)
 
     k8s_selector: str = Field(min_length=1)
     namespace: str = "default"
     container: str | None = None  # the container in each pod (-c); None: the pod's default
     python: str | None = None
     state_dir: str | None = None
-    engine: str | None = None  # kubectl
-    engine_args: list[str] | None = None
-    kubeconfig: str | None = None
-    context: str | None = None
     vars: dict[str, Any] = Field(default_factory=dict)  # every pod's, over the defaults'
 
     @field_validator("namespace", "container")
@@ -164,8 +207,9 @@ class PodSelector(BaseModel):
 
     def host_settings(self) -> dict[str, object]:
         """What a pod of this group takes from the selector (over the inventory's defaults)."""
-        keep = ("python", "state_dir", "engine", "engine_args", "kubeconfig", "context")
-        settings = {k: v for k, v in self.model_dump(include=set(keep)).items() if v is not None}
+        settings: dict[str, object] = {k: v for k, v in (("python", self.python), ("state_dir", self.state_dir))
+                                       if v is not None}
+        settings.update(self.options)
         if self.vars:
             settings["vars"] = dict(self.vars)
         return settings
@@ -177,7 +221,7 @@ def _group_kind(members: object) -> str:
     if isinstance(members, PodSelector) or (isinstance(members, dict) and "k8s_selector" in members):
         return "selector"
     if isinstance(members, dict) and "hosts" not in members and "vars" not in members \
-            and set(members) & set(PodSelector.model_fields):
+            and set(members) & set(PodSelector.accepted_keys()):
         return "selector"  # a selector missing its k8s_selector: that is the error to name
     return "spec" if isinstance(members, (dict, GroupSpec)) else "list"
 
@@ -254,15 +298,12 @@ class Inventory(BaseModel):
         out = {}
         group_vars = self.group_vars()
         for name, host in self.hosts.items():
-            merged = self.merged_defaults()
-            merged.update(host.model_dump(exclude_unset=True))
+            merged = self.defaults.settings()
+            merged.update(host.given())
             merged["name"] = name
             merged["vars"] = {**self.defaults.vars, **group_vars.get(name, {}), **host.vars}
             out[name] = HostSpec.model_validate(merged)
         return out
-
-    def merged_defaults(self) -> dict[str, object]:
-        return {k: v for k, v in self.defaults.model_dump().items() if v is not None and k != "vars"}
 
     def group_vars(self) -> dict[str, dict[str, Any]]:
         """host -> the variables its groups give it: parents first, then children (deeper), then

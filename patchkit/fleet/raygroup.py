@@ -9,7 +9,8 @@
           state_dir: /var/lib/patchkit
 
 Only the form lives here (pure, no Ray): the transport (host/transport/raycluster.py) lists the
-cluster's nodes and turns the matching alive ones into hosts `ray://.../NODE_ID`.
+cluster's nodes and turns the matching alive ones into hosts `ray://.../NODE_ID` (the ray
+scheme's addresses: host/transport/ray_scheme.py).
 """
 
 from __future__ import annotations
@@ -82,37 +83,3 @@ class RayGroup(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     ray: RayNodes = Field(default_factory=RayNodes)
-
-
-# One node, as a host address: `ray://CLUSTER/NODE_ID`, where CLUSTER is `HEAD:PORT` (Ray Client
-# at ray://HEAD:PORT), `auto`, or `gcs/HOST:PORT` (a GCS address); NODE_ID is the node's hex id
-# (or a prefix of at least 8 of its digits).
-NODE_FORM = "ray://HEAD:PORT/NODE_ID, ray://auto/NODE_ID or ray://gcs/HOST:PORT/NODE_ID"
-_NODE_ID = re.compile(r"[0-9a-f]{8,56}")
-
-
-def node_address(cluster: str, node_id: str) -> str:
-    """The host address of node `node_id` of the cluster at `cluster` (a group's `address`)."""
-    if cluster == "auto":
-        return f"ray://auto/{node_id}"
-    if cluster.startswith("ray://"):
-        return f"{cluster}/{node_id}"
-    return f"ray://gcs/{cluster}/{node_id}"
-
-
-def parse_node_address(rest: str) -> tuple[str, str]:
-    """(the cluster address to connect to, the node id) of `ray://REST`; ValueError (one line)."""
-    parts = rest.split("/")
-    if len(parts) == 3 and parts[0] == "gcs":
-        cluster, node = parts[1], parts[2]
-    elif len(parts) == 2:
-        cluster, node = (parts[0] if parts[0] == "auto" else f"ray://{parts[0]}"), parts[1]
-    else:
-        raise ValueError(f"address 'ray://{rest}': want {NODE_FORM}")
-    wrong = cluster_form(cluster)
-    if wrong:
-        raise ValueError(f"address 'ray://{rest}': {wrong}")
-    if not _NODE_ID.fullmatch(node):
-        raise ValueError(f"address 'ray://{rest}': node id {node!r} is not a Ray node id "
-                         "(8 to 56 lower-case hex digits)")
-    return cluster, node

@@ -233,7 +233,7 @@ def merge(loaded: list[tuple[str, Inventory, list[str]]]) -> LoadedInventory:
 
 
 def _difference(before: HostSpec, after: HostSpec) -> str:
-    old, new = before.model_dump(), after.model_dump()
+    old, new = before.settings(), after.settings()
     changed = [f"{k}: {old[k]!r} -> {new[k]!r}" for k in new if old.get(k) != new[k] and k != "name"]
     return ", ".join(changed) or "the same settings"
 

@@ -386,11 +386,8 @@ def _history_line(record: RunRecord) -> str:
 
 
 def transport_of(host: HostSpec) -> tuple[str, str]:
-    """How a host is reached, and at what address, as the report says it."""
-    scheme = host.scheme
-    if scheme == "local":
-        return "local", "local"
-    return (f"ssh/{host.ssh_client}" if scheme == "ssh" else scheme), host.address or host.name
+    """How a host is reached, and at what address, as the report says it (its scheme's words)."""
+    return schemes.reported(host)
 
 
 def _history_details(record: RunRecord) -> dict[str, object]:

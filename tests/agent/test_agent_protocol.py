@@ -23,7 +23,7 @@ from patchkit.host.agent.protocol import APPLY_FILES, HELLO, LOCATE, LOG_TAIL, M
 from patchkit.base.errors import HostError
 from patchkit.run.journal import Journal
 from patchkit.run.results import RunRecord
-from patchkit.host.transport import LocalTransport
+from patchkit.host.transport.local import LocalTransport
 
 
 def with_agent(work: Callable[[AgentClient], Awaitable[Any]]) -> Any:

@@ -39,14 +39,16 @@ from patchkit.fleet.inventory import (
     Inventory,
     PodSelector,
 )
-from patchkit.host.transport.container import ContainerTarget, parse_container_address
 from patchkit.host.transport.container_errors import classify
+from patchkit.host.transport.docker import DockerScheme
+from patchkit.host.transport.k8s import K8sOptions, KubectlScheme, parse_pod_address
 from patchkit.host.transport.kubectl import (
     get_pods_argv,
     pod_host,
     pods_from_json,
     resolve_selector,
 )
+from patchkit.host.transport.podman import PodmanScheme
 from tests.helpers import PATCHKIT, RECIPES, Result
 
 REPO = Path(__file__).resolve().parents[2]
@@ -551,7 +553,7 @@ def spy_engine(tmp_path: Path) -> tuple[Path, Path]:
 ])
 def test_bake_refuses_a_tag_or_image_that_is_not_an_image_reference(built_images: None, tmp_path: Path, flag: str,
                                                                      value: str) -> None:
-    """Issue 21 item 1: a usage error (exit 2) before any engine runs, naming the flag."""
+    """A usage error (exit 2) before any engine runs, naming the flag."""
     spy, calls = spy_engine(tmp_path)
     argv = {"--from": images.TOY_IMAGE, "--tag": "localhost/pk-test-never"}
     argv[flag] = value
@@ -567,7 +569,7 @@ def test_bake_refuses_a_tag_or_image_that_is_not_an_image_reference(built_images
 
 @containers
 def test_every_positional_of_bake_follows_a_double_dash(built_images: None, tmp_path: Path) -> None:
-    """Issue 21 item 1: IMAGE, TAG and the container's name come after `--` in each engine call."""
+    """IMAGE, TAG and the container's name come after `--` in each engine call."""
     spy, calls = spy_engine(tmp_path)
     tag = f"localhost/pk-test-dashes-{uuid.uuid4().hex[:8]}"
     try:
@@ -598,8 +600,8 @@ def docs_bake_flags() -> list[str]:
 
 @containers
 def test_bake_with_every_step_skipped_writes_no_image_unless_allowed(built_images: None, tmp_path: Path) -> None:
-    """Issue 21 item 2: every step outside `versions` used to give exit 0 and "wrote TAG" (an
-    unpatched image). Run with the docs' flags for hosts like ours, as written there."""
+    """Every step outside `versions` must not give exit 0 and "wrote TAG" (an unpatched
+    image). Run with the docs' flags for hosts like ours, as written there."""
     podman = Engine("podman")
     recipe = tmp_path / "out-of-range.yaml"
     recipe.write_text(json.dumps({"name": "oor", "steps": [
@@ -628,7 +630,7 @@ def test_bake_with_every_step_skipped_writes_no_image_unless_allowed(built_image
 
 @containers
 def test_a_bake_whose_run_fails_leaves_no_container(built_images: None) -> None:
-    """Issue 21 item 3: an rlimit the runtime refuses (nproc above the current one) fails
+    """An rlimit the runtime refuses (nproc above the current one) fails
     `podman run` after the container was created; the cleanup covers the run."""
     podman = Engine("podman")
     before = set(podman.run("ps", "-a", "--format", "{{.Names}}").stdout.split())
@@ -644,8 +646,7 @@ def test_a_bake_whose_run_fails_leaves_no_container(built_images: None) -> None:
 @containers
 def test_a_killed_bake_leaves_a_bounded_labelled_container_that_the_next_bake_removes(built_images: None,
                                                                                       tmp_path: Path) -> None:
-    """Issue 21 item 3: `kill -9` of bake used to leave `sleep infinity` forever. Now its
-    container sleeps the bake's timeout (and removes itself then: --rm), carries the owner
+    """`kill -9` of bake must not leave `sleep infinity` forever: its container sleeps the bake's timeout (and removes itself then: --rm), carries the owner
     label, and the next bake removes it; a labelled container whose bake still runs is kept."""
     podman = Engine("podman")
     recipe = tmp_path / "slow.yaml"
@@ -790,7 +791,7 @@ def test_selector_groups_are_resolved_through_the_resolver_given() -> None:
     chosen = inventory.select("both", resolve)
     assert [h.name for h in chosen.hosts] == ["web", "serving/vllm-7d9f-a1", "serving/vllm-7d9f-b2"]
     pod = chosen.hosts[1]
-    assert (pod.address, pod.python, pod.context, pod.scheme) == (
+    assert (pod.address, pod.python, pod.options_as(K8sOptions).context, pod.scheme) == (
         "k8s://serving/vllm-7d9f-a1/vllm", "/opt/venv/bin/python", "prod", "k8s")
     assert len(chosen.notes) == 5 and asked == ["pods"]
     everything = inventory.select(None, resolve)  # no -l: every host, and every selector's pods
@@ -805,29 +806,41 @@ def test_addresses_parse_into_schemes() -> None:
     assert HostSpec(address="gpu-1.internal").scheme == "ssh"
     assert HostSpec(address="local").scheme == "local" and HostSpec(name="localhost").scheme == "local"
     assert HostSpec(name="gpu-7").scheme == "ssh"  # no address: the SSH host of its name, as Ansible
-    pod = parse_container_address("k8s://serving/vllm-0/engine")
-    assert (pod.namespace, pod.container, pod.pod_container) == ("serving", "vllm-0", "engine")
+    pod = parse_pod_address("serving/vllm-0/engine")
+    assert (pod.namespace, pod.pod, pod.container) == ("serving", "vllm-0", "engine")
     assert str(pod) == "k8s://serving/vllm-0/engine"
 
 
 def test_container_exec_argv() -> None:
     host = HostSpec(name="c1", address="podman://web", user="app", engine="/usr/bin/podman",
                     engine_args=["--runtime", "runc"])
-    assert ContainerTarget.from_host(host).command(["python3", "-c", "x", "n"]) == [
+    assert PodmanScheme().target(host).command(["python3", "-c", "x", "n"]) == [
         "/usr/bin/podman", "--runtime", "runc", "exec", "-i", "--user=app", "--", "web", "python3", "-c", "x", "n"]
-    assert ContainerTarget.from_host(HostSpec(name="d", address="docker://web")).command(["py"]) == [
+    assert DockerScheme().target(HostSpec(name="d", address="docker://web")).command(["py"]) == [
         "docker", "exec", "-i", "--", "web", "py"]
 
 
 def test_kubectl_exec_argv_honours_kubeconfig_and_context() -> None:
     host = HostSpec(name="p", address="k8s://serving/vllm-0/engine", kubeconfig="/etc/kube/config",
                     context="prod-eu", user="root")
-    assert ContainerTarget.from_host(host).command(["python3", "-c", "x"]) == [
+    assert KubectlScheme().target(host).command(["python3", "-c", "x"]) == [
         "kubectl", "--kubeconfig", "/etc/kube/config", "--context", "prod-eu",
         "exec", "-i", "-n", "serving", "vllm-0", "-c", "engine", "--", "python3", "-c", "x"]
     bare = HostSpec(name="p", address="k8s://default/vllm-0")
-    assert ContainerTarget.from_host(bare).command(["py"]) == ["kubectl", "exec", "-i", "-n", "default", "vllm-0",
+    assert KubectlScheme().target(bare).command(["py"]) == ["kubectl", "exec", "-i", "-n", "default", "vllm-0",
                                                                "--", "py"]
+
+
+def test_kubectl_takes_engine_args_after_its_config_flags_for_exec_and_get() -> None:
+    """One kubectl command line for a pod's exec and for listing a selector's pods: the
+    selector's options over the defaults', config flags first, then engine_args."""
+    defaults = Defaults(engine="/opt/kubectl", engine_args=["--request-timeout", "5s"], kubeconfig="/k/config")
+    selector = PodSelector(k8s_selector="app=vllm", namespace="serving", context="prod-eu")
+    prefix = ["/opt/kubectl", "--kubeconfig", "/k/config", "--context", "prod-eu", "--request-timeout", "5s"]
+    assert get_pods_argv(selector, defaults) == [*prefix, "get", "pods", "-l", "app=vllm", "-n", "serving", "-o",
+                                                 "json"]
+    pod = pod_host(selector, defaults, "vllm-0")
+    assert KubectlScheme().target(pod).command(["py"]) == [*prefix, "exec", "-i", "-n", "serving", "vllm-0", "--", "py"]
 
 
 # ---------------------------------------------------------------------- pods: selectors and kubectl's words

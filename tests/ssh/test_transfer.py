@@ -19,7 +19,7 @@ import pytest
 from patchkit.host.agent.client import AgentClient
 from patchkit.host.agent.protocol import RECEIVE_FILE
 from patchkit.base.errors import HostError
-from patchkit.host.transport import LocalTransport
+from patchkit.host.transport.local import LocalTransport
 from patchkit.host.transport.openssh import _OpenSSHStreams
 from tests.helpers import host_agent
 

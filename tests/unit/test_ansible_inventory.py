@@ -6,6 +6,8 @@ import pytest
 
 from patchkit.fleet.ansible import host_from_ansible_vars, hosts_from_ansible_json
 from patchkit.base.errors import UsageError
+from patchkit.host.transport.k8s import K8sOptions
+from patchkit.host.transport.ssh_scheme import SSHOptions
 
 LISTED = {
     "_meta": {"hostvars": {
@@ -29,15 +31,16 @@ LISTED = {
 def test_connection_variables_map_to_host_fields_and_the_rest_are_host_vars() -> None:
     hosts = hosts_from_ansible_json(LISTED).inventory.resolved()
     one = hosts["gpu-1"]
-    assert (one.address, one.port, one.user, one.python, one.become, one.identity_file) == (
+    ssh = one.options_as(SSHOptions)
+    assert (one.address, ssh.port, one.user, one.python, ssh.become, ssh.identity_file) == (
         "10.0.0.1", 2222, "ops", "/opt/ml/bin/python", True, "~/.ssh/fleet")
     assert one.vars == {"drafter_dest": "/models/a", "region": "eu"}  # no ansible_* or patchkit_* among them
-    assert (one.state_dir, one.ssh_client) == ("/srv/pk", "openssh")
+    assert (one.state_dir, ssh.ssh_client) == ("/srv/pk", "openssh")
     assert hosts["gpu-2"].python is None  # auto: patchkit's own default
     assert hosts["gpu-2"].address is None and hosts["gpu-2"].scheme == "ssh"  # its name is the SSH host
     assert hosts["box"].address == "local" and hosts["box"].scheme == "local"
     assert (hosts["ctr"].address, hosts["ctr"].user) == ("docker://vllm-1", "app")
-    assert (hosts["pod"].address, hosts["pod"].context) == ("k8s://ml/pod/vllm", "prod")
+    assert (hosts["pod"].address, hosts["pod"].options_as(K8sOptions).context) == ("k8s://ml/pod/vllm", "prod")
 
 
 def test_groups_keep_their_names_for_patterns_nested_included() -> None:

@@ -24,14 +24,15 @@ def module_name(path: Path) -> str:
 
 
 # The only edges allowed to close a circle, each an import inside a function that a registry
-# makes on purpose, so that what it names loads only when it is used (the light start): an
-# address checked by its own transport's parser (a transport loads only for its hosts).
+# makes on purpose, so that what it names loads only when it is used (the light start): a
+# scheme reaching its transport's code (loaded only for a host of the scheme).
 # The graph of imports that run at import time has no circle at all (tested below).
 LAZY_DISPATCH: dict[str, tuple[str, ...]] = {
-    "patchkit.fleet.inventory": ("patchkit.host.transport.schemes",),  # an address checked by its transport
     # asyncssh here, asyncssh in the SSH helper process, or ssh(1)
-    "patchkit.host.transport.ssh_common": ("patchkit.host.transport.ssh", "patchkit.host.transport.sshhelper",
-                                      "patchkit.host.transport.openssh"),
+    "patchkit.host.transport.ssh_scheme": ("patchkit.host.transport.ssh_common", "patchkit.host.transport.ssh",
+                                           "patchkit.host.transport.sshhelper", "patchkit.host.transport.openssh"),
+    "patchkit.host.transport.engine": ("patchkit.host.transport.container",),  # an engine's exec process
+    "patchkit.host.transport.ray_scheme": ("patchkit.host.transport.raytransport",),  # the relay actor, Ray
 }
 
 

@@ -1,10 +1,10 @@
-"""The recipe and inventory loader never crashes, hangs or says something vague (issue 11).
+"""The recipe and inventory loader never crashes, hangs or says something vague.
 
 One test per finding of the outside fault run: every malformed file gives a UsageError,
-one line `FILE:LINE:COL: field: problem` per problem (issue 25: all of them, in the file's
-order), with bounded work (a CPU-time guard, loadercheck) and bounded memory; no test
-asserts seconds. A few guards at the
-end keep what valid recipes rely on (ints where numbers are wanted, `-e` overrides).
+one line `FILE:LINE:COL: field: problem` per problem (all of them, in the file's order),
+with bounded work (a CPU-time guard, loadercheck) and bounded memory; no test asserts
+seconds. A few guards at the end keep what valid recipes rely on (ints where numbers are
+wanted, `-e` overrides).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tests.helpers import REPO, run_many
 from patchkit.base import yamlsource
 from patchkit.base.errors import UsageError
 from patchkit.fleet.inventory import load_inventory
+from patchkit.host.transport.ssh_scheme import SSHOptions
 from patchkit.recipe.model import load_recipe
 from patchkit.base.yamlsource import MAX_ALIAS_VALUES, MAX_BYTES, MAX_DEPTH
 from loadercheck import check_message, place_of, time_limit, usage_error
@@ -70,7 +71,7 @@ def at(message: str, tmp_path: Path, name: str = "r.yaml") -> tuple[int, int]:
 def test_the_bases_are_valid(tmp_path: Path) -> None:
     loaded = load_recipe(write(tmp_path, RECIPE))
     assert loaded.recipe.steps[1].launch.command[-1] == "8000"
-    assert load_inventory(write(tmp_path, INVENTORY, "inv.yaml")).hosts["gpu-1"].port == 22
+    assert load_inventory(write(tmp_path, INVENTORY, "inv.yaml")).hosts["gpu-1"].options_as(SSHOptions).port == 22
 
 
 # ---------------------------------------------------------------------------- bytes and characters
@@ -585,7 +586,7 @@ def test_shipped_and_fixture_recipes_still_load() -> None:
 
 def test_the_hang_guard_counts_cpu_time_not_the_wall_clock() -> None:
     """loadercheck.time_limit bounds work: a busy loop is interrupted, waiting is not (a
-    loaded machine stretches the wall clock of every load; issue 19)."""
+    loaded machine stretches the wall clock of every load)."""
     import time
 
     from loadercheck import Hang

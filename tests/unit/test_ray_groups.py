@@ -7,7 +7,8 @@ import pytest
 
 from patchkit.base.errors import UsageError
 from patchkit.fleet.inventory import Defaults, Inventory
-from patchkit.fleet.raygroup import NodeFilter, RayGroup, node_address, parse_node_address
+from patchkit.fleet.raygroup import NodeFilter, RayGroup
+from patchkit.host.transport.ray_scheme import node_address, parse_node_address
 from patchkit.host.transport.raycluster import node_host, nodes_from_state
 
 A = "a1" * 28

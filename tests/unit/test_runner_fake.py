@@ -184,7 +184,7 @@ def test_the_fake_answers_as_the_real_agent_does(tmp_path: Path) -> None:
 
     from patchkit.host.agent import AgentClient, AgentRefused
     from patchkit.host.agent.protocol import APPLY_FILES, HASH, JOURNAL_LIST, JOURNAL_WRITE, LOCK, READ, RESTORE
-    from patchkit.host.transport import LocalTransport
+    from patchkit.host.transport.local import LocalTransport
     from patchkit.host.testing import sha256
 
     target, backup, missing = str(tmp_path / "m.py"), str(tmp_path / "state" / "backups" / "r" / "m.py"), str(tmp_path / "none.py")

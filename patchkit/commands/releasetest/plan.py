@@ -28,8 +28,7 @@ from patchkit.run.results import StepResult
 from patchkit.run.steps.context import EditCache, HostContext
 from patchkit.run.steps.patch import PatchStep
 from patchkit.run.steps.registry import kind_named
-from patchkit.host.transport import LocalTransport
-from patchkit.host.transport.local import _LocalStreams
+from patchkit.host.transport.local import LocalTransport, _LocalStreams
 
 
 class FolderTransport(LocalTransport):

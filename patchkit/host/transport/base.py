@@ -7,10 +7,7 @@ transport only has to say how a process is started on its kind of host.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
-
-if TYPE_CHECKING:
-    from patchkit.fleet.inventory import HostSpec
+from typing import ClassVar, Protocol
 
 
 class ByteWriter(Protocol):
@@ -83,16 +80,3 @@ class Reach:
 
     accept_new_host_keys: bool = False  # SSH: record unknown host keys (a changed key is still refused)
     changes_note: bool = True  # containers: apply says once per host that changes last as long as it
-
-
-class HostTransport(Protocol):
-    """A scheme's transport class (schemes.py): it reads its own address form and builds a
-    transport from the host's inventory entry."""
-
-    @classmethod
-    def check_address(cls, scheme: str, rest: str) -> None:
-        """ValueError, one line naming the form wanted, when `scheme://rest` is not an address
-        of this transport (`rest` is the whole address for the bare schemes, local and ssh)."""
-
-    @classmethod
-    def for_host(cls, host: HostSpec, reach: Reach) -> Transport: ...

@@ -1,14 +1,10 @@
-"""Containers and pods: `podman exec -i`, `docker exec -i`, `kubectl exec -i`, one per spawn.
+"""Containers and pods: one `ENGINE exec -i` process per spawn, whatever the engine.
 
 The same one-agent-process model as SSH: the agent's bootstrap is the exec'd command, its
 source and every request go to its stdin, replies come on its stdout. One exec per
-container per run (counted in `exec_requests`), nothing installed in the container. The
-engine's argv is built here from the inventory (`ContainerTarget.command`), never through a
-shell:
-
-    podman [ENGINE_ARGS] exec -i [--user=USER] -- CONTAINER PYTHON -c BOOTSTRAP NONCE
-    docker [ENGINE_ARGS] exec -i [--user=USER] -- CONTAINER ...  (DOCKER_HOST as the user set it)
-    kubectl [--kubeconfig F] [--context C] [ENGINE_ARGS] exec -i -n NS POD [-c CONTAINER] -- ...
+container per run (counted in `exec_requests`), nothing installed in the container. Each
+engine's scheme (podman.py, docker.py, k8s.py) builds the exec's argv (an `EngineTarget`,
+engine.py), never through a shell; this module starts it and talks to it.
 
 An exec that fails before the agent's first line (no such container, not running, no such
 interpreter in the image, no engine service) is read from the engine's stderr where the first
@@ -21,15 +17,11 @@ user once per container host it changed (a recreated container starts from its i
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 import shutil
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from patchkit.fleet.inventory import K8S_NAME, split_address
-from patchkit.host.transport.base import NoFileSplice, Reach
-from patchkit.host.transport.pipes import PipedProcess, start_piped
+from patchkit.host.transport.base import NoFileSplice
 from patchkit.host.transport.container_errors import (
     ContainerFailure,
     Where,
@@ -37,9 +29,10 @@ from patchkit.host.transport.container_errors import (
     failure_from,
     is_engine_note,
 )
+from patchkit.host.transport.pipes import PipedProcess, start_piped
 
 if TYPE_CHECKING:
-    from patchkit.fleet.inventory import HostSpec
+    from patchkit.host.transport.engine import EngineTarget
 
 CLOSE_TIMEOUT_S = 10.0
 ERROR_TAIL_LINES = 5
@@ -48,118 +41,15 @@ CHANGES_NOTE = ("changes made inside a running container are lost when the conta
                 "image: bake them into the image (`patchkit bake RECIPE --from IMAGE -t TAG`)")
 
 
-ENGINES: dict[str, str] = {"podman": "podman", "docker": "docker", "k8s": "kubectl"}  # scheme -> engine binary
-_CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # podman/docker names and ids
-
-
-@dataclass(frozen=True)
-class ContainerAddress:
-    """A parsed container address: `podman://C`, `docker://C`, `k8s://NS/POD[/CONTAINER]`."""
-
-    scheme: Literal["podman", "docker", "k8s"]
-    container: str  # the container's name or id; for k8s the pod
-    namespace: str | None = None  # k8s only
-    pod_container: str | None = None  # k8s only: the container in the pod (-c), None: the pod's default
-
-    def __str__(self) -> str:
-        if self.scheme != "k8s":
-            return f"{self.scheme}://{self.container}"
-        tail = f"/{self.pod_container}" if self.pod_container else ""
-        return f"k8s://{self.namespace}/{self.container}{tail}"
-
-
-def parse_container_address(address: str) -> ContainerAddress:
-    """The container `podman://C`, `docker://C` or `k8s://NS/POD[/CONTAINER]` names; ValueError
-    (one line, naming the form wanted) for a malformed one."""
-    scheme, rest = split_address(address)
-    if scheme == "k8s":
-        parts = rest.split("/")
-        if len(parts) not in (2, 3) or not all(parts):
-            raise ValueError(f"address {address!r}: want k8s://NAMESPACE/POD or k8s://NAMESPACE/POD/CONTAINER")
-        for what, part in zip(("namespace", "pod", "container"), parts):
-            if not K8S_NAME.fullmatch(part):
-                raise ValueError(f"address {address!r}: {what} {part!r} is not a Kubernetes name "
-                                 "(lower-case letters, digits, '-' and '.')")
-        return ContainerAddress("k8s", parts[1], parts[0], parts[2] if len(parts) == 3 else None)
-    if scheme not in ("podman", "docker"):
-        raise ValueError(f"address {address!r} is not a container address (podman://, docker:// or k8s://)")
-    if not _CONTAINER_NAME.fullmatch(rest):
-        raise ValueError(f"address {address!r}: want {scheme}://CONTAINER, a container name or id "
-                         "(letters, digits, '_', '.', '-')")
-    return ContainerAddress("podman" if scheme == "podman" else "docker", rest)
-
-
-@dataclass(frozen=True)
-class ContainerTarget:
-    """One container or pod as the transport sees it (built from the inventory in `from_host`)."""
-
-    name: str  # the inventory's name, for messages
-    address: ContainerAddress
-    engine: str  # the binary: a name looked up in PATH, or a path
-    engine_args: tuple[str, ...] = ()
-    user: str | None = None  # podman/docker `-u`; kubectl exec has no such option
-    kubeconfig: str | None = None
-    context: str | None = None
-    python: str = "python3"
-
-    @classmethod
-    def from_host(cls, host: HostSpec, python: str = "python3") -> ContainerTarget:
-        address = parse_container_address(host.address or "")
-        return cls(name=host.name, address=address, engine=host.engine or ENGINES[address.scheme],
-                   engine_args=tuple(host.engine_args),
-                   user=host.user if address.scheme != "k8s" else None,
-                   kubeconfig=host.kubeconfig, context=host.context, python=python)
-
-    @property
-    def what(self) -> str:
-        a = self.address
-        if a.scheme != "k8s":
-            return f"container {a.container}"
-        pod = f"pod {a.namespace}/{a.container}"
-        return f"container {a.pod_container} of {pod}" if a.pod_container else pod
-
-    @property
-    def where(self) -> Where:
-        return Where(self.name, self.what, os.path.basename(self.engine), self.python)
-
-    def engine_prefix(self) -> list[str]:
-        """The engine with its global options (kubectl's config flags first)."""
-        argv = [self.engine]
-        if self.address.scheme == "k8s":
-            if self.kubeconfig:
-                argv += ["--kubeconfig", os.path.expanduser(self.kubeconfig)]
-            if self.context:
-                argv += ["--context", self.context]
-        return argv + list(self.engine_args)
-
-    def command(self, remote: list[str]) -> list[str]:
-        """The whole argv that runs `remote` in the container, its stdin attached."""
-        a = self.address
-        if a.scheme == "k8s":
-            assert a.namespace is not None
-            container = ["-c", a.pod_container] if a.pod_container else []
-            return [*self.engine_prefix(), "exec", "-i", "-n", a.namespace, a.container, *container, "--", *remote]
-        user = [f"--user={self.user}"] if self.user else []  # one word: a user can never be read as an option
-        return [*self.engine_prefix(), "exec", "-i", *user, "--", a.container, *remote]
-
-
 class ContainerTransport:
     name = "container"
     changes_note: str | None = CHANGES_NOTE  # apply says it once per host it changed
 
-    def __init__(self, target: ContainerTarget, changes_note: str | None = CHANGES_NOTE) -> None:
+    def __init__(self, target: EngineTarget, changes_note: str | None = CHANGES_NOTE) -> None:
         self.target = target
         self.exec_requests = 0
         self.changes_note = changes_note
         self._live: set[_ContainerStreams] = set()
-
-    @classmethod
-    def check_address(cls, scheme: str, rest: str) -> None:
-        parse_container_address(f"{scheme}://{rest}")
-
-    @classmethod
-    def for_host(cls, host: HostSpec, reach: Reach) -> ContainerTransport:
-        return cls(ContainerTarget.from_host(host), CHANGES_NOTE if reach.changes_note else None)
 
     async def spawn(self, argv: list[str]) -> _ContainerStreams:
         target = self.target
@@ -268,5 +158,4 @@ class _ContainerStreams(NoFileSplice):
         await self.piped.end(CLOSE_TIMEOUT_S)
 
 
-__all__ = ["CHANGES_NOTE", "ContainerAddress", "ContainerFailure", "ContainerTarget", "ContainerTransport",
-           "parse_container_address"]
+__all__ = ["CHANGES_NOTE", "ContainerFailure", "ContainerTransport"]

@@ -18,7 +18,9 @@ from typing import Any
 
 from patchkit.base.errors import HostError
 from patchkit.fleet.inventory import Defaults, HostSpec, PodSelector
+from patchkit.host.transport import schemes  # noqa: F401 - registers the schemes that read the hosts built here
 from patchkit.host.transport.container_errors import Where, failure_from
+from patchkit.host.transport.k8s import K8sOptions, kubectl_prefix
 
 GET_TIMEOUT_S = 60.0
 
@@ -29,18 +31,17 @@ class Pod:
     reason: str | None = None  # why it is left out; None: it takes an exec
 
 
+def _settings(selector: PodSelector, defaults: Defaults) -> dict[str, object]:
+    """What each pod of the selector gets, flat: the inventory's defaults, then the selector's."""
+    return {**defaults.settings(), **selector.host_settings()}
+
+
 def get_pods_argv(selector: PodSelector, defaults: Defaults) -> list[str]:
-    """kubectl's argv listing the selector's pods, with the group's (or defaults') config flags."""
-    kubectl = selector.engine or defaults.engine or "kubectl"
-    kubeconfig = selector.kubeconfig or defaults.kubeconfig
-    context = selector.context or defaults.context
-    argv = [kubectl]
-    if kubeconfig:
-        argv += ["--kubeconfig", os.path.expanduser(kubeconfig)]
-    if context:
-        argv += ["--context", context]
-    argv += list(selector.engine_args or defaults.engine_args or [])
-    return argv + ["get", "pods", "-l", selector.k8s_selector, "-n", selector.namespace, "-o", "json"]
+    """kubectl's argv listing the selector's pods, with the kubectl options its pods are reached with."""
+    given = _settings(selector, defaults)
+    options = K8sOptions.model_validate({k: v for k, v in given.items() if k in K8sOptions.model_fields})
+    return [*kubectl_prefix(options), "get", "pods", "-l", selector.k8s_selector, "-n", selector.namespace,
+            "-o", "json"]
 
 
 def _container_state(status: dict[str, Any]) -> str | None:
@@ -94,8 +95,7 @@ def pods_from_json(document: str | dict[str, Any], container: str | None) -> lis
 
 def pod_host(selector: PodSelector, defaults: Defaults, pod: str) -> HostSpec:
     """The host of one pod: the inventory's defaults, then the selector's settings."""
-    merged: dict[str, object] = {k: v for k, v in defaults.model_dump().items() if v is not None}
-    merged.update(selector.host_settings())
+    merged = _settings(selector, defaults)
     merged["vars"] = {**defaults.vars, **selector.vars}
     tail = f"/{selector.container}" if selector.container else ""
     merged.update(name=f"{selector.namespace}/{pod}", address=f"k8s://{selector.namespace}/{pod}{tail}")

@@ -1,4 +1,5 @@
-"""The local transport: the host is this machine, the process a plain subprocess."""
+"""The `local` scheme: the host is this machine, the agent a plain subprocess of patchkit (as its
+user). Written `address: local`, or no address on the host named `localhost`."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from patchkit.base.errors import HostError
+from patchkit.fleet.reach import TransportOptions
 from patchkit.host.transport.base import NoFileSplice, Reach
 from patchkit.host.transport.pipes import PipedProcess, start_piped
 
@@ -31,19 +33,30 @@ class _LocalStreams(NoFileSplice):
         await self.piped.end()
 
 
+class LocalOptions(TransportOptions):
+    """This machine: nothing to choose, the agent runs as patchkit's user."""
+
+
+class LocalScheme:
+    form = "`local` (this machine)"
+    written = False
+    options = LocalOptions
+
+    def check_address(self, rest: str) -> None:
+        return None  # none, "" or `local`: nothing more to it
+
+    def for_host(self, host: HostSpec, reach: Reach) -> LocalTransport:
+        return LocalTransport()
+
+    def reported(self, host: HostSpec) -> tuple[str, str]:
+        return "local", "local"
+
+
 class LocalTransport:
     name = "local"
 
     def __init__(self) -> None:
         self.exec_requests = 0
-
-    @classmethod
-    def check_address(cls, scheme: str, rest: str) -> None:
-        return None  # none, "" or `local`: nothing more to it
-
-    @classmethod
-    def for_host(cls, host: HostSpec, reach: Reach) -> LocalTransport:
-        return cls()
 
     async def spawn(self, argv: list[str]) -> _LocalStreams:
         self.exec_requests += 1

@@ -22,7 +22,9 @@ from typing import Any
 from patchkit.base.errors import HostError
 from patchkit.fleet.inventory import Defaults, HostSpec
 from patchkit.base.logs import get_logger
-from patchkit.fleet.raygroup import NodeFilter, RayGroup, RayNodes, node_address
+from patchkit.fleet.raygroup import NodeFilter, RayGroup, RayNodes
+from patchkit.host.transport import schemes  # noqa: F401 - registers the schemes that read the hosts built here
+from patchkit.host.transport.ray_scheme import node_address
 
 RAY_MISSING = ("Ray is not installed on this machine: pip install 'patchkit-llm[ray]' "
                "(or '.[ray]' in a clone of patchkit; the Ray transport needs it)")
@@ -113,8 +115,8 @@ def _client_init(ray: ModuleType, cluster: str, timeout: float) -> None:
     (about once in 17 connects measured here: "SpecificServer startup failed"),
     Ray's client waits for the answer to its Init forever (Ray 2.60) or says "Initialization
     failure from server". A new client gets a new server process, so another try is worth it;
-    with two tries, one such death beside an injected one failed the fault test in a full run
-    (2026-12-04: the first server's gRPC fork error, then the injected exit), so three."""
+    with two tries, one such death beside an injected one (a server's gRPC fork error, then the
+    injected exit) failed the fault test in a full run, so three."""
     for attempt in range(1, CLIENT_INIT_TRIES + 1):
         try:
             _one_client_init(ray, cluster, timeout)
@@ -220,7 +222,7 @@ def cluster_nodes(ray: ModuleType) -> list[Node]:
 
 def node_host(spec: RayNodes, defaults: Defaults, node: Node) -> HostSpec:
     """The host of one node: the inventory's defaults, then the group's settings."""
-    merged: dict[str, object] = {k: v for k, v in defaults.model_dump().items() if v is not None}
+    merged = defaults.settings()
     merged.update(spec.host_settings())
     merged["vars"] = {**defaults.vars, **spec.vars}
     merged.update(name=node.name, address=node_address(spec.address, node.node_id))

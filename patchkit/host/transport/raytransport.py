@@ -21,17 +21,12 @@ import atexit
 import itertools
 import os
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from patchkit.base.errors import HostError
 from patchkit.base.logs import get_logger
-from patchkit.fleet.raygroup import parse_node_address
 from patchkit.host.transport import rayrelay
-from patchkit.host.transport.base import Reach
 from patchkit.host.transport.raycluster import SHORT_ID, Node, cluster_nodes, connect
-
-if TYPE_CHECKING:
-    from patchkit.fleet.inventory import HostSpec
 
 log = get_logger("patchkit")
 
@@ -117,15 +112,6 @@ class RayTransport:
         self._keys = itertools.count(1)
         self._live: set[_RelayStreams] = set()
         self.sent = {"relayed": 0, "from_store": 0, "put": 0}  # bytes: by value, by ref, put by this host
-
-    @classmethod
-    def check_address(cls, scheme: str, rest: str) -> None:
-        parse_node_address(rest)
-
-    @classmethod
-    def for_host(cls, host: HostSpec, reach: Reach) -> RayTransport:
-        cluster, node_id = parse_node_address((host.address or "").removeprefix("ray://"))
-        return cls(host.name, cluster, node_id)
 
     @property
     def node_name(self) -> str:

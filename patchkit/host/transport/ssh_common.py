@@ -1,7 +1,7 @@
 """What both SSH transports (asyncssh in ssh.py, OpenSSH in openssh.py) share.
 
 - `SSHTarget`: what a transport needs to know about a host, built from the inventory entry
-  in one place (`SSHTarget.from_host`);
+  (its ssh scheme's options, ssh_scheme.py) in one place (`SSHTarget.from_host`);
 - `Endpoint`: where the client really connects once ~/.ssh/config is applied: the label,
   known_hosts pattern and commands that messages quote;
 - the failure kinds, each with ONE class and ONE message (`connect_error`): a transport only
@@ -25,7 +25,6 @@ from patchkit.base.errors import HostUnreachable
 
 if TYPE_CHECKING:  # not imported: the SSH helper process (sshhelper.py) builds no inventory models
     from patchkit.fleet.inventory import HostSpec
-    from patchkit.host.transport.base import Reach, Transport
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 CONNECT_TIMEOUT_S = 10.0  # TCP + handshake (+ authentication for asyncssh), per attempt
@@ -62,10 +61,12 @@ class SSHTarget:
 
     @classmethod
     def from_host(cls, host: HostSpec, accept_new_host_keys: bool = False) -> SSHTarget:
-        return cls(name=host.name, address=host.address or host.name, port=host.port, user=host.user,
-                   identity_file=host.identity_file, known_hosts=host.known_hosts, become=host.become,
-                   agent_start=host.agent_start,
-                   accept_new_host_keys=accept_new_host_keys)
+        from patchkit.host.transport.ssh_scheme import SSHOptions  # here only: the helper reads no inventory
+
+        options = host.options_as(SSHOptions)
+        return cls(name=host.name, address=host.address or host.name, port=options.port, user=host.user,
+                   identity_file=options.identity_file, known_hosts=options.known_hosts, become=options.become,
+                   agent_start=options.agent_start, accept_new_host_keys=accept_new_host_keys)
 
     @property
     def start_in_command(self) -> bool:
@@ -78,31 +79,6 @@ class SSHTarget:
     def known_hosts_path(self) -> str:
         """The inventory's known_hosts, else ~/.ssh/known_hosts (expanded)."""
         return os.path.expanduser(self.known_hosts or DEFAULT_KNOWN_HOSTS)
-
-
-class SSHScheme:
-    """The `ssh` scheme: a bare host name or address (~/.ssh/config may alias it, so any name
-    will do); the host's `ssh_client` picks the embedded asyncssh or the system OpenSSH."""
-
-    @classmethod
-    def check_address(cls, scheme: str, rest: str) -> None:
-        return None
-
-    @classmethod
-    def for_host(cls, host: HostSpec, reach: Reach) -> Transport:
-        target = SSHTarget.from_host(host, reach.accept_new_host_keys)  # all an SSH transport knows of the host
-        if host.ssh_client == "openssh":
-            from patchkit.host.transport.openssh import OpenSSHTransport  # the system `ssh`, opted in per host
-
-            return OpenSSHTransport(target)
-        from patchkit.host.transport import sshhelper
-
-        helper = sshhelper.current()
-        if helper is not None:  # asyncssh runs in the helper, imported while this process validated
-            return sshhelper.HelperTransport(target, helper)
-        from patchkit.host.transport.ssh import SSHTransport  # asyncssh only when a host needs it
-
-        return SSHTransport(target)
 
 
 @dataclass(frozen=True)
