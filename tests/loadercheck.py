@@ -2,8 +2,8 @@
 
 Every malformed recipe or inventory must raise UsageError (nothing else) whose first line
 starts `FILE:LINE:COL: `, with bounded work. A file with several problems lists them all
-(issue 25), one line each, every line `FILE:LINE:COL: ...` about the same file, in the file's
-order. No test asserts seconds (a 2 s assertion failed on a loaded machine, issue 19): the
+one line each, every line `FILE:LINE:COL: ...` about the same file, in the file's
+order. No test asserts seconds (a 2 s assertion failed on a loaded machine): the
 guard is a generous budget of the process's own CPU time, which other jobs on the machine do
 not stretch; a loader that blew up (an alias bomb expanded, a quadratic error path) would
 spend far more.

@@ -1,4 +1,4 @@
-"""Inventories and variables through the real CLI (issue 25 items 1, 2, 4): the real
+"""Inventories and variables through the real CLI: the real
 `ansible-inventory` on INI files, several -i merged, variables per host with -e @file / JSON,
 and every error case: broken INI, a connection patchkit lacks, bad JSON, bad -e, unused
 variables (a warning, an error with --strict). Local transport: sandboxes as hosts."""

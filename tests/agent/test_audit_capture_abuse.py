@@ -1,4 +1,4 @@
-"""`audit` and `capture` against hostile installs and wheels (issue 21 items 5, 7, 8).
+"""`audit` and `capture` against hostile installs and wheels.
 
 A hand-made distribution (dist-info with METADATA and RECORD) in a sandbox venv, read by the
 real CLI and the real host agent (local transport). RECORD rows that leave the distribution's
@@ -190,7 +190,7 @@ def test_capture_works_on_the_hand_made_dist(edited: tuple[Path, Path, Path], tm
 @pytest.mark.parametrize("planted", ["r.yaml", "r-handpkg.patch"])
 def test_capture_never_writes_through_a_dangling_symlink(edited: tuple[Path, Path, Path], tmp_path: Path,
                                                          planted: str) -> None:
-    """Issue 21 item 7: the recipe (or its .patch) was created at the link's target, outside -o.
+    """The recipe (or its .patch) was created at the link's target, outside -o.
     A link at -o itself is refused before the host is read (exit 2); one at a .patch, whose name
     the capture decides, when it is written (the host fails, nothing written)."""
     python, state, wheel = edited
@@ -224,7 +224,7 @@ def peak_rss_of(argv: list[str]) -> tuple[subprocess.CompletedProcess[str], int]
 
 @pytest.mark.parametrize("record_size", [10, BOMB], ids=["record-says-10-bytes", "record-says-1-GiB"])
 def test_capture_never_inflates_a_wheel_member_past_record_s_size(tmp_path: Path, record_size: int) -> None:
-    """Issue 21 item 8: a 3 GiB zero member once reached 6.2 GB RSS. A member whose size is
+    """A 3 GiB zero member once reached 6.2 GB RSS. A member whose size is
     not RECORD's is refused before a byte is inflated; one RECORD says is huge, by the cap."""
     python, site = make_dist(tmp_path / "host", "handpkg", {"handpkg/__init__.py": b""},
                              (f"handpkg/mod.py,sha256={digest(PRISTINE)},{record_size}",))

@@ -1,4 +1,4 @@
-"""An empty file a git diff adds (issue 20.6 / 21.10): git writes only its `diff --git` line
+"""An empty file a git diff adds: git writes only its `diff --git` line
 and `new file mode`, no `---`/`+++` and no hunk. It was dropped while the step said `changed`.
 Through the real CLI and agent: the empty file is created with the other file's change, the
 second apply is `ok`, status `applied`, rollback removes it and restores the other file."""

@@ -1,6 +1,6 @@
 """Through the real CLI and agent: a file that declares latin-1 gets latin-1 bytes, and the
 interpreter imports the value the recipe wrote; `value: no` for a bool is refused in one line
-before anything is written (issue 38, findings 11 and 13)."""
+before anything is written."""
 
 from __future__ import annotations
 

@@ -350,7 +350,7 @@ def ext_recipe(host: Host, edit: dict) -> Path:
                          ids=["diff-adds-a-file", "diff-hunk", "set_value"])
 def test_a_symlinked_folder_inside_the_package_is_never_written_through(tmp_path: Path, edit: dict) -> None:
     """`slowpkg/ext -> /elsewhere`: the plan would name package paths while the bytes land
-    elsewhere (issue 21 item 4). Every edit kind is refused on the host, naming the real path."""
+    elsewhere. Every edit kind is refused on the host, naming the real path."""
     host = Host(tmp_path / "h")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -1,4 +1,4 @@
-"""`-l` host patterns through the real CLI (issue 25, item 3): three local hosts, each a sandbox
+"""`-l` host patterns through the real CLI: three local hosts, each a sandbox
 with its own interpreter and state dir, in one inventory; only the hosts the pattern selects
 are patched, and a pattern that selects nothing touches nobody."""
 

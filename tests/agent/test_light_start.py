@@ -1,4 +1,4 @@
-"""A command imports only what it uses (issue 27): the real CLI on a local host, its modules
+"""A command imports only what it uses: the real CLI on a local host, its modules
 read from sys.modules when it exits.
 
 libcst loads only when an edit is computed (not when the edit cache serves it); asyncssh

@@ -1,4 +1,4 @@
-"""Secrets never reach outputs (issue 11): launch env values, secret variables and -e values.
+"""Secrets never reach outputs: launch env values, secret variables and -e values.
 
 Every test runs the real CLI against the local host with unique secret strings, then reads
 back everything patchkit wrote or printed: stdout (JSON and human), stderr (console and JSON

@@ -1,4 +1,4 @@
-"""An Ansible inventory drives a real sshd fleet (issue 25 items 1, 2, 5): an INI file with
+"""An Ansible inventory drives a real sshd fleet: an INI file with
 group_vars/ and host_vars/, read by the real `ansible-inventory`; each host's interpreter from
 its host_vars, a recipe variable from group_vars overridden by one host's host_vars, and
 Ansible's `-l` patterns. Host keys are checked from the temp HOME's ~/.ssh/known_hosts (the

@@ -4,7 +4,7 @@ The client waits for the server's answer to each login request before it sends t
 so every request is a round trip: recorded here as asyncssh sends them (method, signed or
 not). asyncssh alone sends three for a key from a file (`none`, a query, the signed key);
 patchkit's transport sends one. The latency proxy of bench/run_bench.py shows the same on
-the wire (bench/README.md, issue 27 in session 12)."""
+the wire (bench/README.md)."""
 
 from __future__ import annotations
 

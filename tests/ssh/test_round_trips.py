@@ -1,4 +1,4 @@
-"""Round trips of a run over real sshd (tests/sshd.py), counted per write (issue 27).
+"""Round trips of a run over real sshd (tests/sshd.py), counted per write.
 
 sshd opens a session's window only once its command runs, so anything written on stdin
 leaves one round trip after the exec request: the agent's start and first reads ride in the

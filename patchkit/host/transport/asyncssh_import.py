@@ -8,7 +8,7 @@ those programs would look at: the ld.so cache and the usual library folders. If 
 may be there, the real find_library runs, so asyncssh finds it as before.
 
 And without its X.509 support: asyncssh imports cryptography.x509 for X.509 certificate
-keys (RFC 6187, `x509v3-*` algorithms), ~20% of its import time (issue 27). patchkit
+keys (RFC 6187, `x509v3-*` algorithms), ~20% of its import time. patchkit
 reaches hosts with OpenSSH keys, certificates and known_hosts only, and asyncssh treats
 X.509 as optional (it catches the ImportError): an `x509v3-*` known_hosts line is then
 skipped, so such a host's key is unknown and refused, never accepted unchecked.

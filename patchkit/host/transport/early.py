@@ -2,7 +2,7 @@
 
 A fresh apply on one SSH host spent ~50 ms importing the runner, the journal, the agent
 client and the step kinds before its first byte to the host, and then waited ~80 ms for
-the SSH handshake with nothing to do (bench/README.md, issue 27 in session 12). Once the
+the SSH handshake with nothing to do (bench/README.md). Once the
 recipe and the inventory are valid (nothing is contacted before: exit 2), `EarlyReach`
 builds the transports of the hosts the fan-out starts first and asks each to `open()` (an
 optional ability: SSH connects; a transport without it starts as before); the cli then

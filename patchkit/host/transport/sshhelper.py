@@ -4,7 +4,7 @@ Why: before a run may contact a host it validates the recipe and the inventory (
 nothing contacted), ~0.1 s of imports and pydantic models; the SSH client (asyncssh and
 cryptography) is ~0.05 s more of imports. In one process they cannot overlap (one
 interpreter lock), so a fresh apply on one host waited ~0.15 s before its first byte, where
-`ssh` starts in 0.01 s (bench/README.md, issue 27 in session 12).
+`ssh` starts in 0.01 s (bench/README.md).
 
 How: `ssh_side()` forks the CLI's process right after its arguments are read (nothing heavy
 imported yet, no thread running). The child imports the SSH transport while the parent
@@ -63,8 +63,8 @@ EXIT_WAIT_S = 2.0  # for the child to exit once the parent is done
 SWITCH = "PATCHKIT_SSH_HELPER"
 # The helper carries runs of up to this many hosts. It saves a run ~45 ms once (the import
 # beside the validation) and costs ~1-3 ms of CPU a host (the relay: pipes, messages, a
-# second event loop), measured at 1, 32 and 128 hosts (bench/README.md, issue 27 in session
-# 12): a fleet is served in the CLI's own process, as before.
+# second event loop), measured at 1, 32 and 128 hosts (bench/README.md): a fleet is served
+# in the CLI's own process.
 MAX_HOSTS = 8
 
 _helper: Helper | None = None
