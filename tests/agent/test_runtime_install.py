@@ -62,6 +62,20 @@ def test_pip_install_from_a_clone_gives_a_small_quiet_working_patchkit(tmp_path:
     _install_and_use(tmp_path, str(_clone(tmp_path / "clone")))
 
 
+def test_pipx_install_from_a_clone_puts_a_working_patchkit_on_its_bin_dir(tmp_path: Path) -> None:
+    """README's `pipx install .`, run in a clone: pipx's venv and bin folder under tmp."""
+    clone = _clone(tmp_path / "clone")
+    env = {**_clean_env(), "PIPX_HOME": str(tmp_path / "pipx"), "PIPX_BIN_DIR": str(tmp_path / "bin"),
+           "PIPX_MAN_DIR": str(tmp_path / "man")}
+    installed = _run([sys.executable, "-m", "pipx", "install", "."], clone, env, timeout=300)
+    assert installed.returncode == 0, installed.stderr[-4000:]
+    patchkit = tmp_path / "bin" / "patchkit"
+    version = _run([str(patchkit), "--version"], tmp_path, env)
+    assert version.returncode == 0 and version.stdout.strip() == f"patchkit {__version__}", version
+    validated = _run([str(patchkit), "validate", str(REPO / "recipes" / "kimi_eagle3.yaml")], tmp_path, env)
+    assert validated.returncode == 0 and _quiet(validated), validated
+
+
 def test_the_built_artifacts_pass_twine_and_the_wheel_installs_a_working_patchkit(tmp_path: Path) -> None:
     source = _clone(tmp_path / "clone")
     dist = tmp_path / "dist"
