@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from patchkit.host.agent import AgentClient
+from patchkit.host.agent.client import AgentClient
 from patchkit.host.transport.local import LocalTransport
 
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from patchkit.host.agent.client import AgentRefused, mutating_ops
+from patchkit.host.agent.client import AgentRefused
+from patchkit.host.agent.files import mutating_ops
 from patchkit.host.agent.protocol import Request
 from patchkit.base.errors import HostError
 

@@ -15,8 +15,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from patchkit.host.agent import AgentClient
-from patchkit.host.agent.client import Pending
 from patchkit.host.agent.protocol import (
     END,
     JOURNAL_LIST,
@@ -27,7 +25,8 @@ from patchkit.host.agent.protocol import (
 )
 from patchkit.run.results import RunRecord, StepResult
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations: reading records does not load the running agent
+    from patchkit.host.agent.client import AgentClient, Pending
     from patchkit.run.installed import ChangedFile
 
 DEFAULT_STATE_DIR = "~/.local/state/patchkit"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from patchkit import __version__
-from patchkit.host.agent import AgentClient
+from patchkit.host.agent.client import AgentClient
 from patchkit.host.agent.client import Pending, UntrustedState
 from patchkit.host.agent.protocol import LOCK
 from patchkit.base.errors import HostError

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from patchkit.host.agent import AgentClient
+from patchkit.host.agent.client import AgentClient
 from patchkit.host.agent.client import SKIP_LIMIT, START_MARK, agent_source
 from patchkit.host.agent.protocol import APPLY_FILES, HELLO, LOCATE, LOG_TAIL, MANIFEST, READ, NoArgs, Op
 from patchkit.base.errors import HostError

@@ -182,7 +182,7 @@ def test_the_fake_answers_as_the_real_agent_does(tmp_path: Path) -> None:
     import base64
     import sys
 
-    from patchkit.host.agent import AgentClient, AgentRefused
+    from patchkit.host.agent.client import AgentClient, AgentRefused
     from patchkit.host.agent.protocol import APPLY_FILES, HASH, JOURNAL_LIST, JOURNAL_WRITE, LOCK, READ, RESTORE
     from patchkit.host.transport.local import LocalTransport
     from patchkit.host.testing import sha256

@@ -226,7 +226,7 @@ async def _releases(loaded: LoadedRecipe, groups: dict[str, list[Step]], wanted_
 async def _installed(loaded: LoadedRecipe, groups: dict[str, list[Step]], hosts: list[HostSpec],
                      options: TestOptions) -> tuple[Outcomes, Released]:
     """Each host's own release: its files read through the agent (nothing written), planned here."""
-    from patchkit.host.agent import AgentClient
+    from patchkit.host.agent.client import AgentClient
     from patchkit.host.agent.protocol import LOCATE, READ
     from patchkit.run.runner import Options, interpreter_for, transport_for
 

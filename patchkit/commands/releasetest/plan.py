@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.host.agent import AgentClient
+from patchkit.host.agent.client import AgentClient
 from patchkit.base.errors import HostError
 from patchkit.run.journal import Journal, new_run_id
 from patchkit.recipe.model import LoadedRecipe, Step

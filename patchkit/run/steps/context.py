@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from patchkit.host.agent import AgentClient
-from patchkit.host.agent.client import Pending
 from patchkit.host.agent.protocol import LOCATE, JournalListReply, LocateArgs, LocateReply
 from patchkit.edits import EditResult
 from patchkit.run.journal import Journal
 from patchkit.recipe.model import LoadedRecipe
 from patchkit.run.results import RunRecord, StepResult
+
+if TYPE_CHECKING:  # for annotations: validating a recipe does not load the running agent
+    from patchkit.host.agent.client import AgentClient
+    from patchkit.host.agent.client import Pending
 
 
 @dataclass

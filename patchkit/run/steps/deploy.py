@@ -14,12 +14,11 @@ import json
 import posixpath
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from pydantic import Field, field_validator
 
-from patchkit.host.agent import AgentClient
-from patchkit.host.agent.client import PART_SUFFIX, Pending
+from patchkit.host.agent.files import PART_SUFFIX
 from patchkit.host.agent.protocol import (
     HASH, MANIFEST, PART_INFO, READ, READ_CHECKPOINT, RECEIVE_FILE, REMOVE_FILE, RESTORE,
     ManifestReply, ReceiveFileReply,
@@ -32,6 +31,10 @@ from patchkit.run.results import DeployedFile, RunRecord, StepResult, deployed_f
 from patchkit.run.steps.context import HostContext
 from patchkit.run.steps.kind import Planned, StepKind, Undone
 from patchkit.run.steps.staleness import FileEdit, put_back, recorded_edits
+
+if TYPE_CHECKING:  # for annotations: validating a recipe does not load the running agent
+    from patchkit.host.agent.client import AgentClient
+    from patchkit.host.agent.client import Pending
 
 T = TypeVar("T")
 

@@ -12,7 +12,6 @@ bound to 127.0.0.1 works over SSH, and timings carry no control-side round trips
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import posixpath
@@ -21,19 +20,11 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
-from tenacity import (
-    AsyncRetrying,
-    RetryError,
-    retry_if_result,
-    stop_after_delay,
-    wait_exponential,
-)
 
-from patchkit.host.agent import AgentClient
 from patchkit.host.agent.protocol import (
     HTTP,
     HTTP_BATCH,
@@ -57,6 +48,9 @@ from patchkit.run.steps.context import HostContext
 from patchkit.run.steps.gate_stats import Acceptance, below, regressed, show_interval
 from patchkit.run.steps.kind import Planned, StepKind, Undone
 from patchkit.run.steps.staleness import FileEdit, Stale, last_change, stale_change
+
+if TYPE_CHECKING:  # for annotations: validating a recipe does not load the running agent
+    from patchkit.host.agent.client import AgentClient
 
 def _words(value: Any) -> Any:
     """argv and env values are strings; a lone `{{ port }}` substitutes an int, which is fine here."""
@@ -227,6 +221,8 @@ class ServerCommand:
 
     async def command_hash(self) -> str:
         """Changes with any argument or env value, and gives none of them away."""
+        import asyncio
+
         return await asyncio.to_thread(self._hash)
 
 
@@ -330,6 +326,8 @@ async def _log_tail(agent: AgentClient, path: str | None) -> str:
 
 async def wait_healthy(agent: AgentClient, state_dir: str, name: str, health: Health) -> float:
     """Seconds until the health URL answered 200; HostError with the log tail otherwise."""
+    from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_delay, wait_exponential
+
     started = time.monotonic()
     last: dict[str, Any] = {}
 

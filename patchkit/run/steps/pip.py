@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import Field, field_validator
 
 from patchkit.base.errors import HostError
-from patchkit.host.agent.client import HOST
+from patchkit.host.agent.files import HOST
 from patchkit.host.agent.protocol import Op, PythonRun
 from patchkit.recipe.model import KindSpec, Step
 from patchkit.run.results import RunRecord, StepResult

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from patchkit.host.agent.client import add_extension
+from patchkit.host.agent.files import add_extension
 from patchkit.recipe.model import register_kind
 from patchkit.run import results
 from patchkit.run.results import StepResult
