@@ -1485,7 +1485,7 @@ def op_lock(state_dir, timeout_s, owner, create=True):
     else:
         if not state_dir_exists(state_dir):
             return {"path": None, "state_dir": state_dir}
-        fd = open_existing_lock(path)
+        fd = open_state_file(path)  # ours, a regular file no one else may write; None: none there
         if fd is None:
             return {"path": None, "state_dir": state_dir}
     mode = fcntl.LOCK_EX if create else fcntl.LOCK_SH
@@ -1528,25 +1528,6 @@ def pid_alive(pid):
     except OSError:
         return True  # there, but not ours to signal
     return True
-
-
-def open_existing_lock(path):
-    """The lock file opened for reading (flock needs no write access), never through a
-    symlink nor anything but a regular file; None when there is none."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise Refused("%s is a symlink; refusing to follow it" % path)
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise Refused("%s is not a regular file; refusing to use it" % path)
-    return fd
 
 
 def describe_holder(text):
