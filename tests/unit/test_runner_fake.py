@@ -175,6 +175,19 @@ def test_a_journal_that_takes_no_more_records_stops_the_run(host: FakeAgent, rec
     assert patched(host) == {"alpha"}  # named by its intent record, which did land
     assert [args["files"][0]["path"] for _, args in host.ops("apply_files")] == [FILES["alpha"]]
 
+    # as the real agent: once a journal write failed, every op that changes the host is refused
+    from patchkit.host.agent.client import AgentRefused
+    from patchkit.host.agent.protocol import READ, RESTORE
+
+    async def after_the_failure() -> tuple[Any, Any]:
+        read = await (await host.send(READ({"path": FILES["beta"]}))).result()
+        with pytest.raises(AgentRefused, match="a journal write of this run failed earlier"):
+            await (await host.send(RESTORE({"path": FILES["alpha"], "backup_path": "/b", "expected_sha256": "x"}))).result()
+        return read, host.journal_broken
+
+    read, why = asyncio.run(after_the_failure())
+    assert read["exists"] and why and "No space left on device" in why
+
 
 def test_the_fake_answers_as_the_real_agent_does(tmp_path: Path) -> None:
     """The same requests to the real agent (a local process) and to FakeAgent: the same reply
