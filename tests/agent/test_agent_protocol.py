@@ -19,7 +19,7 @@ import pytest
 
 from patchkit.host.agent.client import AgentClient
 from patchkit.host.agent.client import SKIP_LIMIT, START_MARK, agent_source
-from patchkit.host.agent.protocol import APPLY_FILES, HELLO, LOCATE, LOG_TAIL, MANIFEST, READ, NoArgs, Op
+from patchkit.host.agent.protocol import APPLY_FILES, HELLO, LOCATE, LOG_TAIL, MANIFEST, READ, Request
 from patchkit.base.errors import HostError
 from patchkit.run.journal import Journal
 from patchkit.run.results import RunRecord
@@ -76,7 +76,8 @@ def test_a_patch_run_sends_only_the_agent_core_and_a_deploy_op_brings_its_files(
 def test_an_unknown_op_is_a_readable_error_and_the_agent_goes_on() -> None:
     async def work(agent: AgentClient) -> dict:
         with pytest.raises(HostError, match="no op 'frobnicate'"):
-            await agent.call(Op[NoArgs, Any]("frobnicate")({}))  # an op no host file declares
+            # an op no host file declares, as a bare request: an `Op` would join the registry of ops
+            await agent.call(Request[Any]("frobnicate", {}))
         return await agent.call(HELLO({}))
 
     assert "python_version" in with_agent(work)

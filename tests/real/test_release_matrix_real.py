@@ -78,7 +78,10 @@ def test_kimi_eagle3_on_every_shape_of_the_whitelist() -> None:
     assert len(set(ids.values())) < len(ids)
     assert doc["failures"] == [] and doc["warnings"] == []
     assert doc["notes"] == [(f"eagle3-whitelist: the newest release, {wanted[-1]}, is past >=0.10.1,<0.22 (upstream "
-                            "may have fixed it; there the edit finds no target)")]
+                            "may have fixed it; there the edit finds no target)"),
+                            ("eagle3-whitelist: `changed` says the edit applies to that release's files; its import "
+                             "check and its verify program did not run (planned offline: they run on each host when "
+                             "applied)")]
     assert doc["steps"]["eagle3-preflight"]["tested"] is False
     assert {doc["steps"][s]["message"].split()[0] for s in ("deploy-drafter", "serve")} == {"skipped"}
     # What is cached is the touchable files, not wheels.
@@ -118,7 +121,9 @@ def test_the_sampling_fix_on_the_releases_of_its_range() -> None:
     assert len({c["diff_id"] for c in inside.values()}) == 1
     below = {v: c for v, c in cells.items() if Version(v) < Version("0.20.0")}
     assert below and all(c["status"] == "skipped" and c["outside_range"]["edit"] == "failed" for c in below.values())
-    assert doc["failures"] == doc["warnings"] == doc["notes"] == []
+    assert doc["failures"] == doc["warnings"] == []
+    assert [n.split(":")[0] for n in doc["notes"]] == ["expand-kernel-fix"], doc["notes"]  # its checks: not offline
+    assert "did not run (planned offline" in doc["notes"][0]
     assert doc["steps"]["expand-kernel-check"]["tested"] is False
 
 
