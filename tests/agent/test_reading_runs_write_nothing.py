@@ -48,3 +48,19 @@ def test_readers_share_the_lock_and_a_writer_waits_for_them(tmp_path: Path) -> N
     finally:
         os.close(fd)
     assert box.run("rollback", TOY).returncode == 0
+
+
+def test_a_reader_waits_for_a_writer_and_names_it(tmp_path: Path) -> None:
+    box = make_sandbox(tmp_path / "host", ("toyllm",))
+    assert box.run("apply", TOY, "--steps", "eagle3-whitelist").returncode == 0
+    fd = os.open(box.state / "lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as an apply in progress holds it
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b'{"pid": 1, "host": "elsewhere", "owner": "apply r1", "since": 0}', 0)
+        status = box.run("status", TOY, "--steps", "eagle3-whitelist", "--lock-timeout", "1")
+        assert status.returncode == 1, status
+        assert "another patchkit run holds the lock" in status.stdout and "owner apply r1" in status.stdout, status
+    finally:
+        os.close(fd)
+    assert box.run("status", TOY, "--steps", "eagle3-whitelist").returncode == 0

@@ -1485,9 +1485,11 @@ def op_lock(state_dir, timeout_s, owner, create=True):
     else:
         if not state_dir_exists(state_dir):
             return {"path": None, "state_dir": state_dir}
-        fd = open_state_file(path)  # ours, a regular file no one else may write; None: none there
-        if fd is None:
+        opened = open_state_file(path)  # ours, a regular file no one else may write; None: none there
+        if opened is None:
             return {"path": None, "state_dir": state_dir}
+        with opened:
+            fd = os.dup(opened.fileno())  # the lock is on the open file, which this descriptor keeps
     mode = fcntl.LOCK_EX if create else fcntl.LOCK_SH
     deadline = time.monotonic() + timeout_s
     told_at = time.monotonic() + 1  # a wait longer than this is said while it lasts, once
