@@ -1,11 +1,10 @@
 """The patchkit.fleet.patchkit Ansible module, run by a real `ansible-playbook` against real
 sshd hosts on 127.0.0.1 (tests/sshd.py).
 
-Ansible logs in over SSH with the fleet's client key and checks each host key against a
-known_hosts file of the test's own (StrictHostKeyChecking=yes); the target's Python is the
-project's venv (it has patchkit installed: that is the target "having patchkit"), and the
-module's `python` option is each host's own interpreter with its own toyllm copy, so each
-inventory host patches its own files. ansible-playbook is the one beside the test
+patchkit runs on the controller (the action plugin) and logs in over SSH with the fleet's client
+key, checking each host key against a known_hosts file of the test's own (patchkit_known_hosts);
+each host's Python is a bare venv without patchkit or its dependencies, with its own toyllm
+copy, so each inventory host patches its own files. ansible-playbook is the one beside the test
 interpreter, never one found on PATH, and its home, temp dirs and config are the test's.
 """
 
@@ -136,10 +135,10 @@ FAILURES = """\
       patchkit.fleet.patchkit: {recipe: recipes/typo.yaml, python: "{{ patchkit_python }}",
                                 state_dir: "{{ patchkit_state }}"}
       ignore_errors: true
-    - name: no patchkit on the target
+    - name: a connection patchkit has no transport for
       patchkit.fleet.patchkit: {recipe: recipes/toy.yaml, python: "{{ patchkit_python }}",
                                 state_dir: "{{ patchkit_state }}"}
-      vars: {ansible_python_interpreter: "{{ patchkit_python }}"}
+      vars: {ansible_connection: winrm}
       ignore_errors: true
     - name: a list is no recipe variable
       patchkit.fleet.patchkit: {recipe: recipes/toy.yaml, python: "{{ patchkit_python }}",
@@ -262,11 +261,13 @@ def make_controller(testbed: Testbed, names: tuple[str, ...] = ("gpu-1", "gpu-2"
     values = {"gpu-1": "kimi_k2", "gpu-2": "deepseek_v3"}
     inventory = {"all": {
         "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(fleet.client_key),
-                 "ansible_ssh_common_args": ssh_args, "ansible_python_interpreter": sys.executable,
+                 "ansible_ssh_common_args": ssh_args, "patchkit_known_hosts": str(known_hosts),
                  "patchkit_token": SECRET, "recipe_on_target": str(root / "recipes" / "toy.yaml"),
                  "patchkit_command": str(BIN / "patchkit")},
         "hosts": {name: {"ansible_host": "127.0.0.1", "ansible_port": testbed.hosts[name].server.port,  # type: ignore[union-attr]
                          "patchkit_python": str(testbed.hosts[name].python),
+                         # the interpreter patched, and the one Ansible's own slurp (remote_src) runs with
+                         "ansible_python_interpreter": str(testbed.hosts[name].python),
                          "patchkit_state": str(testbed.hosts[name].state),
                          "first_value": values.get(name, "kimi_k2")} for name in names},
     }}
@@ -373,10 +374,12 @@ def test_failures_fail_the_task_with_patchkits_message_and_leave_the_host_origin
     assert typo.startswith(f"patchkit apply: {recipe}:26:5: "), typo
     assert "unknown key 'verfy'" in typo, typo
 
-    # the target's python has no patchkit: said so, with what to do
-    missing = played.failure("no patchkit on the target", "gpu-3")
-    assert missing.startswith(f"patchkit is not installed for the target's python {env.python}"), missing
-    assert "(pip install patchkit-llm, or pip install . in a clone of patchkit)" in missing
+    # an ansible_connection patchkit cannot reach a host by: one line naming it
+    winrm = played.failure("a connection patchkit has no transport for", "gpu-3")
+    assert winrm.startswith("inventory: host gpu-3: ansible_connection=winrm has no patchkit transport "
+                            "(patchkit reaches hosts by: docker, kubectl, local, paramiko, paramiko_ssh, podman, "
+                            "smart, ssh)"), winrm
+    assert "\n" not in winrm, winrm
 
     bad_var = played.failure("a list is no recipe variable", "gpu-3")
     assert bad_var == "vars.first_value: a recipe variable is a string, number or boolean, not list", bad_var
@@ -385,19 +388,18 @@ def test_failures_fail_the_task_with_patchkits_message_and_leave_the_host_origin
 
 
 def test_a_host_whose_key_is_not_the_known_one_is_never_reached(testbed: Testbed) -> None:
-    """The test inventory's host key checking is real: a known_hosts with another server's key
-    for this port makes the host unreachable, and the module never runs there."""
+    """Host keys are checked by patchkit, which logs in from the controller: a known_hosts
+    (patchkit_known_hosts, as -e here) with another server's key for this port fails the task
+    with patchkit's message, and nothing runs on the host."""
     ctl = make_controller(testbed, ("gpu-4",))
     env = ctl.hosts["gpu-4"]
     other = next(s for s in testbed.fleet.servers if s.name == "gpu-5")
     wrong = ctl.root / "wrong_known_hosts"
     wrong.write_text(f"[127.0.0.1]:{env.server.port} {other.host_public_key}\n")  # type: ignore[union-attr]
-    ssh_args = (f"-F /dev/null -o UserKnownHostsFile={wrong} -o GlobalKnownHostsFile=/dev/null "
-                "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes")
     originals = files(env)
-    played = ctl.play(TASK.format(state="applied"), "-e", json.dumps({"ansible_ssh_common_args": ssh_args}))
+    played = ctl.play(TASK.format(state="applied"), "-e", json.dumps({"patchkit_known_hosts": str(wrong)}))
     assert played.returncode != 0, played
-    record = played.record("patchkit", "gpu-4")
-    assert record["outcome"] == "unreachable", played
-    assert "Host key verification failed" in record["result"]["msg"], record
+    message = played.failure("patchkit", "gpu-4")
+    assert message.startswith("patchkit apply failed on gpu-4: "), message
+    assert "host key" in message.lower() and str(wrong) in message, message
     assert files(env) == originals and not env.runs("ansible_toy")

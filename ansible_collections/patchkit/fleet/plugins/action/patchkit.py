@@ -1,20 +1,35 @@
 # Copyright: patchkit contributors
-# Runs on the controller for every patchkit.fleet.patchkit task: reads the recipe where the
-# playbook is (like copy's src), sends it and its files as module arguments, then runs the
-# module on the target through the task's connection.
-"""Action plugin of patchkit.fleet.patchkit: send the controller's recipe to the module."""
+# Runs on the controller for every patchkit.fleet.patchkit task, and runs patchkit there: the
+# controller's own Python (`python -m patchkit`, never a `patchkit` found on PATH) applies the
+# recipe to the task's one host, reached the way the inventory says (ansible_host, port, user,
+# key, become, ansible_connection), as `patchkit -i` of the same inventory reaches it. The
+# host needs nothing of patchkit: patchkit's agent is stdlib-only, and the journal stays there.
+"""Action plugin of patchkit.fleet.patchkit: run patchkit on the controller against the task's host."""
 
+import base64
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 
 from ansible.errors import AnsibleError
+from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.patchkit.fleet.plugins.plugin_utils.recipe_bundle import (
-    BundleError,
-    bundle,
+from ansible_collections.patchkit.fleet.plugins.module_utils.patchkit_cli import (
+    ARGUMENT_SPEC,
+    TaskError,
+    build_argv,
+    command_for,
+    host_variables,
+    inventory_document,
+    map_report,
+    secret_values,
 )
+from ansible_collections.patchkit.fleet.plugins.plugin_utils.recipe_bundle import BundleError, referenced_paths
 
-INTERNAL = ("_recipe_text", "_recipe_name", "_recipe_origin", "_recipe_files", "_host_name")
+PATCHKIT_TIMEOUT_S = 6 * 3600  # a launch step may wait long for a server's health; never forever
 
 
 class ActionModule(ActionBase):
@@ -25,32 +40,124 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        given = [key for key in args if key in INTERNAL]
-        if given:
-            return dict(result, failed=True, msg="{}: set by the action plugin, not a task option".format(", ".join(given)))
-        if not args.get("recipe"):
-            return dict(result, failed=True, msg="recipe is required")
-        if not self._bool(args.get("remote_src", False)):
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        name = task_vars.get("inventory_hostname")
+        try:
+            from patchkit.base.errors import UsageError
+            from patchkit.fleet.ansible import host_from_ansible_vars
+            from patchkit.host.transport import schemes  # noqa: F401 - declares the schemes inventories take
+        except ImportError:
+            return dict(result, failed=True, msg=(
+                f"patchkit is not installed for the controller's python {sys.executable}: install it there, "
+                "beside Ansible (pip install patchkit-llm, or pip install . in a clone of patchkit); "
+                "the hosts need nothing of it"))
+        if args["executable"]:
+            result.setdefault("warnings", []).append(
+                "executable is ignored: patchkit runs on the controller, nothing of it on the host")
+        folder = tempfile.mkdtemp(prefix="patchkit-ansible-")
+        try:
+            secrets = []
+            try:
+                recipe, doc = self._recipe(args, folder, task_vars)
+                hostvars = host_variables(self._templated(host_variables(task_vars)), args["python"], args["state_dir"],
+                                          (self._play_context.become, self._play_context.become_user,
+                                           self._play_context.become_method))
+                secrets = secret_values(doc, dict(hostvars, **(args["vars"] or {})))
+                # the same mapping `patchkit -i` makes of this host: refuse here what it would refuse
+                host_from_ansible_vars(name or "target", hostvars, source="inventory")
+                command = command_for(args["state"], self._task.check_mode)
+                inventory = os.path.join(folder, "inventory.json")
+                with open(os.open(inventory, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+                    out.write(inventory_document(name, hostvars))
+                argv = build_argv([sys.executable, "-m", "patchkit"], command, inventory, recipe, args["steps"],
+                                  args["vars"], args["run_id"], args["force"], args["lock_timeout"])
+            except (TaskError, BundleError, UsageError) as exc:
+                return self._masked(dict(result, failed=True, msg=str(exc)), args, secrets)
+            try:
+                proc = subprocess.run(argv, cwd=folder, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                      timeout=PATCHKIT_TIMEOUT_S, check=False)
+            except subprocess.TimeoutExpired:
+                return self._masked(dict(result, failed=True, msg=(
+                    f"patchkit {command} did not finish in {PATCHKIT_TIMEOUT_S} s")), args, secrets)
+            mapped = map_report(args["state"], command, self._task.check_mode, proc.returncode, proc.stdout,
+                                proc.stderr, name, args["force"])
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        if args["remote_src"] and "msg" in mapped:
+            # patchkit names the copy it read; the user knows the recipe by its path on the host
+            for copy in {folder, os.path.realpath(folder)}:
+                mapped["msg"] = mapped["msg"].replace(os.path.join(copy, ""),
+                                                      os.path.join(os.path.dirname(args["recipe"]), ""))
+        warnings = result.pop("warnings", []) + mapped.pop("warnings", [])
+        if warnings:
+            result["warnings"] = warnings
+        if not self._task.diff or not mapped.get("diff"):
+            mapped.pop("diff", None)
+        result.update(mapped)
+        return self._masked(result, args, secrets)
+
+    def _recipe(self, args, folder, task_vars):
+        """(path of the recipe on the controller, its parsed YAML or None). With remote_src the
+        recipe and the files it names relative to its folder are fetched from the host first."""
+        import yaml  # Ansible's own dependency
+
+        if args["remote_src"]:
+            path = self._fetch(args["recipe"], args["files"] or [], folder, task_vars)
+        else:
             try:
                 path = self._find_needle("files", args["recipe"])
-                text, files = bundle(path, args.get("files") or [])
-            except (AnsibleError, BundleError) as exc:
-                return dict(result, failed=True, msg="recipe {}: {}".format(args["recipe"], exc))
-            args.update(_recipe_text=text, _recipe_name=os.path.basename(path), _recipe_origin=path,
-                        _recipe_files=files)
-        args["_host_name"] = task_vars.get("inventory_hostname")
-        result.update(self._execute_module(module_name="patchkit.fleet.patchkit", module_args=args,
-                                           task_vars=task_vars))
-        # the recipe text and its files are ours, not the user's options: keep them out of -v output
-        module_args = result.get("invocation", {}).get("module_args")
-        if isinstance(module_args, dict):
-            for key in INTERNAL:
-                module_args.pop(key, None)
+            except AnsibleError as exc:
+                raise BundleError(f"recipe {args['recipe']}: {exc}") from None
+        try:
+            with open(path, "rb") as f:
+                doc = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError):
+            doc = None  # patchkit reports a recipe it cannot read, with line and column
+        return path, doc
+
+    def _fetch(self, recipe, extra, folder, task_vars):
+        """Copy the host's recipe and the files it names into `folder`; the copy's path."""
+        import yaml
+
+        name = os.path.basename(recipe)
+        text = self._slurp(recipe, task_vars)
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError:
+            doc = None
+        files = {name: text}
+        for rel in list(referenced_paths(doc)) + list(extra):
+            parts = rel.replace("\\", "/").split("/")
+            if os.path.isabs(rel) or ".." in parts:
+                continue  # patchkit refuses a path outside the recipe's folder, naming it
+            files[os.path.normpath(rel)] = self._slurp(os.path.join(os.path.dirname(recipe), rel), task_vars)
+        for rel, data in files.items():
+            path = os.path.join(folder, "recipe", rel)
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+                out.write(data)
+        return os.path.join(folder, "recipe", name)
+
+    def _slurp(self, path, task_vars):
+        got = self._execute_module(module_name="ansible.builtin.slurp", module_args={"src": path},
+                                   task_vars=task_vars)
+        if got.get("failed") or "content" not in got:
+            raise BundleError(f"remote_src: cannot read {path} on the host: {got.get('msg') or 'failed'}")
+        return base64.b64decode(got["content"])
+
+    def _templated(self, variables):
+        """The variables with their `{{ }}` rendered, as every Ansible module sees them."""
+        out = {}
+        for key, value in variables.items():
+            try:
+                out[key] = self._templar.template(value)
+            except AnsibleError as exc:
+                raise TaskError(f"variable {key}: {exc}") from None
+        return out
+
+    def _masked(self, result, args, secrets):
+        """The result with the recipe's secret values replaced, the task's options as `invocation`."""
+        if secrets:
+            result = remove_values(result, secrets)
+        result["invocation"] = {"module_args": remove_values(args, secrets) if secrets else args}
         return result
-
-    @staticmethod
-    def _bool(value):
-        from ansible.module_utils.parsing.convert_bool import boolean
-
-        return boolean(value, strict=False)

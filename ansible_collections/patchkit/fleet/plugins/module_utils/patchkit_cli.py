@@ -1,13 +1,29 @@
 # Copyright: patchkit contributors
-# The pure half of the patchkit module: which patchkit command a task runs, its argv, the
-# one-host inventory it runs against, and how patchkit's --json report becomes the task's
-# result. No I/O here, so the mapping is tested without a host (tests/unit).
+# The pure half of the patchkit action: which patchkit command a task runs, its argv, the
+# one-host inventory it runs against (the task's host, from the variables Ansible has for it),
+# and how patchkit's --json report becomes the task's result. No I/O here, so the mapping is
+# tested without a host (tests/unit).
 """Build patchkit command lines and map patchkit's --json report to an Ansible result."""
 
 import json
 import re
 
 STATES = ("applied", "planned", "rolled_back", "status")
+# The task's options (the module's DOCUMENTATION describes them), checked by the action plugin.
+ARGUMENT_SPEC = {
+    "recipe": {"type": "path", "required": True},
+    "remote_src": {"type": "bool", "default": False},
+    "files": {"type": "list", "elements": "str", "default": []},
+    "state": {"type": "str", "default": "applied", "choices": list(STATES)},
+    "steps": {"type": "list", "elements": "str"},
+    "vars": {"type": "dict", "default": {}},
+    "python": {"type": "str"},  # paths on the host: a `~` there is the host user's
+    "state_dir": {"type": "str"},
+    "run_id": {"type": "str"},
+    "force": {"type": "bool", "default": False},
+    "lock_timeout": {"type": "float"},
+    "executable": {"type": "str"},
+}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -33,15 +49,55 @@ def host_name(name):
     return name if isinstance(name, str) and _HOST.match(name) else "target"
 
 
-def inventory_document(name, python=None, state_dir=None):
-    """A patchkit inventory of one host on the local transport. `address: local` is written
-    out: a host without an address is reached over SSH (by its name), never locally."""
-    entry = {"address": "local"}
+# Variables Ansible adds to every task's (the play, the run, the connection plugin's own
+# settings): not the host's inventory, so `ansible-inventory --list` has none of them.
+RUNTIME_VARS = frozenset((
+    "ansible_check_mode", "ansible_config_file", "ansible_current_hosts", "ansible_dependent_role_names",
+    "ansible_diff_mode", "ansible_facts", "ansible_failed_hosts", "ansible_forks", "ansible_inventory_sources",
+    "ansible_limit", "ansible_loop", "ansible_loop_var", "ansible_index_var", "ansible_module_compression",
+    "ansible_parent_role_names", "ansible_parent_role_paths", "ansible_pipelining", "ansible_play_batch",
+    "ansible_play_hosts", "ansible_play_hosts_all", "ansible_play_name", "ansible_play_role_names",
+    "ansible_playbook_python", "ansible_role_name", "ansible_role_names", "ansible_run_tags", "ansible_search_path",
+    "ansible_shell_executable", "ansible_shell_type", "ansible_skip_tags", "ansible_timeout", "ansible_verbosity",
+    "ansible_version", "ansible_collection_name", "ansible_async_path", "ansible_local",
+    "environment", "group_names", "groups", "hostvars", "inventory_dir", "inventory_file", "inventory_hostname",
+    "inventory_hostname_short", "omit", "play_hosts", "playbook_dir", "role_name", "role_names", "role_path",
+    "role_uuid", "ungrouped", "vars",
+))
+
+
+def host_variables(task_vars, python=None, state_dir=None, become=None):
+    """The task host's variables as `ansible-inventory --list` gives them for `patchkit -i`:
+    the task's variables without the ones Ansible adds at run time. The module's `python` and
+    `state_dir` options are the host's `ansible_python_interpreter` and `patchkit_state_dir`;
+    `become` is (become, user, method) as Ansible resolved it for the task (its keyword or
+    ansible_become), None to keep the variables' own."""
+    found = {k: v for k, v in task_vars.items() if k not in RUNTIME_VARS and not k.startswith("_")}
     if python:
-        entry["python"] = python
+        found["ansible_python_interpreter"] = python
     if state_dir:
-        entry["state_dir"] = state_dir
-    return json.dumps({"hosts": {host_name(name): entry}}, indent=1) + "\n"  # JSON is YAML
+        found["patchkit_state_dir"] = state_dir
+    if become is not None:
+        on, user, method = become
+        found["ansible_become"] = bool(on)
+        for key, value in (("ansible_become_user", user), ("ansible_become_method", method)):
+            found.pop(key, None)
+            if on and value:
+                found[key] = value
+    return found
+
+
+def inventory_document(name, hostvars):
+    """The one-host inventory patchkit runs against, in the form `ansible-inventory --list`
+    prints: patchkit maps it as it maps any Ansible inventory given to `-i`."""
+    return json.dumps({"_meta": {"hostvars": {host_name(name): hostvars}}, "all": {"hosts": [host_name(name)]}},
+                      indent=1, sort_keys=True, default=str) + "\n"
+
+
+def secret_values(doc, variables):
+    """Values of the variables a recipe (parsed YAML) lists under `secrets`: kept out of the task's output."""
+    names = doc.get("secrets") if isinstance(doc, dict) else None
+    return [str(variables[n]) for n in names or [] if isinstance(n, str) and variables.get(n) not in (None, "")]
 
 
 def var_text(name, value):
@@ -56,7 +112,8 @@ def var_text(name, value):
         return repr(value)
     if isinstance(value, str):
         return value
-    raise TaskError(f"vars.{name}: a recipe variable is a string, number or boolean, not {type(value).__name__}")
+    kind = next((t.__name__ for t in (list, dict, tuple, set, bytes) if isinstance(value, t)), type(value).__name__)
+    raise TaskError(f"vars.{name}: a recipe variable is a string, number or boolean, not {kind}")
 
 
 def build_argv(base, command, inventory, recipe, steps=None, variables=None, run_id=None,
