@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import run_patchkit
 from tests.sshd import (  # noqa: F401 - pytest fixtures
     Fleet,
     HostEnv,
@@ -403,3 +404,90 @@ def test_a_host_whose_key_is_not_the_known_one_is_never_reached(testbed: Testbed
     assert message.startswith("patchkit apply failed on gpu-4: "), message
     assert "host key" in message.lower() and str(wrong) in message, message
     assert files(env) == originals and not env.runs("ansible_toy")
+
+
+INI_RECIPE = """\
+name: ini_toy
+vars: {first_value: kimi_k2, anchor: afmoe}
+steps:
+  - name: eagle3-whitelist
+    patch:
+      package: toyllm
+      modules: [toyllm.config.speculative]
+      edit:
+        list_insert:
+          names: [eagle3_target_supported]
+          within: SpeculativeConfig._verify_args
+          values: ["{{ first_value }}"]
+          after: "{{ anchor }}"
+    verify:
+      import: [toyllm.config.speculative]
+"""
+
+INI_PLAY = """\
+- hosts: kimi
+  gather_facts: false
+  tasks:
+    - {name: patchkit, patchkit.fleet.patchkit: {recipe: recipes/ini.yaml}}
+"""
+
+
+def test_module_and_cli_read_one_ini_inventory_alike_on_a_host_without_patchkit(testbed: Testbed) -> None:
+    """One INI inventory with host_vars/ and group_vars/: a host var and a group var change the
+    recipe's result, patchkit_* vars set the journal folder and the known_hosts, the host's
+    ansible_python_interpreter (a bare venv) is the one patched. The module's files are the
+    bytes `patchkit apply -i` of the same inventory writes, and the CLI sees the module's run."""
+    ctl = make_controller(testbed, ("gpu-6",))
+    env = ctl.hosts["gpu-6"]
+    for module in ("patchkit", "pydantic", "yaml"):  # a bare serving venv: nothing of patchkit's
+        probe = subprocess.run([str(env.python), "-c", f"import {module}"], capture_output=True, cwd=env.root,
+                               check=False)  # not in this checkout, whose patchkit/ `-c` would import
+        assert probe.returncode != 0, module
+    state = ctl.root / "ini-state"  # not the module's or the CLI's default: only patchkit_state_dir leads there
+    inventory = ctl.root / "ini"
+    (inventory / "host_vars").mkdir(parents=True)
+    (inventory / "group_vars").mkdir()
+    (inventory / "hosts.ini").write_text(
+        "[kimi]\n"
+        f"gpu-6 ansible_host=127.0.0.1 ansible_port={env.server.port} ansible_user=root "  # type: ignore[union-attr]
+        f"ansible_ssh_private_key_file={testbed.fleet.client_key}\n")
+    (inventory / "host_vars" / "gpu-6.yml").write_text(
+        f"ansible_python_interpreter: {env.python}\nfirst_value: deepseek_v3\n")
+    (inventory / "group_vars" / "kimi.yml").write_text(f"anchor: minicpm\npatchkit_state_dir: {state}\n")
+    (inventory / "group_vars" / "all.yml").write_text(f"patchkit_known_hosts: {ctl.root / 'known_hosts'}\n")
+    (ctl.root / "recipes" / "ini.yaml").write_text(INI_RECIPE)
+    ini = ["-i", str(inventory / "hosts.ini")]
+    speculative = env.pkgs / "toyllm/config/speculative.py"
+    original = speculative.read_bytes()
+
+    def runs() -> list[Path]:
+        return sorted((state / "runs" / "ini_toy").glob("*.json")) if state.is_dir() else []
+
+    # --check --diff: the host's and the group's values in the diff, nothing written
+    check = ctl.play(INI_PLAY, *ini, "--check", "--diff")
+    assert check.returncode == 0 and check.recap("gpu-6")["changed"] == 1, check
+    assert '                 "minicpm",  # MiniCPM-4\n+                "deepseek_v3",' in check.stdout, check
+    assert speculative.read_bytes() == original and not runs()
+
+    # the module applies, with the inventory's variables, journal where patchkit_state_dir says
+    first = ctl.play(INI_PLAY, *ini)
+    assert first.returncode == 0 and first.recap("gpu-6")["changed"] == 1, first
+    by_module = speculative.read_bytes()
+    assert b'"minicpm",  # MiniCPM-4\n                "deepseek_v3",\n                "gpt_oss",' in by_module
+    assert len(runs()) == 1
+    again = ctl.play(INI_PLAY, *ini)
+    assert again.returncode == 0 and again.recap("gpu-6")["changed"] == 0, again
+    assert again.result("patchkit", "gpu-6")["status"] == "ok"
+
+    # the CLI of the same inventory: the module's edit is applied (its own run explains it)
+    status = run_patchkit("status", *ini, "--json", str(ctl.root / "recipes" / "ini.yaml"), env=ctl.env())
+    assert status.returncode == 0, status
+    (host,) = json.loads(status.stdout)["hosts"].values()
+    assert [s["status"] for s in host["steps"]] == ["applied"], host
+    undone = run_patchkit("rollback", *ini, str(ctl.root / "recipes" / "ini.yaml"), env=ctl.env())
+    assert undone.returncode == 0 and speculative.read_bytes() == original, undone
+    # ... and writes the very bytes the module wrote
+    applied = run_patchkit("apply", *ini, str(ctl.root / "recipes" / "ini.yaml"), env=ctl.env())
+    assert applied.returncode == 0, applied
+    assert speculative.read_bytes() == by_module
+    assert len(runs()) == 4  # the module's two runs, the rollback and this apply: one journal
