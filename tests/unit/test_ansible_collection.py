@@ -1,15 +1,13 @@
 """The patchkit.fleet collection's pure parts (ansible_collections/patchkit/fleet): the patchkit
 argv the module builds, how patchkit's --json report becomes a task result, what the action
-plugin sends with a recipe. The Ansible tools on the collection (ansible-doc, the example's
+plugin makes of a task's variables, what remote_src fetches. The Ansible tools on the collection (ansible-doc, the example's
 syntax check, the build) are tests/agent/test_ansible_tools.py; the module run by a real
 ansible-playbook over SSH is tests/ssh/test_ansible_module.py.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -67,13 +65,61 @@ def test_a_step_name_with_a_comma_is_refused() -> None:
         cli.build_argv(["pk"], "apply", "i", "r", steps=["a,b"])
 
 
-def test_the_inventory_is_one_host_on_the_local_transport_said_explicitly() -> None:
-    doc = json.loads(cli.inventory_document("gpu-7", "/opt/env/bin/python", "/var/lib/pk"))
-    assert doc == {"hosts": {"gpu-7": {"address": "local", "python": "/opt/env/bin/python",
-                                       "state_dir": "/var/lib/pk"}}}
-    # a name patchkit would not take (or none) gets a plain one; the address stays local
-    assert json.loads(cli.inventory_document("we ird/name"))["hosts"] == {"target": {"address": "local"}}
-    assert json.loads(cli.inventory_document(None))["hosts"] == {"target": {"address": "local"}}
+# Variables of a task as ansible-playbook gives them to the action plugin (2.19, one INI host with
+# host_vars and group_vars, become as a task keyword), trimmed: the run-time ones and the host's.
+TASK_VARS = {
+    "ansible_check_mode": False, "ansible_config_file": None, "ansible_connection": "ssh",
+    "ansible_current_hosts": ["gpu-7"], "ansible_diff_mode": False, "ansible_facts": {}, "ansible_forks": 5,
+    "ansible_host": "10.0.0.7", "ansible_port": 2222, "ansible_user": "root", "ansible_inventory_sources": ["/i"],
+    "ansible_pipelining": False, "ansible_play_batch": ["gpu-7"], "ansible_play_hosts": ["gpu-7"],
+    "ansible_playbook_python": "/usr/bin/python3", "ansible_shell_type": "sh", "ansible_timeout": 10,
+    "ansible_verbosity": 0, "ansible_version": {"full": "2.19.14"}, "environment": [], "group_names": ["kimi"],
+    "groups": {"all": ["gpu-7"], "kimi": ["gpu-7"]}, "hostvars": {}, "inventory_dir": "/i",
+    "inventory_file": "/i/hosts.ini", "inventory_hostname": "gpu-7", "inventory_hostname_short": "gpu-7",
+    "omit": "__omit_place_holder__x", "play_hosts": ["gpu-7"], "playbook_dir": "/p", "role_names": [], "vars": {},
+    "ansible_python_interpreter": "/opt/vllm/bin/python", "first_value": "deepseek_v3", "port": 8001,
+    "patchkit_known_hosts": "/etc/pk_known_hosts",
+}
+HOST = {"ansible_connection": "ssh", "ansible_host": "10.0.0.7", "ansible_port": 2222, "ansible_user": "root",
+        "ansible_python_interpreter": "/opt/vllm/bin/python", "first_value": "deepseek_v3", "port": 8001,
+        "patchkit_known_hosts": "/etc/pk_known_hosts"}
+
+
+def test_the_task_host_is_its_inventory_variables_without_ansibles_run_time_ones() -> None:
+    assert cli.host_variables(TASK_VARS) == HOST
+
+
+def test_python_state_dir_and_become_of_the_task_are_the_hosts() -> None:
+    got = cli.host_variables(TASK_VARS, python="/opt/other/bin/python", state_dir="/var/pk",
+                             become=(True, "root", "sudo"))
+    assert got == dict(HOST, ansible_python_interpreter="/opt/other/bin/python", patchkit_state_dir="/var/pk",
+                       ansible_become=True, ansible_become_user="root", ansible_become_method="sudo")
+    # become off (the task's keyword over the inventory's ansible_become): no become user left over
+    off = cli.host_variables(dict(TASK_VARS, ansible_become=True, ansible_become_user="svc"), become=(False, "svc", "su"))
+    assert off == dict(HOST, ansible_become=False)
+
+
+def test_the_one_host_inventory_maps_as_patchkit_i_maps_the_host() -> None:
+    from patchkit.fleet.ansible import host_from_ansible_vars, hosts_from_ansible_json
+    from patchkit.host.transport import schemes  # noqa: F401 - declares the schemes inventories take
+
+    hostvars = cli.host_variables(TASK_VARS, state_dir="/var/pk")
+    mapped = hosts_from_ansible_json(json.loads(cli.inventory_document("gpu-7", hostvars)))
+    assert list(mapped.inventory.hosts) == ["gpu-7"]
+    host = mapped.inventory.hosts["gpu-7"]
+    assert host == host_from_ansible_vars("gpu-7", hostvars)
+    assert (host.address, host.user, host.python, host.state_dir) == ("10.0.0.7", "root", "/opt/vllm/bin/python",
+                                                                      "/var/pk")
+    assert (host.options.port, host.options.known_hosts) == (2222, "/etc/pk_known_hosts")  # type: ignore[attr-defined]
+    assert host.vars == {"first_value": "deepseek_v3", "port": 8001}
+    # a name patchkit would not take (or none) gets a plain one
+    assert list(json.loads(cli.inventory_document("we ird/name", {}))["_meta"]["hostvars"]) == ["target"]
+
+
+def test_the_recipes_secret_values_are_found_in_every_source_of_variables() -> None:
+    doc = {"secrets": ["token", "unset", 3], "vars": {"token": ""}}
+    assert cli.secret_values(doc, {"token": "pk-7f3a", "unset": "", "other": "x"}) == ["pk-7f3a"]
+    assert cli.secret_values(None, {"token": "pk-7f3a"}) == []
 
 
 # ---------------------------------------------------------------- the report as a task result
@@ -138,72 +184,20 @@ def test_every_file_of_a_multi_file_step_is_a_diff() -> None:
     assert cli.step_diffs([step]) == [{"prepared": "A"}, {"prepared": "B"}]
 
 
-# ---------------------------------------------------------------- what the action plugin sends
+# ---------------------------------------------------------------- what remote_src fetches
 
 
-def decoded(files: dict[str, str]) -> dict[str, bytes]:
-    return {rel: base64.b64decode(data) for rel, data in files.items()}
-
-
-def test_a_recipe_goes_with_the_files_it_names_relative_to_its_folder(tmp_path: Path) -> None:
-    (tmp_path / "patches").mkdir()
-    (tmp_path / "patches" / "fix.patch").write_bytes(b"--- a/x\n+++ b/x\n")
-    (tmp_path / "mods.py").write_text("class T: pass\n")
-    (tmp_path / "drafter").mkdir()
-    (tmp_path / "drafter" / "config.json").write_text("{}")
-    (tmp_path / "prompts.txt").write_text("hi\n")
-    (tmp_path / "extra.txt").write_text("listed by hand\n")
-    (tmp_path / "unrelated.txt").write_text("not named: not sent\n")
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        "name: r\nsteps:\n"
-        "  - {name: a, patch: {package: p, edit: {diff: {file: patches/fix.patch}}}}\n"
-        "  - {name: b, patch: {package: p, edit: {codemod: {file: mods.py, transformer: T}}}}\n"
-        "  - {name: c, deploy: {src: drafter, dest: /models/d}}\n"
-        "  - {name: d, deploy: {src: /abs/on/target, dest: /models/e}}\n"
-        "  - {name: e, launch: {command: [x], spec_decode: {prompts_file: prompts.txt}}}\n"
-        "  - {name: f, patch: {package: p, edit: {diff: {file: '{{ which }}.patch'}}}}\n")
-    text, files = recipe_bundle.bundle(str(recipe), ["extra.txt"])
-    assert base64.b64decode(text) == recipe.read_bytes()
-    assert decoded(files) == {"patches/fix.patch": b"--- a/x\n+++ b/x\n", "mods.py": b"class T: pass\n",
-                              "drafter/config.json": b"{}", "prompts.txt": b"hi\n", "extra.txt": b"listed by hand\n"}
-
-
-def test_nothing_outside_the_recipes_folder_is_sent(tmp_path: Path) -> None:
-    folder = tmp_path / "recipes"
-    folder.mkdir()
-    (tmp_path / "secret.key").write_text("private")
-    os.symlink(tmp_path / "secret.key", folder / "link.patch")
-    os.symlink(tmp_path, folder / "up")
-    (folder / "d").mkdir()
-    os.symlink(tmp_path / "secret.key", folder / "d" / "inner")
-    recipe = folder / "r.yaml"
-    recipe.write_text("name: r\nsteps:\n"
-                      "  - {name: a, patch: {package: p, edit: {diff: {file: ../secret.key}}}}\n"
-                      "  - {name: b, patch: {package: p, edit: {diff: {file: link.patch}}}}\n"
-                      "  - {name: c, deploy: {src: up/secret.key, dest: /x}}\n"
-                      "  - {name: d, deploy: {src: d, dest: /y}}\n")
-    _, files = recipe_bundle.bundle(str(recipe), ["../secret.key"])
-    assert files == {}  # patchkit, on the target, names each as outside the recipe's folder or missing
-
-
-def test_a_recipe_too_large_to_send_is_refused_with_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(recipe_bundle, "LIMIT_BYTES", 1024)
-    (tmp_path / "big").mkdir()
-    (tmp_path / "big" / "weights.bin").write_bytes(b"\0" * 2048)
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text("name: r\nsteps:\n  - {name: c, deploy: {src: big, dest: /m}}\n")
-    with pytest.raises(recipe_bundle.BundleError, match=r"more than 0 MiB \(at big/weights.bin\).*use remote_src"):
-        recipe_bundle.bundle(str(recipe))
-
-
-def test_a_recipe_that_is_not_yaml_is_still_sent_for_patchkit_to_report(tmp_path: Path) -> None:
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text("name: [unclosed\n")
-    text, files = recipe_bundle.bundle(str(recipe))
-    assert base64.b64decode(text) == b"name: [unclosed\n" and files == {}
-    with pytest.raises(recipe_bundle.BundleError, match="cannot read recipe .*nope.yaml: No such file"):
-        recipe_bundle.bundle(str(tmp_path / "nope.yaml"))
+def test_a_recipe_on_the_host_is_fetched_with_the_files_it_names_relative_to_its_folder() -> None:
+    doc = {"name": "r", "steps": [
+        {"name": "a", "patch": {"package": "p", "edit": {"diff": {"file": "patches/fix.patch"}}}},
+        {"name": "b", "patch": {"package": "p", "edit": {"codemod": {"file": "mods.py", "transformer": "T"}}}},
+        {"name": "c", "deploy": {"src": "drafter", "dest": "/models/d"}},
+        {"name": "d", "deploy": {"src": "/abs/on/target", "dest": "/models/e"}},
+        {"name": "e", "launch": {"command": ["x"], "spec_decode": {"prompts_file": "prompts.txt"}}},
+        {"name": "f", "patch": {"package": "p", "edit": {"diff": {"file": "{{ which }}.patch"}}}},
+    ]}
+    assert recipe_bundle.referenced_paths(doc) == ["patches/fix.patch", "mods.py", "drafter", "prompts.txt"]
+    assert recipe_bundle.referenced_paths("name: [unclosed") == []
 
 
 def test_patchkits_warnings_become_the_tasks_warnings() -> None:

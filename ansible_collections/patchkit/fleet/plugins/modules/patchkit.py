@@ -15,7 +15,7 @@ description:
     C(patchkit -i) of the same inventory would - C(ansible_host), C(ansible_port),
     C(ansible_user), C(ansible_ssh_private_key_file), become (the task's keyword or
     C(ansible_become); to root with sudo), C(ansible_connection) local, ssh, docker, podman or
-    kubectl (any other fails the task, naming it). The host needs only a Python 3.8 or newer:
+    kubectl (any other fails the task, naming it). The host needs only a Python 3.8 or newer;
     patchkit's agent there is stdlib-only, and the journal (backups, run records) stays there.
   - The same inventory means the same thing here and to C(patchkit -i) - host and group
     variables are the recipe's variables, C(patchkit_*) variables set patchkit's host settings
@@ -43,7 +43,7 @@ options:
     required: true
   remote_src:
     description:
-      - The recipe is a path on the host: it and the files it names relative to its folder
+      - The recipe is a path on the host; it and the files it names relative to its folder
         (files, not folders) are fetched to the controller first.
     type: bool
     default: false
