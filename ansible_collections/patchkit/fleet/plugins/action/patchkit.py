@@ -51,6 +51,9 @@ class ActionModule(ActionBase):
                 f"patchkit is not installed for the controller's python {sys.executable}: install it there, "
                 "beside Ansible (pip install patchkit-llm, or pip install . in a clone of patchkit); "
                 "the hosts need nothing of it"))
+        if self._task.delegate_to:
+            return dict(result, failed=True, msg=(
+                "delegate_to is not supported: patchkit reaches the task's own host itself, from the controller"))
         if args["executable"]:
             result.setdefault("warnings", []).append(
                 "executable is ignored: patchkit runs on the controller, nothing of it on the host")
