@@ -263,12 +263,13 @@ def make_controller(testbed: Testbed, names: tuple[str, ...] = ("gpu-1", "gpu-2"
     inventory = {"all": {
         "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(fleet.client_key),
                  "ansible_ssh_common_args": ssh_args, "patchkit_known_hosts": str(known_hosts),
+                 # a python without toyllm: the tasks' `python` option wins (Ansible's slurp of
+                 # remote_src runs with this one)
+                 "ansible_python_interpreter": str(Path(sys.base_prefix) / "bin" / "python3"),
                  "patchkit_token": SECRET, "recipe_on_target": str(root / "recipes" / "toy.yaml"),
                  "patchkit_command": str(BIN / "patchkit")},
         "hosts": {name: {"ansible_host": "127.0.0.1", "ansible_port": testbed.hosts[name].server.port,  # type: ignore[union-attr]
                          "patchkit_python": str(testbed.hosts[name].python),
-                         # the interpreter patched, and the one Ansible's own slurp (remote_src) runs with
-                         "ansible_python_interpreter": str(testbed.hosts[name].python),
                          "patchkit_state": str(testbed.hosts[name].state),
                          "first_value": values.get(name, "kimi_k2")} for name in names},
     }}
