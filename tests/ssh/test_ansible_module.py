@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 
 from tests.helpers import run_patchkit
+from tests.ssh.test_ssh import SYSTEM_PYTHON
 from tests.sshd import (  # noqa: F401 - pytest fixtures
     Fleet,
     HostEnv,
     Testbed,
     fleet,
+    login_users,
     require,
     sha256,
     sshd_root,
@@ -236,13 +238,13 @@ def fp32_patch(env: HostEnv) -> str:
     return "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), f"a/{MODEL}", f"b/{MODEL}"))
 
 
-def make_controller(testbed: Testbed, names: tuple[str, ...] = ("gpu-1", "gpu-2")) -> Controller:
+def make_controller(testbed: Testbed, names: tuple[str, ...] = ("gpu-1", "gpu-2"), **host: Any) -> Controller:
     require((BIN / "ansible-playbook").is_file(),
             f"{BIN / 'ansible-playbook'} is missing: `make setup` installs ansible-core (the test extras)")
     fleet: Fleet = testbed.fleet
     servers = [s for s in fleet.servers if s.name in names]
     for server in servers:
-        env = testbed.add(server.name, server)
+        env = testbed.add(server.name, server, **host)
         shutil.copytree(REPO / "fixtures" / "pkgs" / "brokenllm" / "brokenllm", env.pkgs / "brokenllm",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     root = testbed.root / "controller"
@@ -492,3 +494,38 @@ def test_module_and_cli_read_one_ini_inventory_alike_on_a_host_without_patchkit(
     assert applied.returncode == 0, applied
     assert speculative.read_bytes() == by_module
     assert len(runs()) == 4  # the module's two runs, the rollback and this apply: one journal
+
+
+BECOME_PLAY = """\
+- hosts: all
+  gather_facts: false
+  tasks:
+    - {name: as the login user, patchkit.fleet.patchkit: {recipe: recipes/ini.yaml}, ignore_errors: true}
+    - {name: with become, patchkit.fleet.patchkit: {recipe: recipes/ini.yaml}, become: true}
+"""
+
+
+def test_the_tasks_become_makes_patchkit_root_on_the_host(testbed: Testbed, login_users: dict[str, str]) -> None:
+    """A login user with the sudo right, files only root may write: the task without become
+    fails with patchkit's message and leaves the bytes; the task's `become: true` (a keyword,
+    no variable) makes patchkit's agent root through sudo, and the file stays root's."""
+    require(shutil.which("sudo") is not None, "sudo is missing: `make test` installs it (scripts/install-system-deps.sh)")
+    ctl = make_controller(testbed, ("gpu-7",), base_python=SYSTEM_PYTHON)  # root's pyenv: not for other users
+    env = ctl.hosts["gpu-7"]
+    (ctl.root / "recipes" / "ini.yaml").write_text(INI_RECIPE)
+    (ctl.root / "become.ini").write_text(
+        f"gpu-7 ansible_host=127.0.0.1 ansible_port={env.server.port} "  # type: ignore[union-attr]
+        f"ansible_user={login_users['sudoer']} ansible_ssh_private_key_file={testbed.fleet.client_key} "
+        f"ansible_python_interpreter={env.python} patchkit_state_dir={env.state} "
+        f"patchkit_known_hosts={ctl.root / 'known_hosts'}\n")
+    speculative = env.pkgs / "toyllm/config/speculative.py"
+    original = speculative.read_bytes()
+
+    played = ctl.play(BECOME_PLAY, "-i", str(ctl.root / "become.ini"))
+    assert played.returncode == 0, played
+    denied = played.failure("as the login user", "gpu-7")
+    assert denied.startswith("patchkit apply failed on gpu-7: ") and "Permission denied" in denied, denied
+    became = played.result("with become", "gpu-7")
+    assert became["changed"] is True and became["status"] == "changed", became  # the first wrote nothing
+    assert b'"afmoe",\n                "kimi_k2",' in speculative.read_bytes()
+    assert speculative.read_bytes() != original and speculative.stat().st_uid == 0
