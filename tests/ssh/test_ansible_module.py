@@ -319,6 +319,9 @@ def test_playbook_applies_checks_diffs_reruns_and_rolls_back(testbed: Testbed) -
     assert SECRET not in json.dumps(first.results)
     assert first.results[0]["result"]["invocation"]["module_args"]["vars"]["token"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
     assert "_recipe_text" not in first.results[0]["result"]["invocation"]["module_args"]
+    # Ansible's SSH arguments do not reach patchkit (it reads ~/.ssh/config): each host is told
+    assert ("[WARNING]: inventory: host gpu-1: ansible_ssh_common_args is not used by patchkit (set SSH options "
+            "in ~/.ssh/config; keys, not passwords)") in first.stderr, first
     patched = {name: files(env) for name, env in ctl.hosts.items()}
 
     # a re-run is ok

@@ -7,6 +7,7 @@
 """Action plugin of patchkit.fleet.patchkit: run patchkit on the controller against the task's host."""
 
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -44,7 +45,7 @@ class ActionModule(ActionBase):
         name = task_vars.get("inventory_hostname")
         try:
             from patchkit.base.errors import UsageError
-            from patchkit.fleet.ansible import host_from_ansible_vars
+            from patchkit.fleet.ansible import hosts_from_ansible_json
             from patchkit.host.transport import schemes  # noqa: F401 - declares the schemes inventories take
         except ImportError:
             return dict(result, failed=True, msg=(
@@ -66,12 +67,15 @@ class ActionModule(ActionBase):
                                           (self._play_context.become, self._play_context.become_user,
                                            self._play_context.become_method))
                 secrets = secret_values(doc, dict(hostvars, **(args["vars"] or {})))
-                # the same mapping `patchkit -i` makes of this host: refuse here what it would refuse
-                host_from_ansible_vars(name or "target", hostvars, source="inventory")
+                # the mapping `patchkit -i` makes of this host: refuse here what it would refuse, and
+                # say which of Ansible's connection settings patchkit does not use
+                document = inventory_document(name, hostvars)
+                notes = hosts_from_ansible_json(json.loads(document), source="inventory").notes
+                result.setdefault("warnings", []).extend(notes)
                 command = command_for(args["state"], self._task.check_mode)
                 inventory = os.path.join(folder, "inventory.json")
                 with open(os.open(inventory, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
-                    out.write(inventory_document(name, hostvars))
+                    out.write(document)
                 argv = build_argv([sys.executable, "-m", "patchkit"], command, inventory, recipe, args["steps"],
                                   args["vars"], args["run_id"], args["force"], args["lock_timeout"])
             except (TaskError, BundleError, UsageError) as exc:
