@@ -414,8 +414,13 @@ def test_a_host_whose_key_is_not_the_known_one_is_never_reached(testbed: Testbed
 
 INI_RECIPE = """\
 name: ini_toy
-vars: {first_value: kimi_k2, anchor: afmoe}
+vars: {first_value: kimi_k2, anchor: afmoe, token: ""}
+secrets: [token]
 steps:
+  - name: token-given
+    check:
+      python: |
+        assert len("{{ token }}") > 0, "no token"
   - name: eagle3-whitelist
     patch:
       package: toyllm
@@ -459,7 +464,8 @@ def test_module_and_cli_read_one_ini_inventory_alike_on_a_host_without_patchkit(
         f"ansible_ssh_private_key_file={testbed.fleet.client_key}\n")
     (inventory / "host_vars" / "gpu-6.yml").write_text(
         f"ansible_python_interpreter: {env.python}\nfirst_value: deepseek_v3\n")
-    (inventory / "group_vars" / "kimi.yml").write_text(f"anchor: minicpm\npatchkit_state_dir: {state}\n")
+    (inventory / "group_vars" / "kimi.yml").write_text(
+        f"anchor: minicpm\npatchkit_state_dir: {state}\ntoken: {SECRET}\n")  # a recipe secret, from the inventory
     (inventory / "group_vars" / "all.yml").write_text(f"patchkit_known_hosts: {ctl.root / 'known_hosts'}\n")
     (ctl.root / "recipes" / "ini.yaml").write_text(INI_RECIPE)
     ini = ["-i", str(inventory / "hosts.ini")]
@@ -476,8 +482,9 @@ def test_module_and_cli_read_one_ini_inventory_alike_on_a_host_without_patchkit(
     assert speculative.read_bytes() == original and not runs()
 
     # the module applies, with the inventory's variables, journal where patchkit_state_dir says
-    first = ctl.play(INI_PLAY, *ini)
+    first = ctl.play(INI_PLAY, *ini, "-vvv")
     assert first.returncode == 0 and first.recap("gpu-6")["changed"] == 1, first
+    assert SECRET not in first.stdout + first.stderr + json.dumps(first.results), first
     by_module = speculative.read_bytes()
     assert b'"minicpm",  # MiniCPM-4\n                "deepseek_v3",\n                "gpt_oss",' in by_module
     assert len(runs()) == 1
@@ -489,7 +496,7 @@ def test_module_and_cli_read_one_ini_inventory_alike_on_a_host_without_patchkit(
     status = run_patchkit("status", *ini, "--json", str(ctl.root / "recipes" / "ini.yaml"), env=ctl.env())
     assert status.returncode == 0, status
     (host,) = json.loads(status.stdout)["hosts"].values()
-    assert [s["status"] for s in host["steps"]] == ["applied"], host
+    assert [s["status"] for s in host["steps"]] == ["not-applicable", "applied"], host
     undone = run_patchkit("rollback", *ini, str(ctl.root / "recipes" / "ini.yaml"), env=ctl.env())
     assert undone.returncode == 0 and speculative.read_bytes() == original, undone
     # ... and writes the very bytes the module wrote
@@ -520,7 +527,7 @@ def test_the_tasks_become_makes_patchkit_root_on_the_host(testbed: Testbed, logi
         f"gpu-7 ansible_host=127.0.0.1 ansible_port={env.server.port} "  # type: ignore[union-attr]
         f"ansible_user={login_users['sudoer']} ansible_ssh_private_key_file={testbed.fleet.client_key} "
         f"ansible_python_interpreter={env.python} patchkit_state_dir={env.state} "
-        f"patchkit_known_hosts={ctl.root / 'known_hosts'}\n")
+        f"patchkit_known_hosts={ctl.root / 'known_hosts'} token=given\n")
     speculative = env.pkgs / "toyllm/config/speculative.py"
     original = speculative.read_bytes()
 
