@@ -466,7 +466,8 @@ def test_module_and_cli_read_one_ini_inventory_alike_on_a_host_without_patchkit(
         f"ansible_python_interpreter: {env.python}\nfirst_value: deepseek_v3\n")
     (inventory / "group_vars" / "kimi.yml").write_text(
         f"anchor: minicpm\npatchkit_state_dir: {state}\ntoken: {SECRET}\n")  # a recipe secret, from the inventory
-    (inventory / "group_vars" / "all.yml").write_text(f"patchkit_known_hosts: {ctl.root / 'known_hosts'}\n")
+    (inventory / "group_vars" / "all.yml").write_text(  # and a variable of other plays, undefined here
+        f"patchkit_known_hosts: {ctl.root / 'known_hosts'}\nmotd: '{{{{ motd_of_another_play }}}}'\n")
     (ctl.root / "recipes" / "ini.yaml").write_text(INI_RECIPE)
     ini = ["-i", str(inventory / "hosts.ini")]
     speculative = env.pkgs / "toyllm/config/speculative.py"

@@ -63,7 +63,8 @@ class ActionModule(ActionBase):
             secrets = []
             try:
                 recipe, doc = self._recipe(args, folder, task_vars)
-                hostvars = host_variables(self._templated(host_variables(task_vars)), args["python"], args["state_dir"],
+                rendered = self._templated(host_variables(task_vars), doc, result)
+                hostvars = host_variables(rendered, args["python"], args["state_dir"],
                                           (self._play_context.become, self._play_context.become_user,
                                            self._play_context.become_method))
                 secrets = secret_values(doc, dict(hostvars, **(args["vars"] or {})))
@@ -93,7 +94,7 @@ class ActionModule(ActionBase):
         if args["remote_src"] and "msg" in mapped:
             # patchkit names the copy it read; the user knows the recipe by its path on the host
             for copy in {folder, os.path.realpath(folder)}:
-                mapped["msg"] = mapped["msg"].replace(os.path.join(copy, ""),
+                mapped["msg"] = mapped["msg"].replace(os.path.join(copy, "recipe", ""),
                                                       os.path.join(os.path.dirname(args["recipe"]), ""))
         warnings = result.pop("warnings", []) + mapped.pop("warnings", [])
         if warnings:
@@ -152,14 +153,21 @@ class ActionModule(ActionBase):
             raise BundleError(f"remote_src: cannot read {path} on the host: {got.get('msg') or 'failed'}")
         return base64.b64decode(got["content"])
 
-    def _templated(self, variables):
-        """The variables with their `{{ }}` rendered, as every Ansible module sees them."""
+    def _templated(self, variables, doc, result):
+        """The variables with their `{{ }}` rendered, as every Ansible module sees them. One that
+        does not render (an undefined name another play defines) is passed as written, as
+        `ansible-inventory --list` passes it; a warning names it when patchkit reads it (a
+        connection or patchkit_* setting, or a variable the recipe declares)."""
+        declared = doc.get("vars") if isinstance(doc, dict) and isinstance(doc.get("vars"), dict) else {}
         out = {}
         for key, value in variables.items():
             try:
                 out[key] = self._templar.template(value)
             except AnsibleError as exc:
-                raise TaskError(f"variable {key}: {exc}") from None
+                out[key] = value
+                if key in declared or key.startswith(("ansible_", "patchkit_")):
+                    result.setdefault("warnings", []).append(
+                        f"variable {key} does not render ({str(exc).splitlines()[0]}): passed as written")
         return out
 
     def _masked(self, result, args, secrets):
