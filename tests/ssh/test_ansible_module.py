@@ -149,6 +149,16 @@ FAILURES = """\
       ignore_errors: true
 """
 
+REMOTE_CODEMOD = """\
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: codemod from the host
+      patchkit.fleet.patchkit: {recipe: "{{ recipe_on_target | dirname }}/codemod.yaml", remote_src: true,
+                                python: "{{ patchkit_python }}", state_dir: "{{ patchkit_state }}"}
+      ignore_errors: true
+"""
+
 
 @dataclass(repr=False)
 class Played:
@@ -390,6 +400,17 @@ def test_failures_fail_the_task_with_patchkits_message_and_leave_the_host_origin
 
     bad_var = played.failure("a list is no recipe variable", "gpu-3")
     assert bad_var == "vars.first_value: a recipe variable is a string, number or boolean, not list", bad_var
+    assert files(env) == originals
+
+    # a codemod is Python patchkit runs on the controller: never taken from the host
+    codemod = ctl.root / "recipes" / "codemod.yaml"
+    codemod.write_text("name: cm\nsteps:\n  - {name: c, patch: {package: toyllm, edit: {codemod: "
+                       "{file: mods.py, transformer: T}}}}\n")
+    (ctl.root / "recipes" / "mods.py").write_text("raise SystemExit('ran on the controller')\n")
+    remote = ctl.play(REMOTE_CODEMOD)
+    refused = remote.failure("codemod from the host", "gpu-3")
+    assert refused == ("remote_src: the recipe's codemod mods.py is Python that would run on the controller, "
+                       "taken from the host: keep a recipe with codemods on the controller"), refused
     assert files(env) == originals
 
 

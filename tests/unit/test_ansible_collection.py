@@ -198,6 +198,9 @@ def test_a_recipe_on_the_host_is_fetched_with_the_files_it_names_relative_to_its
     ]}
     assert recipe_bundle.referenced_paths(doc) == ["patches/fix.patch", "mods.py", "drafter", "prompts.txt"]
     assert recipe_bundle.referenced_paths("name: [unclosed") == []
+    # a codemod runs where patchkit runs: the action refuses one fetched from the host
+    assert recipe_bundle.codemod_files(doc) == ["mods.py"]
+    assert recipe_bundle.codemod_files({"steps": [{"name": "a", "check": {"python": "pass"}}]}) == []
 
 
 def test_patchkits_warnings_become_the_tasks_warnings() -> None:

@@ -28,7 +28,11 @@ from ansible_collections.patchkit.fleet.plugins.module_utils.patchkit_cli import
     map_report,
     secret_values,
 )
-from ansible_collections.patchkit.fleet.plugins.plugin_utils.recipe_bundle import BundleError, referenced_paths
+from ansible_collections.patchkit.fleet.plugins.plugin_utils.recipe_bundle import (
+    BundleError,
+    codemod_files,
+    referenced_paths,
+)
 
 PATCHKIT_TIMEOUT_S = 6 * 3600  # a launch step may wait long for a server's health; never forever
 
@@ -133,6 +137,10 @@ class ActionModule(ActionBase):
             doc = yaml.safe_load(text)
         except yaml.YAMLError:
             doc = None
+        codemods = codemod_files(doc)
+        if codemods:
+            raise BundleError(f"remote_src: the recipe's codemod {codemods[0]} is Python that would run on the "
+                              "controller, taken from the host: keep a recipe with codemods on the controller")
         files = {name: text}
         for rel in list(referenced_paths(doc)) + list(extra):
             parts = rel.replace("\\", "/").split("/")

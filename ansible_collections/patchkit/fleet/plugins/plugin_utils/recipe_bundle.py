@@ -26,6 +26,13 @@ def referenced_paths(doc):
     return [p for p in found if isinstance(p, str) and p and "{{" not in p and not os.path.isabs(p)]
 
 
+def codemod_files(doc):
+    """The codemod files a recipe names: Python that patchkit runs where it runs, the controller."""
+    steps = doc.get("steps") if isinstance(doc, dict) else None
+    found = [_get(step, "patch", "edit", "codemod", "file") for step in (steps if isinstance(steps, list) else [])]
+    return [p for p in found if p]
+
+
 def _get(node, *keys):
     for key in keys:
         if not isinstance(node, dict):
