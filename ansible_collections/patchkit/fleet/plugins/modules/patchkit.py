@@ -44,7 +44,8 @@ options:
   remote_src:
     description:
       - The recipe is a path on the host; it and the files it names relative to its folder
-        (files, not folders) are fetched to the controller first.
+        (files, not folders) are fetched to the controller first. A recipe with a C(codemod)
+        is refused (its Python would run on the controller).
     type: bool
     default: false
   files:
