@@ -2,8 +2,9 @@
 
 `hosts_from_ansible_json(data)` takes that JSON (a dict) and gives an `Inventory`: every host,
 every group (under its own name, for `-l` patterns; `all` is implicit), and per host its
-connection and variables. `host_from_ansible_vars(name, hostvars)` maps one host's variables
-(the Ansible module uses it for the host it runs on).
+connection and variables. `host_from_ansible_vars(name, hostvars)` maps one host's variables.
+The Ansible collection's action plugin hands patchkit the task's host as a one-host document
+of this JSON, so a playbook task and `patchkit -i` of the same inventory map it alike.
 
 The variables Ansible uses to reach a host map to a host's keys (its own, or its scheme's options):
 
