@@ -158,10 +158,13 @@ def _refused(result: StepResult, path: str, why: str, one_file: bool = True) -> 
     return UnitPlan(result)
 
 
+TARGET_NOT_FOUND = "target not found"  # in a failed plan's message: the edit found nothing to change
+
+
 def _not_found(result: StepResult, spec: PatchStep, version: str | None, misses: list[str]) -> None:
     gate_note = f"; this step applies to {spec.package} {spec.versions}" if spec.versions else ""
     found = f"{spec.package} {version}" if version else spec.package
-    what = "ambiguous target" if any(is_ambiguity(m) for m in misses) else "target not found"
+    what = "ambiguous target" if any(is_ambiguity(m) for m in misses) else TARGET_NOT_FOUND
     result.message = f"{found}: {what} — " + " | ".join(misses) + gate_note
 
 
