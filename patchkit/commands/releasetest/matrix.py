@@ -259,18 +259,17 @@ def render(recipe: str, matrices: list[StepMatrix], diffs: dict[str, str], v: Ve
                 for ident in (cell.diff_id, cell.unranged_diff_id):
                     if ident:
                         shown.setdefault(ident, []).append(cell)
-        told = m.history()
-        if told is not None and told.text():
-            lines.append(f"  history: {told.text()}")
     for ident, cells in shown.items():
         lines.append("")
         lines.append(f"diff {ident} ({_spread(cells)}; shown for {cells[0].version}):")
         lines.append(diffs[ident].rstrip("\n"))
-    if v.failures or v.warnings or v.notes:
+    told = [(m.step.name, h.text()) for m in matrices if (h := m.history()) is not None and h.text()]
+    if v.failures or v.warnings or v.notes or told:
         lines.append("")
     lines += [f"FAILED: {text}" for text in v.failures]
     lines += [f"warning: {text}" for text in v.warnings]
     lines += [f"note: {text}" for text in v.notes]
+    lines += [f"history: {name}: {text}" for name, text in told]
     return "\n".join(lines)
 
 

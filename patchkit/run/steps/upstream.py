@@ -8,6 +8,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base.errors import HostError
 from patchkit.recipe.model import PackageGate, Step
+from patchkit.run.journal import live_change
 from patchkit.run.results import StepResult
 from patchkit.run.steps.context import HostContext
 
@@ -49,9 +50,13 @@ def released_with_it(package: str, version: str) -> str:
 async def with_release_note(ctx: HostContext, package: str, result: StepResult, paths: list[str]) -> StepResult:
     """plan/apply of a step already in place: when its files are byte for byte what the installed
     distribution's RECORD lists (so no one patched them, patchkit included), the release ships
-    the change. One agent call, made only for a step in place; a host without RECORD says nothing."""
+    the change. One agent call, made only for a step in place, and on apply only when the
+    journal (read already) has no change of the step's in place: a re-apply costs no round
+    trip more. A host without RECORD says nothing."""
     if result.status != "ok" or not result.package_version or not paths:
         return result
+    if not ctx.dry_run and live_change(await ctx.records(), result.name, result.file) is not None:
+        return result  # patchkit's own change
     from patchkit.run.installed import installed
 
     try:
