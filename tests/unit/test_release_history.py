@@ -122,7 +122,20 @@ def test_the_lower_bound_is_the_step_s_own_when_the_oldest_release_tested_needs_
     told = matrix(("0.17.1", "needs"), ("0.18.0", "has"), step=unranged).history()
     assert told is not None and told.suggested_versions == "<0.18.0"
     told = matrix(("0.10.0", "absent"), ("0.17.1", "needs"), ("0.18.0", "has"), step=unranged).history()
-    assert told is not None and told.suggested_versions == ">=0.17.1,<0.18.0"
+    assert told is not None and told.suggested_versions == ">=0.17.1,<0.18.0"  # no bound of its own: the evidence's
+
+
+def test_the_step_s_lower_bound_stays_unless_the_releases_tested_prove_it_wrong() -> None:
+    """Sparse releases bracket where the edit starts: 0.10.0 has no target, 0.17.1 needs the edit;
+    the step's >=0.10.1 fits that, and 0.10.1..0.17.0 were not tested: it stays."""
+    told = matrix(("0.10.0", "out-absent"), ("0.17.1", "needs"), ("0.18.0", "has")).history()
+    assert told is not None and told.suggested_versions == ">=0.10.1,<0.18.0"
+    wide = dict(WHITELIST, patch=dict(WHITELIST["patch"], versions=">=0.9,<0.22"))  # type: ignore[arg-type]
+    told = matrix(("0.9.2", "absent"), ("0.10.1", "needs"), ("0.18.0", "has"), step=wide).history()
+    assert told is not None and told.suggested_versions == ">=0.10.1,<0.18.0"  # 0.9.2 is inside and needs nothing
+    narrow = dict(WHITELIST, patch=dict(WHITELIST["patch"], versions=">=0.11,<0.22"))  # type: ignore[arg-type]
+    told = matrix(("0.10.1", "out-needs"), ("0.11.0", "needs"), ("0.18.0", "has"), step=narrow).history()
+    assert told is not None and told.suggested_versions == ">=0.10.1,<0.18.0"  # 0.10.1 is outside and needs it
 
 
 def test_a_host_s_installed_release_has_no_history() -> None:

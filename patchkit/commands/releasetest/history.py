@@ -12,10 +12,11 @@ From that, oldest release first:
   in `reverted`, and the report counts from after the revert);
 - gone since R: the first release of the trailing run of releases with no target, after one
   that had it (a target that comes back later is no "gone": only the trailing run counts);
-- the narrower `versions:`: from the first release that needs the edit (the step's own lower
-  bound when the oldest release tested needs it already) to the first that no longer does
-  (upstream since, else gone since), when it admits other tested releases than the step's own
-  range does.
+- the narrower `versions:`: up to the first release that no longer needs the edit (upstream
+  since, else gone since), from the step's own lower bound, unless the releases tested prove
+  it wrong (it admits a release tested before the first that needs the edit, or not that
+  one; no bound admits every release): then from the first that needs it.
+  Suggested when it admits other tested releases than the step's own range does.
 
 Bounds are releases tested: with a sparse `--versions`, "since 0.18.0" means "between the
 last release tested that needs it, named beside it, and 0.18.0".
@@ -131,11 +132,12 @@ def history(releases: list[Release], versions: str | None) -> History:
     if not needed:  # no range to suggest: the text says the step is needed nowhere
         return out
     end = out.upstream_since or out.gone_since
-    if needed[0] > 0:  # a release tested before it does not need the edit: the lower bound is known
-        lower = [f">={out.first_needed}"]
-    else:  # the oldest release tested needs it already: where it starts is the step's to say
-        lower = [str(s) for s in SpecifierSet(versions or "") if s.operator in (">", ">=")]
-    narrower = ",".join(lower + ([f"<{end}"] if end else []))
+    own = ",".join(str(s) for s in SpecifierSet(versions or "") if s.operator in (">", ">="))
+    if _admitted(known[:needed[0]], own) or not _admitted(known[needed[0]:needed[0] + 1], own):
+        # The step's lower bound (none: every release) admits a release tested before the
+        # first that needs the edit, or not that one: the releases tested say where it starts.
+        own = f">={out.first_needed}"
+    narrower = ",".join(([own] if own else []) + ([f"<{end}"] if end else []))
     if _admitted(known, narrower) != _admitted(known, versions):
         out.suggested_versions = narrower
     return out
