@@ -98,6 +98,11 @@ def test_plan_and_status_on_a_release_that_ships_the_change_say_the_step_is_not_
     assert state["status"] == "applied" and state["message"].endswith(f"; {NOTE}"), state
     assert "matches vllm 0.18.1's RECORD" in state["message"]
     assert sha256(file) == before and box.run_records("kimi_eagle3") == []  # nothing written, nothing journaled
+    applied = box.run("apply", KIMI, "--steps", "eagle3-whitelist", json_out=True)
+    assert applied.returncode == 0, applied
+    done = step(applied, "eagle3-whitelist")
+    assert (done["status"], done["message"]) == ("ok", f"already in place; {NOTE}"), done
+    assert sha256(file) == before
 
 
 def test_a_change_patchkit_made_is_in_place_but_not_the_release_s_until_the_host_upgrades(tmp_path: Path) -> None:
