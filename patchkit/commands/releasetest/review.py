@@ -4,7 +4,7 @@
 and release the outcome in a reviewer's words (applies / already / refused / not touched /
 not tested) with the reason, each distinct diff once with the releases it holds for, and a
 summary per step (how many releases it applies on, the first and the last, where it stops
-applying and why). `render_html` and `render_markdown` only lay that data out, with the
+applying and why, since when upstream has the change or its target is gone: history.py). `render_html` and `render_markdown` only lay that data out, with the
 frame, diff rendering and escaping of patchkit/report/review.py: one self-contained file, no
 script, nothing fetched, every piece of recipe, message and diff text escaped, its hidden
 characters shown and counted in a warning at the top (patchkit/base/reveal.py).
@@ -98,6 +98,8 @@ class MatrixStep:
     first: str | None = None
     last: str | None = None
     stops: list[Stop] = field(default_factory=list)
+    history: str = ""  # `upstream since 0.18.0, gone since 0.22.0`, with its bounds and the suggested range
+    obsolete: str = ""  # its summary alone, for the summary table
 
     @property
     def bad(self) -> bool:
@@ -173,6 +175,9 @@ def _step(m: StepMatrix, diffs: dict[str, str]) -> MatrixStep:
         if before.status == "changed" and cell.status != "changed":
             found = _outcome(cell)
             out.stops.append(Stop(found.release, found.outcome, found.reason))
+    told = m.history()
+    if told is not None:
+        out.history, out.obsolete = told.text(), told.summary
     return out
 
 
@@ -245,11 +250,11 @@ def render_html(review: MatrixReview) -> str:
     if review.notes:
         out.append("<ul>" + "".join(f"<li>note: {escape(t)}</li>" for t in review.notes) + "</ul>")
     out.append('<h2>Summary</h2><div class="scroll"><table class="summary"><tr><th>step</th><th>range</th>'
-               "<th>applies on</th><th>first</th><th>last</th><th>stops applying</th></tr>")
+               "<th>applies on</th><th>first</th><th>last</th><th>stops applying</th><th>upstream</th></tr>")
     for step in review.steps:
         if not step.tested:
             out.append(f'<tr><td>{escape(step.name)} <span class="muted">({escape(step.kind)})</span></td>'
-                       f'<td colspan="5" class="muted">{escape(step.not_tested)}</td></tr>')
+                       f'<td colspan="6" class="muted">{escape(step.not_tested)}</td></tr>')
             continue
         stops = "<br>".join(f"{escape(s.release)}: {badge(_status_of(s.outcome), s.outcome)} {escape(s.reason)}"
                             for s in step.stops) or ("still applies on the newest release tested"
@@ -257,7 +262,7 @@ def render_html(review: MatrixReview) -> str:
         out.append(f'<tr><td><a href="#step-{escape(step.name)}">{escape(step.name)}</a></td>'
                    f"<td><code>{escape(step.versions or 'any version')}</code></td>"
                    f"<td>{step.applies} of {len(step.releases)}</td><td>{escape(step.first or '')}</td>"
-                   f"<td>{escape(step.last or '')}</td><td>{stops}</td></tr>")
+                   f"<td>{escape(step.last or '')}</td><td>{stops}</td><td>{escape(step.obsolete)}</td></tr>")
     out.append("</table></div>")
     for dist, steps, labels in _grid(review):
         out.append(f"<h2>Every release of {escape(dist)}</h2>"
@@ -279,6 +284,8 @@ def render_html(review: MatrixReview) -> str:
         if step.tested:
             out.append(f"<p>range <code>{escape(step.versions or 'any version')}</code>, releases of "
                        f"{escape(step.dist)}: {escape(summary_line(step))}</p>")
+            if step.history:
+                out.append(f'<p class="history"><b>history:</b> {marked(step.history)}</p>')
             out.append('<table class="runs">')
             for where, found in step.rows:
                 out.append(f"<tr><td class=\"hosts\">{escape(where)}</td>"
@@ -330,15 +337,16 @@ def render_markdown(review: MatrixReview) -> str:
         out.append("")
     if review.notes:
         out += [f"- note: {md_text(t)}" for t in review.notes] + [""]
-    out += ["| step | range | applies on | first | last | stops applying |", "|---|---|---|---|---|---|"]
+    out += ["| step | range | applies on | first | last | stops applying | upstream |",
+            "|---|---|---|---|---|---|---|"]
     for step in review.steps:
         if not step.tested:
-            out.append(f"| {md_text(step.name)} ({md_text(step.kind)}) | | | | | {md_text(step.not_tested)} |")
+            out.append(f"| {md_text(step.name)} ({md_text(step.kind)}) | | | | | {md_text(step.not_tested)} | |")
             continue
         stops = "; ".join(f"{s.release}: {s.outcome}: {s.reason}" for s in step.stops)
         out.append(f"| {md_text(step.name)} | {md_text(step.versions or 'any version')} | "
                    f"{step.applies} of {len(step.releases)} | {md_text(step.first or '')} | "
-                   f"{md_text(step.last or '')} | {md_text(stops)} |")
+                   f"{md_text(step.last or '')} | {md_text(stops)} | {md_text(step.obsolete)} |")
     out.append("")
     for dist, steps, labels in _grid(review):
         by_step = [{r.release: r for r in s.releases} for s in steps]
@@ -355,6 +363,8 @@ def render_markdown(review: MatrixReview) -> str:
             if value:
                 out += [f"{'**' + label + ':** ' if label else ''}{md_text(value)}", ""]
         if step.tested:
+            if step.history:
+                out += [f"**history:** {md_text(step.history)}", ""]
             out += [f"- {md_text(where)}: **{md_text(found.outcome)}** {md_text(found.reason)}"
                     for where, found in step.rows]
             out.append("")

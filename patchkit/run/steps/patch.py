@@ -37,7 +37,7 @@ from patchkit.run.steps.unit import (
     unit_state,
 )
 from patchkit.run.steps.staleness import FileEdit, put_back, recorded_edits
-from patchkit.run.steps.upstream import with_upstream_note
+from patchkit.run.steps.upstream import released_with_it, with_release_note, with_upstream_note
 
 if TYPE_CHECKING:
     from patchkit.edits.hunk_locate import FileOutcome
@@ -158,10 +158,13 @@ def _refused(result: StepResult, path: str, why: str, one_file: bool = True) -> 
     return UnitPlan(result)
 
 
+TARGET_NOT_FOUND = "target not found"  # in a failed plan's message: the edit found nothing to change
+
+
 def _not_found(result: StepResult, spec: PatchStep, version: str | None, misses: list[str]) -> None:
     gate_note = f"; this step applies to {spec.package} {spec.versions}" if spec.versions else ""
     found = f"{spec.package} {version}" if version else spec.package
-    what = "ambiguous target" if any(is_ambiguity(m) for m in misses) else "target not found"
+    what = "ambiguous target" if any(is_ambiguity(m) for m in misses) else TARGET_NOT_FOUND
     result.message = f"{found}: {what} — " + " | ".join(misses) + gate_note
 
 
@@ -399,13 +402,16 @@ class PatchKind(StepKind[PatchStep, UnitPlan]):
         async def replan() -> UnitPlan:
             return (await self.plan(ctx, step, spec)).data
 
-        return await apply_unit(ctx, step, UnitPlan(planned.result, planned.data.contents, planned.data.root), replan)
+        done = await apply_unit(ctx, step, UnitPlan(planned.result, planned.data.contents, planned.data.root), replan)
+        return await with_release_note(ctx, spec.package, done, [c.file for c in unit_files(done)])
 
     async def state(self, ctx: HostContext, step: Step, spec: PatchStep, planned: Planned[UnitPlan],
                     records: list[RunRecord]) -> StepResult:
         out = unit_state(planned.result, records)
         if out.file or out.files:
             await _record_view(ctx, spec.package, out, records)
+        if planned.result.status == "ok" and (out.details or {}).get("record") == "matches" and out.package_version:
+            out.message += "; " + released_with_it(spec.package, out.package_version)  # the release ships it
         return with_upstream_note(out, step, spec)
 
     async def undo(self, ctx: HostContext, done: StepResult, target: RunRecord) -> StepResult:
