@@ -1,0 +1,121 @@
+"""The shipped SGLang recipe, unchanged, against a FAKE SGLang server (fixtures/fake_sglang_pkg:
+SGLang's HTTP surface in its own names and shapes, no model; SGLang's wheels need a GPU).
+
+The acceptance gate counts exactly the gate's own /generate requests from their meta_info; the
+fake's acceptance is set by the environment (FAKE_SGLANG_ACCEPT: the chance that a draft token
+is accepted once the ones before it were). A fitting drafter passes with its figures in the JSON
+and on the review page; one at ~15% acceptance fails and its server is stopped; a drop against
+the last passing gate fails naming both runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.agent.test_launch_local import alive, free_port
+from tests.helpers import PATCHKIT, REPO
+
+RECIPE = REPO / "recipes" / "kimi_eagle3_sglang.yaml"
+
+
+@pytest.fixture
+def sglang_host(tmp_path: Path):
+    """run(command, accept, *extra) -> (exit code, JSON report, stderr) of the shipped recipe on a
+    local host whose python has the fake sglang, a Kimi-K2.5-shaped target and a fitting drafter."""
+    from fixtures.fake_sglang import fake_sglang_env
+    from fixtures.make_drafter import kimi_k25_config, make_drafter, write_config
+
+    python = fake_sglang_env(tmp_path / "env")
+    target = write_config(tmp_path / "models" / "kimi-k2.5", kimi_k25_config())
+    drafter = make_drafter(tmp_path / "drafter-src", "valid")
+    state, port = tmp_path / "state", free_port()
+    variables = {"python": str(python), "target_model": str(target), "drafter_src": str(drafter),
+                 "drafter_dest": str(tmp_path / "models" / "kimi-k25-eagle3"), "port": str(port), "tp": "1"}
+
+    def run(command: str, accept: float, *extra: str, names: str = "0.5.10") -> tuple[int, dict, str]:
+        env = {**os.environ, "FAKE_SGLANG_ACCEPT": str(accept), "FAKE_SGLANG_NAMES": names,
+               "FAKE_SGLANG_STARTUP_S": "0.3"}
+        args = [a for k, v in variables.items() for a in ("-e", f"{k}={v}")]
+        proc = subprocess.run([PATCHKIT, command, str(RECIPE), *args, *extra, "--json", "--state-dir", str(state)],
+                              capture_output=True, text=True, timeout=300, env=env)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+    run.variables = variables  # type: ignore[attr-defined]
+    yield run
+    for record in (state / "launch").glob("*.json"):
+        try:
+            os.killpg(json.loads(record.read_text())["pid"], signal.SIGKILL)
+        except (ProcessLookupError, ValueError, KeyError):
+            pass
+
+
+def steps(report: dict) -> dict[str, dict]:
+    return {s["name"]: s for s in report["hosts"]["local"]["steps"]}
+
+
+def test_a_fitting_drafter_passes_with_its_figures_in_the_json_and_on_the_review_page(sglang_host,
+                                                                                       tmp_path: Path) -> None:
+    page = tmp_path / "review.html"
+    code, report, _ = sglang_host("apply", 0.7, "--html", str(page))
+    done = steps(report)
+    assert code == 0, done
+    assert done["sglang-preflight"]["status"] == "ok", done["sglang-preflight"]
+    assert "KimiK25ForConditionalGeneration (sglang/srt/models/kimi_k25.py) captures EAGLE-3 layers" in \
+        done["sglang-preflight"]["message"]
+    serve = done["serve"]
+    measured = serve["details"]["spec_decode"]
+    assert measured["engine"] == "sglang"
+    # 128 tokens a request, 8 prompts, 3 drafts a verify step (--speculative-num-draft-tokens 4)
+    assert measured["prompts_sent"] == 8 and measured["completion_tokens"] == 8 * 128, measured
+    assert measured["draft_tokens"] == 3 * measured["drafts"] >= 300, measured
+    # every verify step yields its accepted drafts and one token (the last one cut at max_tokens)
+    assert measured["drafts"] + measured["accepted_tokens"] >= 8 * 128
+    # p = 0.7 per position given the ones before: rates 0.7, 0.49, 0.343 (mean 0.511)
+    low, high = measured["acceptance_interval"]
+    assert low < 0.511 < high and 0.42 < measured["acceptance_rate"] < 0.6, measured
+    first, second, third = measured["per_position"]
+    assert first > second > third and 0.6 < first < 0.8, measured
+    assert measured["mean_acceptance_length"] == pytest.approx(1 + 3 * measured["acceptance_rate"])
+    # SGLang's own lifetime figure is read and shown beside the gate's exact one
+    assert "server_avg_spec_accept_length" in measured["engine_figures"], measured
+    assert re.search(r"acceptance \d\d\.\d% \(95% CI .*\), mean acceptance length 2\.\d\d \(per position 0\.\d\d, "
+                     r"0\.\d\d, 0\.\d\d\)", serve["message"]), serve["message"]
+    assert "SGLang's own figures: its server-lifetime avg_spec_accept_length" in serve["message"]
+    html = page.read_text()
+    assert f"acceptance_rate: {measured['acceptance_rate']}" in html, html[-3000:]
+    assert "engine: sglang" in html
+
+
+def test_a_drafter_at_15_percent_fails_the_gate_and_its_server_is_stopped(sglang_host) -> None:
+    code, report, _ = sglang_host("apply", 0.31)
+    serve = steps(report)["serve"]
+    assert code == 1 and serve["status"] == "failed", serve
+    assert re.search(r"acceptance rate 1\d\.\d\d% \(95% CI .*\) is below 30%: the interval's upper bound is "
+                     r"\(fail_when: upper\) \(\d+ of \d+ drafted tokens accepted over 8 prompts\)",
+                     serve["message"]), serve["message"]
+    details = serve["details"]
+    assert details["stopped_after_failure"] is True, details
+    assert not alive(details["servers"][0]["pid"])
+    assert 1.3 < details["spec_decode"]["mean_acceptance_length"] < 1.6
+
+
+def test_a_regression_against_the_last_good_gate_fails_naming_both_runs(sglang_host) -> None:
+    code, report, _ = sglang_host("apply", 0.8)
+    good = report["run_id"]
+    assert code == 0, steps(report)["serve"]
+    # Another port restarts the server (same model, drafter and prompts: comparable); it answers
+    # with 0.5.23's meta_info names (same statistics), worse but above the fixed bar of 20%.
+    code, report, _ = sglang_host("apply", 0.55, "-e", f"port={free_port()}", "-e", "min_acceptance=0.2",
+                                  names="0.5.23")
+    serve = steps(report)["serve"]
+    assert code == 1 and serve["status"] == "failed", serve
+    assert f"in run {report['run_id']} is more than 10% below run {good}'s" in serve["message"], serve["message"]
+    assert serve["details"]["spec_decode"]["regression_baseline"]["run_id"] == good
