@@ -60,3 +60,28 @@ def test_an_mla_eagle3_drafter_is_refused_by_sglang_0_5_10(tmp_path: Path) -> No
     assert step["code"] == 1, step
     assert ("the drafter's architectures ['Eagle3DeepseekV2ForCausalLM'] are no EAGLE-3 draft model this SGLang "
             "registers (it has LlamaForCausalLMEagle3)") in step["message"], step["message"]
+
+
+def test_patchkit_test_runs_the_preflight_on_each_sglang_release(tmp_path: Path) -> None:
+    """`patchkit test --dist sglang`: the check reads only `sglang/srt/models/*.py`, so it runs on
+    each release's files (no host, nothing imported); the matrix and its verdict name 0.5.9."""
+    from tests.helpers import run_patchkit
+
+    page = tmp_path / "matrix.html"
+    result = run_patchkit("test", str(RECIPE), "--dist", "sglang", "--versions", "0.5.9,0.5.10", "--json",
+                          "--html", str(page), "-e", f"target_model={tmp_path / 'none'}",
+                          "-e", f"drafter_dest={tmp_path / 'none'}", timeout=600)
+    assert result.returncode == 1, result  # a release inside the step's (absent) range fails it
+    doc = result.json()
+    step = doc["steps"]["sglang-preflight"]
+    assert step["kind"] == "check" and step["tested"] is True and step["dist"] == "sglang", step
+    old, new = step["releases"]["0.5.9"], step["releases"]["0.5.10"]
+    assert old["status"] == "failed" and "came with sglang#19689" in old["message"], old
+    assert new["status"] == "ok", new
+    assert "checked KimiK25ForConditionalGeneration; KimiK25ForConditionalGeneration (sglang/srt/models/" \
+           "kimi_k25.py) captures EAGLE-3 layers" in new["message"], new
+    [failure] = doc["failures"]
+    assert failure.startswith("sglang-preflight: 0.5.9 cannot pass the check"), failure
+    assert doc["steps"]["serve"]["tested"] is False and doc["steps"]["deploy-drafter"]["tested"] is False
+    html = page.read_text()
+    assert "passes" in html and "sglang#19689" in html
