@@ -119,3 +119,56 @@ def test_a_regression_against_the_last_good_gate_fails_naming_both_runs(sglang_h
     assert code == 1 and serve["status"] == "failed", serve
     assert f"in run {report['run_id']} is more than 10% below run {good}'s" in serve["message"], serve["message"]
     assert serve["details"]["spec_decode"]["regression_baseline"]["run_id"] == good
+
+
+def test_sglang_s_gauge_is_read_beside_the_exact_figure_and_engine_decides_the_source(tmp_path: Path) -> None:
+    """With --enable-metrics the gauge sglang:spec_accept_length is read too; `engine: vllm` on the same
+    server reads vLLM's counters, which SGLang does not have; without speculation nothing was drafted."""
+    from fixtures.fake_sglang import fake_sglang_env
+    from fixtures.make_drafter import make_drafter
+    from tests.agent.test_launch_local import patchkit
+
+    python = fake_sglang_env(tmp_path / "env")
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    drafter = make_drafter(tmp_path / "drafter", "valid")
+    state = tmp_path / "state"
+
+    def recipe(name: str, spec: bool = True, **launch: object) -> Path:
+        port = free_port()
+        command = [str(python), "-m", "sglang.launch_server", "--model-path", str(target), "--port", str(port),
+                   "--enable-metrics"]
+        if spec:
+            command += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(drafter),
+                        "--speculative-num-draft-tokens", "4"]
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"name": name, "steps": [{"name": "serve", "launch": {
+            "command": command, "health": {"url": f"http://127.0.0.1:{port}/health_generate", "timeout_s": 20,
+                                           "interval_s": 0.2},
+            "spec_decode": {"max_tokens": 32, "min_draft_tokens": 60, "seed": 7}, **launch}}]}))
+        return path
+
+    try:
+        code, report = patchkit(state, "apply", str(recipe("gauge")))
+        serve = report["hosts"]["local"]["steps"][0]
+        assert code == 0, serve
+        figures = serve["details"]["spec_decode"]["engine_figures"]
+        assert set(figures) == {"metrics_spec_accept_length", "server_avg_spec_accept_length"}, figures
+        assert "its /metrics gauge sglang:spec_accept_length" in serve["message"], serve["message"]
+
+        code, report = patchkit(state, "apply", str(recipe("as-vllm", engine="vllm")))
+        serve = report["hosts"]["local"]["steps"][0]
+        assert code == 1 and "no draft tokens were proposed: is speculative decoding on? " \
+            "(vllm:spec_decode_num_draft_tokens_total did not move)" in serve["message"], serve["message"]
+
+        code, report = patchkit(state, "apply", str(recipe("plain", spec=False)))
+        serve = report["hosts"]["local"]["steps"][0]
+        assert code == 1 and "(no `spec_verify_ct` in /generate's meta_info: was SGLang started with " \
+            "--speculative-algorithm?)" in serve["message"], serve["message"]
+    finally:
+        for record in (state / "launch").glob("*.json"):
+            try:
+                os.killpg(json.loads(record.read_text())["pid"], signal.SIGKILL)
+            except (ProcessLookupError, ValueError, KeyError):
+                pass
