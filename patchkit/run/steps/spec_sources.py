@@ -45,7 +45,7 @@ def engine_of(command: list[str], explicit: Engine | None) -> Engine:
         return explicit
     for word in command:
         base = word.rsplit("/", 1)[-1]
-        if base == "sglang" or base.startswith("sglang.") or base in ("sglang.launch_server", "sglang-server"):
+        if base == "sglang" or base.startswith("sglang."):
             return "sglang"
     return "vllm"
 
