@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -33,7 +32,6 @@ from patchkit.host.agent.protocol import (
     LAUNCH_STOP,
     LOG_TAIL,
     MANIFEST,
-    HttpReply,
     HttpRequest,
     LaunchInspectReply,
     LaunchStopReply,
@@ -46,14 +44,12 @@ from patchkit.run.results import LaunchDetails, LaunchServer, RunRecord, StepRes
 from patchkit.run.steps.context import HostContext
 from patchkit.run.steps.gate_stats import Acceptance, below, regressed, show_interval
 from patchkit.run.steps.kind import Planned, StepKind, Undone
-from patchkit.run.steps.spec_sources import (  # noqa: F401  (acceptance, per_position: the vLLM counts' parsers)
-    Engine,
-    acceptance,
-    base_url,
+from patchkit.run.steps.spec_sources import (
     SOURCES,
+    Engine,
+    base_url,
     count_source,
     engine_of,
-    per_position,
     served_model_ids,
 )
 from patchkit.run.steps.staleness import FileEdit, Stale, last_change, stale_change
