@@ -172,3 +172,20 @@ def test_sglang_s_gauge_is_read_beside_the_exact_figure_and_engine_decides_the_s
                 os.killpg(json.loads(record.read_text())["pid"], signal.SIGKILL)
             except (ProcessLookupError, ValueError, KeyError):
                 pass
+
+
+def test_a_check_that_reads_by_pattern_is_not_tested_on_an_installed_release(tmp_path: Path) -> None:
+    """`--versions installed` reads named files through the agent: a step reading `sglang/srt/models/*.py`
+    cannot be laid out from them, and the matrix says so instead of judging a release it cannot see."""
+    from fixtures.fake_sglang import fake_sglang_env
+    from tests.helpers import run_patchkit
+
+    python = fake_sglang_env(tmp_path / "env")
+    result = run_patchkit("test", str(RECIPE), "--versions", "installed", "-e", f"python={python}", "--json",
+                          timeout=120)
+    assert result.returncode == 1, result
+    cells = result.json()["steps"]["sglang-preflight"]["releases"]
+    [cell] = cells.values()
+    assert cell["status"] == "error", cell
+    assert "a step reads files by pattern (sglang/srt/models/*.py); --versions installed reads named files " \
+           "only: test it on the index's releases" in cell["message"], cell
