@@ -189,3 +189,60 @@ def test_a_check_that_reads_by_pattern_is_not_tested_on_an_installed_release(tmp
     assert cell["status"] == "error", cell
     assert "a step reads files by pattern (sglang/srt/models/*.py); --versions installed reads named files " \
            "only: test it on the index's releases" in cell["message"], cell
+
+
+def test_the_fake_answers_sglang_s_routes_in_sglang_s_shapes(tmp_path: Path) -> None:
+    """The fake itself (what the tests above rely on): 503 while starting, then SGLang's routes."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    from fixtures.fake_sglang import fake_sglang_env
+    from fixtures.make_drafter import kimi_k25_config, write_config
+
+    python = fake_sglang_env(tmp_path / "env")
+    target = write_config(tmp_path / "kimi", kimi_k25_config())
+    port = free_port()
+    proc = subprocess.Popen([str(python), "-m", "sglang.launch_server", "--model-path", str(target), "--port",
+                             str(port)], env={**os.environ, "FAKE_SGLANG_STARTUP_S": "1.5"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    root = f"http://127.0.0.1:{port}"
+
+    def call(path: str, body: dict | None = None) -> tuple[int, str]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(root + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    status = None
+    try:
+        for _ in range(50):
+            try:
+                status, _ = call("/health_generate")
+                break
+            except urllib.error.URLError:
+                time.sleep(0.1)
+        assert status == 503  # starting
+        time.sleep(1.6)
+        assert call("/health")[0] == call("/health_generate")[0] == 200
+        info = json.loads(call("/get_model_info")[1])
+        assert info["architectures"] == ["KimiK25ForConditionalGeneration"] and info["model_type"] == "kimi_k25"
+        server = json.loads(call("/get_server_info")[1])
+        assert server["version"] == "0.5.10+fake" and server["speculative_algorithm"] is None
+        assert call("/metrics")[0] == 404  # only with --enable-metrics, as SGLang
+        status, text = call("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 5, "seed": 1}})
+        assert status == 400 and "seed" in text  # unknown sampling params are refused
+        answer = json.loads(call("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 5}})[1])
+        assert answer["meta_info"]["completion_tokens"] == 5 and "spec_verify_ct" not in answer["meta_info"]
+        chat = json.loads(call("/v1/chat/completions", {"model": str(target), "max_tokens": 3,
+                                                        "messages": [{"role": "user", "content": "hi"}]})[1])
+        assert chat["object"] == "chat.completion" and chat["usage"]["completion_tokens"] == 3
+        assert chat["choices"][0]["message"]["role"] == "assistant"
+        models = json.loads(call("/v1/models")[1])
+        assert models["data"][0]["id"] == str(target) and models["data"][0]["owned_by"] == "sglang"
+    finally:
+        proc.kill()
+        proc.wait()
