@@ -13,7 +13,8 @@ from patchkit.run.steps.gate_stats import (
     show_interval,
     wilson,
 )
-from patchkit.run.steps.launch import acceptance, per_position, served_models
+from patchkit.run.steps.launch import served_models
+from patchkit.run.steps.spec_sources import acceptance, per_position
 
 
 def test_wilson_interval_known_values() -> None:

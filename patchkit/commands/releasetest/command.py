@@ -39,10 +39,11 @@ from patchkit.commands.releasetest.matrix import (
     verdicts,
 )
 from patchkit.commands.releasetest.plan import StepOutcome, plan_release, version_record
-from patchkit.commands.releasetest.touchable import touchable_paths
+from patchkit.commands.releasetest.touchable import release_reads
 from patchkit.base.reveal import Reveal
 from patchkit.run.steps.context import EditCache
 from patchkit.run.steps.patch import PatchStep
+from patchkit.run.steps.release_reads import is_pattern
 
 
 @dataclass
@@ -98,8 +99,8 @@ def run(loaded: LoadedRecipe, options: TestOptions, hosts: Callable[[], list[Hos
     wanted = Wanted(None if options.versions == "installed" else options.versions)
     groups: dict[str, list[Step]] = {}
     for step in steps:
-        if patch := PatchStep.of(step):
-            groups.setdefault(options.dist or patch.package, []).append(step)
+        if reads := release_reads(step):
+            groups.setdefault(options.dist or reads.package, []).append(step)
     try:
         if options.versions == "installed":
             outcomes, released = asyncio.run(_installed(loaded, groups, hosts(), options))
@@ -111,11 +112,11 @@ def run(loaded: LoadedRecipe, options: TestOptions, hosts: Callable[[], list[Hos
     diffs: dict[str, str] = {}
     matrices = []
     for step in steps:
-        patch = PatchStep.of(step)
-        if not patch:
+        reads = release_reads(step)
+        if not reads:
             matrices.append(StepMatrix(step, None))
             continue
-        dist = options.dist or patch.package
+        dist = options.dist or reads.package
         matrix = StepMatrix(step, dist)
         for label, version, host in released[dist]:
             outcome, error = outcomes[(dist, label)]
@@ -179,8 +180,8 @@ async def _releases(loaded: LoadedRecipe, groups: dict[str, list[Step]], wanted_
         if files.root is None:
             outcomes[(dist, version)] = (None, files.error)
             return
-        absent = [p.package for s in steps if (p := PatchStep.of(s)) and not (files.root / p.package).is_dir()
-                  and not (files.root / f"{p.package}.py").is_file()]
+        absent = [r.package for s in steps if (r := release_reads(s)) and not (files.root / r.package).is_dir()
+                  and not (files.root / f"{r.package}.py").is_file()]
         if absent:  # the agent would say "not importable by python ...": true, but not the point here
             outcomes[(dist, version)] = (None, (f"the wheel of {dist} {version} holds no package {absent[0]} "
                                                "(is --dist right?)"))
@@ -217,7 +218,7 @@ async def _releases(loaded: LoadedRecipe, groups: dict[str, list[Step]], wanted_
             absent = ", ".join(str(v) for v in sorted(wanted_releases.exact - found))
             raise HostError(f"{dist}: no release {absent} on the index (pip index versions {dist} lists them)")
         released[dist] = [(v, v, None) for v in versions]
-        wanted = sorted({p for s in steps if (patch := PatchStep.of(s)) for p in touchable_paths(patch)})
+        wanted = _wanted(steps)
         work += [one(dist, steps, wanted, v) for v in versions]
     await asyncio.gather(*work)
     return outcomes, released
@@ -241,10 +242,13 @@ async def _installed(loaded: LoadedRecipe, groups: dict[str, list[Step]], hosts:
             agent = await AgentClient.start(transport, python, host.name)
             await agent.started(python)
             for dist, steps in groups.items():
-                first = PatchStep.of(steps[0])
+                first = release_reads(steps[0])
                 assert first is not None
                 package = first.package
-                wanted = sorted({p for s in steps if (patch := PatchStep.of(s)) for p in touchable_paths(patch)})
+                wanted = _wanted(steps)
+                if any(is_pattern(rel) for rel in wanted):
+                    raise HostError(f"{host.name}: a step reads files by pattern ({next(filter(is_pattern, wanted))}); "
+                                    "--versions installed reads named files only: test it on the index's releases")
                 modules = sorted({m for s in steps if (p := PatchStep.of(s)) for m in p.modules})
                 located = await agent.call(LOCATE({"package": package, "modules": modules, "read_first": False}))
                 if not located["found"]:
@@ -275,6 +279,11 @@ async def _installed(loaded: LoadedRecipe, groups: dict[str, list[Step]], hosts:
                 await agent.close()
             await transport.close()
     return outcomes, released
+
+
+def _wanted(steps: list[Step]) -> list[str]:
+    """The paths (and `*` patterns) the steps read, relative to a site-packages folder."""
+    return sorted({p for s in steps if (r := release_reads(s)) for p in r.paths})
 
 
 def _all_files(root: Path) -> list[str]:

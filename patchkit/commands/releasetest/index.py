@@ -39,6 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.base import cache
 from patchkit.base.errors import HostError, UsageError
+from patchkit.run.steps.release_reads import expand, expand_in
 
 _DIST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 # pip warns about every configured folder index it cannot read; not a reason worth showing.
@@ -130,7 +131,7 @@ def _missing(folder: Path, wanted: list[str]) -> list[str] | None:
     if index is None:
         return None
     members, kept = set(index[0]), index[1]
-    return [rel for rel in wanted if rel in members and not _intact(folder, rel, kept)]
+    return [rel for rel in expand(wanted, members) if rel in members and not _intact(folder, rel, kept)]
 
 
 def cached(dist: str, version: str, wanted: list[str]) -> ReleaseFiles | None:
@@ -194,7 +195,7 @@ def _keep(wheel: Path | BinaryIO, folder: Path, wanted: list[str], name: str) ->
     kept = {rel: sha for rel, sha in earlier[1].items() if _intact(folder, rel, earlier[1])} if earlier else {}
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-        for rel in wanted:
+        for rel in expand(wanted, {n for n in names if n.endswith(".py")}):
             if rel in names:
                 target = folder / "files" / rel
                 cache.folder(*target.parent.relative_to(cache.cache_dir()).parts)
@@ -258,7 +259,7 @@ def _release(fd: int) -> None:
 
 def copy_release(files: Path, wanted: list[str], dest: Path) -> None:
     """The kept files a recipe wants, laid out under `dest` (a throw-away site-packages)."""
-    for rel in wanted:
+    for rel in expand_in(files, wanted):
         src = files / rel
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)

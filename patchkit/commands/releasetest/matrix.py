@@ -1,4 +1,5 @@
-"""The outcome of every patch step on every release: a table, verdicts, and the JSON document.
+"""The outcome of every step planned on releases (patch steps, checks that read files) on every
+release: a table, verdicts, and the JSON document.
 
 Pure: plans in, text and data out. Consecutive releases with the same outcome share a row;
 a change is named by a short id of its diff with the hunks' line numbers left out (the same
@@ -29,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit.recipe.model import Step
 from patchkit.commands.releasetest.history import ABSENT, HAS, NEEDS, History, Release, State, history
 from patchkit.commands.releasetest.plan import StepOutcome
+from patchkit.commands.releasetest.touchable import release_reads
 from patchkit.run.steps.patch import TARGET_NOT_FOUND, PatchStep
 from patchkit.run.steps.registry import kind_named
 
@@ -112,13 +114,13 @@ class StepMatrix:
 
     @property
     def versions(self) -> str | None:
-        patch = PatchStep.of(self.step)
-        return patch.versions if patch else None
+        reads = release_reads(self.step)
+        return reads.versions if reads else None
 
     def history(self) -> History | None:
         """Over releases of the index, oldest first; None for hosts' installed releases (their
-        order is the hosts', not the releases')."""
-        if self.dist is None or not self.cells or any(c.host for c in self.cells):
+        order is the hosts', not the releases'); None for a check (it has no edit to be upstream)."""
+        if PatchStep.of(self.step) is None or self.dist is None or not self.cells or any(c.host for c in self.cells):
             return None
         return history([Release(c.version, c.state) for c in self.cells], self.versions)
 
@@ -177,7 +179,9 @@ def verdicts(matrices: list[StepMatrix]) -> Verdicts:
         failed = [c for c in m.cells if c.status == "failed"]
         if failed:
             are = f" {'are' if len(failed) > 1 else 'is'}{where} and" if spec else ""
-            out.failures.append(f"{name}: {release_runs(m.cells, failed)}{are} cannot be patched{unranged}: "
+            reads = release_reads(m.step)
+            refused = reads.refused if reads else "cannot be patched"
+            out.failures.append(f"{name}: {release_runs(m.cells, failed)}{are} {refused}{unranged}: "
                                 f"{failed[0].message}")
         errors = [c for c in m.cells if c.status == "error"]
         inside_errors = [c for c in errors if _inside(c.version, spec)]
@@ -215,12 +219,14 @@ def exit_code(v: Verdicts, strict: bool) -> int:
     return 1 if v.failures or (strict and v.warnings) else 0
 
 
-def _row_text(cells: list[Cell]) -> str:
+def _row_text(cells: list[Cell], ok: str | None = "already in place") -> str:
     first = cells[0]
     if first.status == "changed":
         what = f"{first.diff_id}  {first.file or ''}"
+    elif first.status == "ok" and ok is None:
+        what = first.message
     elif first.status == "ok":
-        what = f"already in place ({first.file})" if first.file else "already in place"
+        what = f"{ok} ({first.file})" if first.file else str(ok)
     elif first.status == "skipped":
         what = first.message.replace(first.version, "{version}") if first.host else _outside_text(first)
     else:
@@ -247,14 +253,14 @@ def render(recipe: str, matrices: list[StepMatrix], diffs: dict[str, str], v: Ve
         if m.dist is None:
             lines.append(f"{m.step.name} ({m.step.kind}): {not_tested(m.step) or 'not tested'}")
             continue
-        patch = PatchStep.of(m.step)
-        assert patch is not None
-        lines.append(f"{m.step.name} (patch {patch.package} {m.versions or 'any version'}, "
+        reads = release_reads(m.step)
+        assert reads is not None
+        lines.append(f"{m.step.name} ({m.step.kind} {reads.package} {m.versions or 'any version'}, "
                      f"releases of {m.dist}):")
         rows = m.rows()
         width = max(len(span(r)) for r in rows) if rows else 0
         for row in rows:
-            lines.append(f"  {span(row):<{width}}  {_row_text(row)}")
+            lines.append(f"  {span(row):<{width}}  {_row_text(row, reads.ok)}")
             for cell in row:
                 for ident in (cell.diff_id, cell.unranged_diff_id):
                     if ident:
@@ -293,7 +299,7 @@ def as_json(recipe: str, matrices: list[StepMatrix], diffs: dict[str, str], v: V
                                   "releases": {}}
             continue
         told = m.history()
-        steps[m.step.name] = {"kind": "patch", "tested": True, "dist": m.dist, "versions": m.versions,
+        steps[m.step.name] = {"kind": m.step.kind, "tested": True, "dist": m.dist, "versions": m.versions,
                               "releases": {_label(c): c.as_json() for c in m.cells},
                               "history": told.as_json() if told is not None else None}
     dists = list(released)

@@ -23,6 +23,7 @@ from patchkit.recipe.redact import Redactor
 from patchkit.commands.releasetest.plan import StepOutcome
 from patchkit.run.results import StepResult
 from patchkit.run.steps.patch import PatchStep
+from patchkit.run.steps.release_reads import expand_in
 
 
 @functools.cache
@@ -42,7 +43,7 @@ def key_of(steps: list[Step], files: Path, wanted: list[str], version: str) -> s
     digest = hashlib.sha256(_code_digest().encode())
     digest.update(version.encode() + b"\0")  # the release's own, planned with when its files do not say it
     digest.update(json.dumps([s.model_dump(mode="json", by_alias=True) for s in steps], sort_keys=True).encode())
-    for rel in wanted:
+    for rel in expand_in(files, wanted):
         path = files / rel
         digest.update(rel.encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest() if path.is_file() else b"absent")

@@ -23,10 +23,9 @@ from patchkit.base.errors import HostError
 from patchkit.run.journal import Journal, new_run_id
 from patchkit.recipe.model import LoadedRecipe, Step
 from patchkit.commands.releasetest.index import copy_release
-from patchkit.commands.releasetest.touchable import VERSION_FILES
+from patchkit.commands.releasetest.touchable import VERSION_FILES, release_reads
 from patchkit.run.results import StepResult
 from patchkit.run.steps.context import EditCache, HostContext
-from patchkit.run.steps.patch import PatchStep
 from patchkit.run.steps.registry import kind_named
 from patchkit.host.transport.local import LocalTransport, _LocalStreams
 
@@ -42,7 +41,10 @@ class FolderTransport(LocalTransport):
         python, flag, program, *rest = argv  # [python, -c, BOOTSTRAP, nonce] (agent_argv)
         if flag != "-c":
             raise HostError(f"unexpected agent command line {argv[:2]}")
-        prelude = f"import sys;sys.path.insert(0,{str(self.folder)!r});"
+        # The folder first for the agent, and for the programs it starts (a check step's): PYTHONPATH
+        # is set inside the agent, which itself ignores it (-I).
+        folder = repr(str(self.folder))
+        prelude = f"import sys,os;sys.path.insert(0,{folder});os.environ['PYTHONPATH']={folder};"
         return await super().spawn([python, "-I", "-S", "-c", prelude + program, *rest])
 
 
@@ -57,16 +59,14 @@ def version_record(root: Path, package: str, version: str) -> None:
 
 @dataclass
 class StepOutcome:
-    """A patch step on one release: its plan, and (outside its range) the plan without the range."""
+    """A step on one release: its plan, and (outside its range) the plan without the range."""
 
     result: StepResult
     unranged: StepResult | None = None  # would the edit change this release the range skips?
 
 
 def without_range(step: Step) -> Step:
-    patch = PatchStep.of(step)
-    assert patch is not None
-    return step.model_copy(update={step.kind: patch.model_copy(update={"versions": None})})
+    return step.model_copy(update={step.kind: step.spec.model_copy(update={"versions": None})})
 
 
 def without_imports(step: Step) -> Step:
@@ -76,13 +76,13 @@ def without_imports(step: Step) -> Step:
 
 async def plan_release(version: str, files: Path, wanted: list[str], steps: list[Step],
                        loaded: LoadedRecipe, edits: EditCache, known: bool = False) -> dict[str, StepOutcome]:
-    """Every patch step of `steps` on the release whose kept files are in `files`, in order.
+    """Every step of `steps` (each one a kind plans on releases) on the release whose kept files are in `files`, in order.
     `known`: `version` is the release's (the index's), for a package whose files do not say it."""
     with tempfile.TemporaryDirectory(prefix="patchkit-test-") as tmp:
         site = Path(tmp, "site")
         site.mkdir()
         copy_release(files, wanted, site)
-        for package in sorted({p.package for s in steps if (p := PatchStep.of(s)) and p.package}) if known else ():
+        for package in sorted({r.package for s in steps if (r := release_reads(s))}) if known else ():
             if not any((site / package / name).is_file() for name in VERSION_FILES[:2]):
                 version_record(site, package, version)
         transport = FolderTransport(site)
@@ -94,7 +94,7 @@ async def plan_release(version: str, files: Path, wanted: list[str], steps: list
                               run_id=new_run_id(), loaded=loaded, edits=edits, dry_run=True)
             out: dict[str, StepOutcome] = {}
             for i, step in enumerate(steps):
-                out[step.name] = await _one_step(ctx, step, chain=any(PatchStep.of(s) for s in steps[i + 1:]))
+                out[step.name] = await _one_step(ctx, step, chain=i + 1 < len(steps))
             return {name: _relative(o, site) for name, o in out.items()}
         finally:
             if agent is not None:
@@ -105,13 +105,14 @@ async def plan_release(version: str, files: Path, wanted: list[str], steps: list
 async def _one_step(ctx: HostContext, step: Step, chain: bool) -> StepOutcome:
     """HostError (the agent failed us: nothing learned about the release) goes up to the caller."""
     kind = kind_named(step.kind)
-    planned = await kind.plan(ctx, step, kind.spec_of(step))
+    spec = kind.spec_of(step)
+    planned = await kind.plan_on_release(ctx, step, spec)
     outcome = StepOutcome(planned.result)
-    patch = PatchStep.of(step)
-    assert patch is not None
-    if planned.result.status == "skipped" and patch.versions:
+    reads = kind.release_reads(spec)
+    assert reads is not None
+    if planned.result.status == "skipped" and reads.versions:
         unranged = without_range(step)
-        outcome.unranged = (await kind.plan(ctx, unranged, kind.spec_of(unranged))).result
+        outcome.unranged = (await kind.plan_on_release(ctx, unranged, kind.spec_of(unranged))).result
     if planned.result.status == "changed" and chain:
         ctx.dry_run = False
         try:

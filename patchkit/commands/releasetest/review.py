@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from patchkit.recipe.model import LoadedRecipe
+from patchkit.commands.releasetest.touchable import release_reads
 from patchkit.commands.releasetest.matrix import (
     Cell,
     StepMatrix,
@@ -132,7 +133,9 @@ def _label(cell: Cell) -> str:
     return cell.version if cell.host is None else f"{cell.version}@{cell.host}"
 
 
-def _reason(cell: Cell) -> str:
+def _reason(cell: Cell, ok: str | None = "already in place") -> str:
+    if cell.status == "ok" and ok is None:  # a check: its own words
+        return cell.message
     if cell.status == "changed":
         return f"diff {cell.diff_id} on {cell.file}" if cell.file else f"diff {cell.diff_id}"
     if cell.status == "ok":
@@ -145,9 +148,9 @@ def _reason(cell: Cell) -> str:
     return cell.message
 
 
-def _outcome(cell: Cell) -> ReleaseOutcome:
-    return ReleaseOutcome(_label(cell), cell.status, OUTCOMES.get(cell.status, cell.status), _reason(cell),
-                          cell.diff_id, cell.file)
+def _outcome(cell: Cell, ok: str | None = "already in place") -> ReleaseOutcome:
+    words = "passes" if cell.status == "ok" and ok is None else OUTCOMES.get(cell.status, cell.status)
+    return ReleaseOutcome(_label(cell), cell.status, words, _reason(cell, ok), cell.diff_id, cell.file)
 
 
 def _step(m: StepMatrix, diffs: dict[str, str]) -> MatrixStep:
@@ -157,8 +160,10 @@ def _step(m: StepMatrix, diffs: dict[str, str]) -> MatrixStep:
     if m.dist is None:
         out.not_tested = not_tested(step) or "not tested"
         return out
-    out.releases = [_outcome(c) for c in m.cells]
-    out.rows = [(span(row), _outcome(row[0])) for row in m.rows()]
+    reads = release_reads(step)
+    ok = reads.ok if reads else "already in place"
+    out.releases = [_outcome(c, ok) for c in m.cells]
+    out.rows = [(span(row), _outcome(row[0], ok)) for row in m.rows()]
     groups: dict[tuple[str, bool], list[Cell]] = {}
     for cell in m.cells:
         if cell.diff_id:
@@ -173,7 +178,7 @@ def _step(m: StepMatrix, diffs: dict[str, str]) -> MatrixStep:
         out.first, out.last = _label(applying[0]), _label(applying[-1])
     for before, cell in zip(m.cells, m.cells[1:]):
         if before.status == "changed" and cell.status != "changed":
-            found = _outcome(cell)
+            found = _outcome(cell, ok)
             out.stops.append(Stop(found.release, found.outcome, found.reason))
     told = m.history()
     if told is not None:
@@ -309,7 +314,8 @@ def render_html(review: MatrixReview) -> str:
 
 
 def _status_of(outcome: str) -> str:
-    status = next((s for s, word in OUTCOMES.items() if word == outcome), outcome)
+    words = {**{word: s for s, word in OUTCOMES.items()}, "passes": "ok"}  # "passes": a check's ok
+    status = words.get(outcome, outcome)
     return _COLOUR.get(status, status)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from patchkit.host.agent.protocol import CHECK, LOCATE, Request
 from patchkit.base.errors import HostError
@@ -12,6 +12,7 @@ from patchkit.recipe.model import PackageGate, Step
 from patchkit.run.results import Check, RunRecord, StepResult
 from patchkit.run.steps.context import HostContext, gate, locate_args
 from patchkit.run.steps.kind import Planned, StepKind
+from patchkit.run.steps.release_reads import ReleaseReads, is_plain_relative, with_version_files
 from patchkit.run.steps.staleness import FileEdit
 
 
@@ -21,6 +22,20 @@ class CheckStep(PackageGate):
                                       "PATCHKIT_VARS"))
     message: str | None = Field(None, description="what a failure means, shown with the reason")
     timeout_s: float = Field(300, gt=0)
+    reads: list[str] = Field(default_factory=list, description=(
+        "the package's files the program reads, relative to the folder holding the package (a `*` "
+        "stays within one folder, e.g. sglang/srt/models/*.py), for a program that reads source and "
+        "imports none of the package: `patchkit test` then runs it on each release's files"))
+
+    @model_validator(mode="after")
+    def _reads_in_package(self) -> "CheckStep":
+        for rel in self.reads:
+            if not self.package:
+                raise ValueError("`reads` names files of `package`: give the package")
+            if not is_plain_relative(rel) or rel.split("/")[0] != self.package:
+                raise ValueError(f"reads: {rel!r} is not a path inside package {self.package!r} "
+                                 f"(like {self.package}/sub/*.py)")
+        return self
 
 
 class CheckKind(StepKind[CheckStep, bool]):
@@ -30,6 +45,23 @@ class CheckKind(StepKind[CheckStep, bool]):
     spec_model = CheckStep
     undo_last = False
     not_tested = "not testable offline (it runs code with the target interpreter; patchkit plan runs it on a host)"
+
+    def release_reads(self, spec: CheckStep) -> ReleaseReads | None:
+        if not spec.reads or not spec.package:
+            return None
+        return ReleaseReads(spec.package, spec.versions, with_version_files(spec.package, set(spec.reads)),
+                            refused="cannot pass the check", ok=None)
+
+    async def plan_on_release(self, ctx: HostContext, step: Step, spec: CheckStep) -> Planned[bool]:
+        """A check's verdict is its run: it reads the release's files and writes nothing."""
+        planned = await self.plan(ctx, step, spec)
+        if not planned.data:
+            return planned
+        dry_run, ctx.dry_run = ctx.dry_run, False
+        try:
+            return Planned(await self.apply(ctx, step, spec, planned), True)
+        finally:
+            ctx.dry_run = dry_run
 
     def facts(self, step: Step, spec: CheckStep, shown: Callable[[Any], Any], dry_run: bool) -> list[tuple[str, str]]:
         return [("check (runs on apply; a plan does not run it)" if dry_run else "check", str(shown(spec.python)))]

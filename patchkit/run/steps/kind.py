@@ -30,6 +30,7 @@ from patchkit.host.agent.protocol import Request
 from patchkit.recipe.model import Step
 from patchkit.run.results import RunRecord, StepResult
 from patchkit.run.steps.context import HostContext
+from patchkit.run.steps.release_reads import ReleaseReads
 from patchkit.run.steps.staleness import FileEdit
 
 Spec = TypeVar("Spec", bound=BaseModel)  # the kind's recipe model (PatchStep, CheckStep, ...)
@@ -64,7 +65,7 @@ class StepKind(ABC, Generic[Spec, Data]):
     # Rollback undoes steps in reverse; those of a kind with undo_last go after all others (a
     # server restarted onto the original code starts once the files are the original again).
     undo_last: ClassVar[bool]
-    # `patchkit test` plans a kind's steps on each release, or says this instead (None: it plans them).
+    # What `patchkit test` says of a step it does not plan on releases (release_reads None).
     not_tested: ClassVar[str | None]
     # The host files declaring this kind's own ops, in load order (patchkit package, file name):
     # sent with the first request for one of them (host/agent/client.py AGENT_EXTENSIONS).
@@ -127,6 +128,16 @@ class StepKind(ABC, Generic[Spec, Data]):
         whose first step this is asks for them behind hello and the lock (one round trip for
         all); the plan's own identical request then gets that answer. None by default."""
         return []
+
+    def release_reads(self, spec: Spec) -> ReleaseReads | None:
+        """What `patchkit test` needs to plan this step on a release's files alone (its package,
+        range and the files it reads); None: not planned on releases (`not_tested` says why)."""
+        return None
+
+    async def plan_on_release(self, ctx: HostContext, step: Step, spec: Spec) -> Planned[Data]:
+        """The step's outcome on a release's files laid out as a throw-away site-packages
+        (`patchkit test`): its plan, unless the kind's verdict needs more (a check runs)."""
+        return await self.plan(ctx, step, spec)
 
     async def run(self, ctx: HostContext, step: Step) -> StepResult:
         """plan, then apply (apply and plan commands)."""

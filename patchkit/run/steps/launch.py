@@ -15,13 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-import re
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
@@ -34,7 +32,6 @@ from patchkit.host.agent.protocol import (
     LAUNCH_STOP,
     LOG_TAIL,
     MANIFEST,
-    HttpReply,
     HttpRequest,
     LaunchInspectReply,
     LaunchStopReply,
@@ -47,6 +44,14 @@ from patchkit.run.results import LaunchDetails, LaunchServer, RunRecord, StepRes
 from patchkit.run.steps.context import HostContext
 from patchkit.run.steps.gate_stats import Acceptance, below, regressed, show_interval
 from patchkit.run.steps.kind import Planned, StepKind, Undone
+from patchkit.run.steps.spec_sources import (
+    SOURCES,
+    Engine,
+    base_url,
+    count_source,
+    engine_of,
+    served_model_ids,
+)
 from patchkit.run.steps.staleness import FileEdit, Stale, last_change, stale_change
 
 if TYPE_CHECKING:  # for annotations: validating a recipe does not load the running agent
@@ -159,6 +164,10 @@ class LaunchStep(KindSpec):
     spec_decode: SpecDecodeGate | None = None
     baseline: Baseline | None = None
     stop_timeout_s: float = Field(30, gt=0)
+    engine: Engine | None = Field(None, description=(
+        "the serving engine, for the spec_decode gate's requests and counts: vllm (OpenAI completions, "
+        "its Prometheus spec-decode counters) or sglang (native /generate, each request's meta_info); "
+        "default: sglang when the command runs sglang.launch_server or an sglang executable, else vllm"))
 
     _argv = field_validator("command", "env", mode="before")(classmethod(lambda cls, v: _words(v)))
 
@@ -177,12 +186,6 @@ class LaunchStep(KindSpec):
 
     def secret_words(self) -> tuple[list[list[str]], list[dict[str, str]]]:
         return [self.command, self.baseline.command if self.baseline else []], [self.env]
-
-
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-DRAFTS = "vllm:spec_decode_num_drafts_total"
-PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"  # label `position`, 0-based
 
 
 class GateFailed(Exception):
@@ -242,67 +245,6 @@ def public_record(record: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def base_url(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Sum of every sample per metric name (labels folded), e.g. over engines."""
-    totals: dict[str, float] = {}
-    for name, _, value in _samples(text):
-        totals[name] = totals.get(name, 0.0) + value
-    return totals
-
-
-def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """(name, labels, value) of each sample of a Prometheus text exposition."""
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, rest = line.rpartition("}") if "}" in line else ("", "", line)
-        if head:
-            name, _, label_text = head.partition("{")
-        else:
-            name, _, rest = line.partition(" ")
-            label_text = ""
-        try:
-            value = float(rest.split()[0])
-        except (IndexError, ValueError):
-            continue
-        labels = dict(_LABEL.findall(label_text))
-        out.append((name.strip(), labels, value))
-    return out
-
-
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def per_position(text: str) -> dict[int, float]:
-    """position -> accepted tokens at that draft position (0-based), summed over engines."""
-    out: dict[int, float] = {}
-    for name, labels, value in _samples(text):
-        if name in (PER_POSITION, PER_POSITION + "_total") and labels.get("position", "").isdigit():
-            position = int(labels["position"])
-            out[position] = out.get(position, 0.0) + value
-    return out
-
-
-def acceptance(before: str, after: str) -> Acceptance:
-    """What the counters moved by between two /metrics texts."""
-    b, a = parse_prometheus(before), parse_prometheus(after)
-
-    def delta(name: str) -> float:
-        return a.get(name, 0.0) - b.get(name, 0.0)
-
-    drafts = delta(DRAFTS)
-    pos_before, pos_after = per_position(before), per_position(after)
-    rates = [(pos_after.get(i, 0.0) - pos_before.get(i, 0.0)) / drafts for i in sorted(pos_after)] \
-        if pos_after and drafts > 0 else None
-    return Acceptance(delta(DRAFT_TOKENS), delta(ACCEPTED), drafts, rates)
-
-
 async def _inspect(agent: AgentClient, state_dir: str, name: str, health: Health | None) -> LaunchInspectReply:
     request_timeout = health.request_timeout_s if health else 5.0
     return await agent.call(LAUNCH_INSPECT({"state_dir": state_dir, "name": name, "url": health.url if health else None,
@@ -359,10 +301,10 @@ async def wait_healthy(agent: AgentClient, state_dir: str, name: str, health: He
 
 
 async def _models(agent: AgentClient, url: str) -> list[str]:
-    reply = await agent.call(HTTP({"method": "GET", "url": base_url(url) + "/v1/models"}), reply_wait=60)
-    if reply.get("status") != 200:
-        raise GateFailed(f"/v1/models answered {reply.get('status') or reply.get('error')}")
-    return [m.get("id") for m in json.loads(reply["body"]).get("data", [])]
+    try:
+        return await served_model_ids(agent, url)
+    except ValueError as exc:
+        raise GateFailed(str(exc)) from None
 
 
 async def check_ready(agent: AgentClient, spec: LaunchStep, redactor: Redactor) -> str:
@@ -398,43 +340,44 @@ def prompts_sha256(gate: SpecDecodeGate) -> str:
     return hashlib.sha256(json.dumps([gate.prompts, gate.max_tokens, gate.temperature, gate.seed]).encode()).hexdigest()
 
 
-async def measure(agent: AgentClient, url: str, gate: SpecDecodeGate, redactor: Redactor) -> dict[str, Any]:
+async def measure(agent: AgentClient, url: str, gate: SpecDecodeGate, redactor: Redactor,
+                  engine: Engine = "vllm") -> dict[str, Any]:
     """Send the gate's prompts, again from the first, until `min_draft_tokens` drafted tokens
-    were verified (or max_prompts / timeout_s): acceptance from the counters, tokens/s timed
-    on the host."""
-    root = base_url(url)
-    model = gate.model or (await _models(agent, url))[0]
-    metrics_before = await agent.call(HTTP({"method": "GET", "url": root + "/metrics"}), reply_wait=60)
+    were verified (or max_prompts / timeout_s): acceptance over exactly these requests, counted
+    by the engine's source (spec_sources), tokens/s timed on the host."""
+    source = count_source(engine, agent, url)
+    try:
+        await source.start(gate.model)
+    except ValueError as exc:
+        raise GateFailed(str(exc)) from None
     started = time.monotonic()
     sent, tokens, seconds = 0, 0, 0.0
     measured: Acceptance | None = None
     while True:
         count = min(len(gate.prompts), gate.max_prompts - sent)
-        requests: list[HttpRequest] = []
-        for n in range(sent, sent + count):
-            body: dict[str, Any] = {"model": model, "prompt": gate.prompts[n % len(gate.prompts)],
-                                    "max_tokens": gate.max_tokens, "temperature": gate.temperature}
-            if gate.seed is not None:
-                body["seed"] = gate.seed + n
-            requests.append({"method": "POST", "url": root + "/v1/completions", "body": body})
+        requests: list[HttpRequest] = [
+            source.request(gate.prompts[n % len(gate.prompts)], gate.max_tokens, gate.temperature,
+                           gate.seed + n if gate.seed is not None else None)
+            for n in range(sent, sent + count)]
         batch = await agent.call(HTTP_BATCH({"requests": requests}), reply_wait=3600)
         sent += count
         failed = [r for r in batch["results"] if r.get("status") != 200]
         if failed:
             first = failed[0]
-            raise GateFailed(f"{len(failed)} of {len(requests)} completions failed: "
+            raise GateFailed(f"{len(failed)} of {len(requests)} requests failed: "
                              f"{first.get('status') or first.get('error')} {_clip(redactor, first.get('body'))}")
-        tokens += sum(json.loads(r["body"]).get("usage", {}).get("completion_tokens", 0) for r in batch["results"])
+        bodies = [json.loads(r["body"]) for r in batch["results"]]
+        tokens += sum(source.completion_tokens(b) for b in bodies)
+        source.add(bodies)
         seconds += batch["seconds"]
-        metrics_after: HttpReply = await agent.call(HTTP({"method": "GET", "url": root + "/metrics"}), reply_wait=60)
-        if metrics_before.get("status") != 200 or metrics_after.get("status") != 200:
+        measured = await source.acceptance()
+        if measured is None:
             break
-        measured = acceptance(metrics_before["body"], metrics_after["body"])
         if (measured.draft_tokens >= gate.min_draft_tokens or measured.draft_tokens == 0
                 or sent >= gate.max_prompts or time.monotonic() - started >= gate.timeout_s):
             break
-    out: dict[str, Any] = {"completion_tokens": tokens, "seconds": round(seconds, 3), "prompts_sent": sent,
-                           "tokens_per_s": round(tokens / seconds, 2) if seconds else None,
+    out: dict[str, Any] = {"engine": engine, "completion_tokens": tokens, "seconds": round(seconds, 3),
+                           "prompts_sent": sent, "tokens_per_s": round(tokens / seconds, 2) if seconds else None,
                            "prompts_sha256": prompts_sha256(gate)}
     if measured is not None:
         rate = measured.rate
@@ -449,6 +392,9 @@ async def measure(agent: AgentClient, url: str, gate: SpecDecodeGate, redactor: 
             length = measured.length_interval()
             if length is not None:
                 out["mean_acceptance_length_interval"] = [round(length[0], 3), round(length[1], 3)]
+            engine_says = await source.cross_check(measured)
+            if engine_says:
+                out["engine_figures"] = engine_says
     return out
 
 
@@ -709,17 +655,32 @@ def _evidence(measured: dict[str, Any], gate: SpecDecodeGate) -> str:
             f"over {measured['prompts_sent']} prompts")
 
 
+def _engine_says(measured: dict[str, Any]) -> str:
+    """The engine's own summary beside the gate's exact figure: it averages over another window
+    (SGLang's gauge: its last logging interval; its server info: the server's life)."""
+    figures, mal = measured.get("engine_figures") or {}, measured.get("mean_acceptance_length")
+    said = []
+    for key, what in (("metrics_spec_accept_length", "its /metrics gauge sglang:spec_accept_length"),
+                      ("server_avg_spec_accept_length", "its server-lifetime avg_spec_accept_length")):
+        value = figures.get(key)
+        if value is None or mal is None:
+            continue
+        off = abs(value - mal) > 0.15 * mal
+        said.append(f"{what} {value:.2f}" + (" (DISAGREES with these requests' figure)" if off else ""))
+    return ("; SGLang's own figures: " + ", ".join(said)) if said else ""
+
+
 async def _spec_gate(ctx: HostContext, step: Step, spec: LaunchStep, details: LaunchDetails) -> str:
     gate = spec.spec_decode
     assert gate is not None
-    measured = await measure(ctx.agent, spec.health.url, gate, ctx.loaded.redactor)
+    engine = engine_of(spec.command, spec.engine)
+    measured = await measure(ctx.agent, spec.health.url, gate, ctx.loaded.redactor, engine)
     measured["identity"] = await gate_identity(ctx, spec)
     measured["passed"] = False
     details.spec_decode = measured
     rate, mal = measured.get("acceptance_rate"), measured.get("mean_acceptance_length")
     if rate is None:
-        raise GateFailed("no draft tokens were proposed: is speculative decoding on? "
-                         f"({DRAFT_TOKENS} did not move)")
+        raise GateFailed(f"no draft tokens were proposed: is speculative decoding on? {SOURCES[engine].no_drafts}")
     interval = (measured["acceptance_interval"][0], measured["acceptance_interval"][1])
     rule = f"fail_when: {gate.fail_when}"
     bound = "upper" if gate.fail_when == "upper" else "lower"
@@ -727,6 +688,7 @@ async def _spec_gate(ctx: HostContext, step: Step, spec: LaunchStep, details: La
     if measured.get("per_position"):
         note += " (per position " + ", ".join(f"{p:.2f}" for p in measured["per_position"]) + ")"
     note += f", {measured['tokens_per_s']} tok/s"
+    note += _engine_says(measured)
     if measured["draft_tokens"] < gate.min_draft_tokens:
         note += (f"; only {int(measured['draft_tokens'])} of the {gate.min_draft_tokens} drafted tokens asked for "
                  f"(max_prompts {gate.max_prompts} / timeout_s {gate.timeout_s:g} reached)")
@@ -780,7 +742,8 @@ async def _baseline(ctx: HostContext, step: Step, spec: LaunchStep, details: Lau
     started = await _start(ctx.agent, ctx.journal.state_dir, name, cmd, await cmd.command_hash(), log, ctx.run_id)
     details.servers.append(started)
     await wait_healthy(ctx.agent, ctx.journal.state_dir, name, base.health)
-    plain = await measure(ctx.agent, base.health.url, spec.spec_decode, ctx.loaded.redactor)
+    plain = await measure(ctx.agent, base.health.url, spec.spec_decode, ctx.loaded.redactor,
+                          engine_of(base.command, spec.engine))
     details.baseline = plain
     spec_tps = details.spec_decode["tokens_per_s"] or 0.0
     speedup = spec_tps / plain["tokens_per_s"] if plain["tokens_per_s"] else None

@@ -27,6 +27,7 @@ from patchkit.run.results import FileChange, RunRecord, StepResult
 from patchkit.run.steps import edit_cache
 from patchkit.run.steps.context import HostContext, gate, locate_args
 from patchkit.run.steps.kind import Planned, StepKind
+from patchkit.run.steps.release_reads import ReleaseReads, is_plain_relative, with_version_files
 from patchkit.run.steps.unit import (
     UnitPlan,
     apply_unit,
@@ -371,6 +372,20 @@ class PatchKind(StepKind[PatchStep, UnitPlan]):
     spec_model = PatchStep
     undo_last = False
     not_tested = None  # the release test is for this kind: its edit planned on each release
+
+    def release_reads(self, spec: PatchStep) -> ReleaseReads:
+        """Every `modules` alternative (as `a/b.py` or `a/b/__init__.py`) with the `__init__.py`s
+        on the way to it, and every file a `diff` edit names."""
+        paths: set[str] = set()
+        for module in spec.modules:
+            parts = module.split(".")
+            for depth in range(1, len(parts)):
+                paths.add("/".join(parts[:depth]) + "/__init__.py")
+            base = "/".join(parts)
+            paths.update((base + ".py", base + "/__init__.py"))
+        if spec.edit.diff is not None:
+            paths.update(rel for rel, _module, _patch in spec.edit.diff.targets() if is_plain_relative(rel))
+        return ReleaseReads(spec.package, spec.versions, with_version_files(spec.package, paths))
 
     def facts(self, step: Step, spec: PatchStep, shown: Callable[[Any], Any], dry_run: bool) -> list[tuple[str, str]]:
         gate = f" {spec.versions}" if spec.versions else ""
