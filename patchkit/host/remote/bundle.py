@@ -1,0 +1,354 @@
+"""A start-up bundle's run (`patchkit bundle` writes the bundle): stdlib only, Python >= 3.8.
+
+`python fix.pyz [--state-dir DIR] [--on-unknown refuse|run] -- COMMAND [ARG...]`: the recipe's
+patch steps applied to the packages this interpreter imports, then COMMAND exec'd in this
+process (its signals and exit code are the server's). Runs in the agent core's namespace
+(the bundle's __main__ executes core.py, then this file): the write, backup, read-back,
+syntax, import-identity and verify checks, the lock and the journal are the agent's own ops.
+
+The bundle holds, per patch step and per release it was built for, the exact bytes each file
+has before and after the step (planned on that release by `patchkit test`'s machinery). A
+release is known by its version (read as the agent reads it) and then by the sha256 of every
+file the step touches: anything else is unknown, and nothing is written.
+"""
+
+BUNDLE_USAGE = ("usage: python BUNDLE.pyz [--state-dir DIR] [--on-unknown refuse|run] [--lock-timeout SECONDS] "
+                "-- COMMAND [ARG...]")
+ON_UNKNOWN = ("refuse", "run")
+DEFAULT_BUNDLE_STATE_DIR = "~/.local/state/patchkit"  # the journal's default on any host (run/journal.py)
+
+
+class BundleUsage(Exception):
+    """A bad command line: said with the usage, exit 2."""
+
+
+class Unknown(Exception):
+    """The installed package is not what the bundle was built for: nothing is written."""
+
+
+def bundle_say(text):
+    sys.stderr.write("patchkit-bundle: %s\n" % text)
+    sys.stderr.flush()
+
+
+def bundle_args(argv):
+    """(state_dir, on_unknown, lock_timeout, command) from the bundle's command line."""
+    opts = {"state_dir": DEFAULT_BUNDLE_STATE_DIR, "on_unknown": "refuse", "lock_timeout": 60.0}
+    names = {"--state-dir": "state_dir", "--on-unknown": "on_unknown", "--lock-timeout": "lock_timeout"}
+    args = list(argv)
+    while args and args[0] != "--":
+        flag = args.pop(0)
+        if flag in ("-h", "--help"):
+            raise BundleUsage(None)
+        name, _, value = flag.partition("=")
+        if name not in names:
+            raise BundleUsage("unknown option %s" % flag)
+        if not _:
+            if not args or args[0] == "--":
+                raise BundleUsage("%s needs a value" % name)
+            value = args.pop(0)
+        opts[names[name]] = value
+    if opts["on_unknown"] not in ON_UNKNOWN:
+        raise BundleUsage("--on-unknown %s: refuse or run" % opts["on_unknown"])
+    try:
+        opts["lock_timeout"] = float(opts["lock_timeout"])
+    except ValueError:
+        raise BundleUsage("--lock-timeout %s: a number of seconds" % opts["lock_timeout"])
+    if not args or len(args) < 2:
+        raise BundleUsage("no command to start after -- (the server's command line, e.g. -- vllm serve MODEL)")
+    return opts["state_dir"], opts["on_unknown"], opts["lock_timeout"], args[1:]
+
+
+def bundle_main(data, argv):
+    """The whole run; returns an exit code, or does not return (COMMAND exec'd)."""
+    try:
+        state_dir, on_unknown, lock_timeout, command = bundle_args(argv)
+    except BundleUsage as exc:
+        if exc.args[0]:
+            bundle_say(exc.args[0])
+        sys.stderr.write(BUNDLE_USAGE + "\n")
+        return 0 if not exc.args[0] else 2
+    bundle = json.loads(data.decode("utf-8"))
+    try:
+        decided = decide_steps(bundle)
+    except Unknown as exc:
+        return unknown(str(exc), on_unknown, command)
+    except Refused as exc:
+        bundle_say("%s; nothing changed, %s not started" % (exc, command[0]))
+        return 1
+    if all(d["action"] in ("ok", "skipped", "check") for d in decided):
+        return start(command)  # in place: nothing to write, no check to run again, no lock
+    try:
+        code = apply_bundle(bundle, state_dir, lock_timeout, on_unknown, command)
+    except Unknown as exc:
+        return unknown(str(exc), on_unknown, command)
+    except Refused as exc:
+        bundle_say("%s; %s not started" % (exc, command[0]))
+        return 2 if isinstance(exc, UntrustedState) else 1
+    except OSError as exc:
+        bundle_say("%s; %s not started" % (os_error_text(exc), command[0]))
+        return 1
+    if code:
+        return code
+    return start(command)
+
+
+def unknown(why, on_unknown, command):
+    if on_unknown == "run":
+        bundle_say("WARNING: %s" % why)
+        bundle_say("WARNING: starting %s UNPATCHED (--on-unknown run); nothing was changed" % command[0])
+        return start(command)
+    bundle_say("refused: %s; nothing changed, %s not started (--on-unknown run would start it unpatched)"
+               % (why, command[0]))
+    return 1
+
+
+def start(command):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        bundle_say("cannot start %s: %s" % (command[0], exc.strerror or exc))
+        return 127
+
+
+def located_package(package, cache):
+    """(root, version) of package as this interpreter would import it (the agent's resolution)."""
+    if package not in cache:
+        root = find_package_root(package)
+        if root is None:
+            raise Unknown("package %s is not importable by %s" % (package, sys.executable))
+        if not os.path.isdir(root):
+            raise Unknown("%s is a single module (%s), not a package folder this bundle was built for"
+                          % (package, root))
+        cache[package] = (root, package_version(package, root)[0])
+    return cache[package]
+
+
+def decide_steps(bundle):
+    """What each step needs here, read only: apply (with the files' paths and bytes), ok,
+    skipped, or check; Unknown when an installed file is not one the bundle knows."""
+    found = {}
+    out = []
+    for step in bundle["steps"]:
+        if step["kind"] == "check":
+            out.append(decide_check(step, found))
+        else:
+            out.append(decide_patch(step, found))
+    return out
+
+
+def decide_check(step, found):
+    if not step.get("package"):
+        return {"step": step, "action": "check"}
+    root, version = located_package(step["package"], found)
+    runs_on = step.get("runs_on")
+    if runs_on is not None and version not in runs_on:
+        return {"step": step, "action": "skipped",
+                "message": "%s %s is outside %s" % (step["package"], version, step.get("versions"))}
+    return {"step": step, "action": "check", "version": version}
+
+
+def decide_patch(step, found):
+    """The step's build for the installed release (its version, then its files' hashes): in place
+    (ok), to apply, or skipped there; Unknown when no build of the bundle has these files."""
+    package = step["package"]
+    root, version = located_package(package, found)
+    variants = step["releases"].get(version or "")
+    if not variants:
+        known = ", ".join(sorted(step["releases"])) or "none"
+        raise Unknown("%s %s is not a release this bundle was built for (step %s knows %s %s)"
+                      % (package, version or "of unknown version", step["name"], package, known))
+    base = os.path.dirname(root.rstrip(os.sep))
+    odd = None
+    for release in variants:
+        if release["status"] == "skipped":
+            return {"step": step, "action": "skipped", "message": release["result"]["message"], "version": version}
+        files = [dict(f, path=os.path.join(base, *f["rel"].split("/"))) for f in release["files"]]
+        for f in files:
+            f["current"] = installed_file(root, package, version, f["path"])
+        if all(f["current"] == f["after"] or f["current"] in f["later"] for f in files):
+            return {"step": step, "action": "ok", "version": version, "root": root, "files": files}
+        if release["status"] == "changed" and all(f["current"] == f["before"] for f in files):
+            return {"step": step, "action": "apply", "version": version, "root": root, "files": files,
+                    "release": release, "base": base}
+        odd = odd or next((f for f in files if f["current"] not in (f["before"], f["after"])), None)
+    if odd is None:  # some files as before the step, others as after it: a unit half written by hand
+        raise Unknown("%s %s: the files of step %s are partly changed, in no state a build of this bundle knows"
+                      % (package, version, step["name"]))
+    raise Unknown("%s %s: %s %s, which no build of this bundle knows (changed after it was installed?)"
+                  % (package, version, odd["path"], "is missing" if odd["current"] is None
+                     else "hashes to %s" % odd["current"][:12]))
+
+
+def installed_file(root, package, version, path):
+    """sha256 of the file at path (None: none there), held to what this interpreter imports:
+    inside the package folder (no symlink out), and the very file it loads for that module."""
+    refuse_path_escape(root, path)
+    module = module_name(root, package, path)
+    loads = module_file(root, package, module) if module else None
+    if loads is not None and os.path.normpath(loads) != os.path.normpath(path):
+        raise Unknown("the target is ambiguous: %s loads %s from %s, not from %s as in %s %s"
+                      % (sys.executable, module, loads, path, package, version))
+    return sha256_at(path, None, "patch")
+
+
+def bundle_run_id():
+    """As the control side names runs (run/journal.py new_run_id): they sort by start time."""
+    now = time.time()
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + ".%06dZ-%s" % (int(now % 1 * 1000000),
+                                                                            os.urandom(3).hex())
+
+
+def bundle_backup_name(step, file):
+    """run/journal.py backup_name, the same names (a test holds the two together)."""
+    encoded = file.lstrip("/").replace("%", "%25").replace("/", "%2F")
+    name = "%s--%s" % (step, encoded)
+    if len(name.encode()) <= 240:
+        return name
+    digest = hashlib.sha256(file.encode()).hexdigest()[:16]
+    tail = encoded.encode()[-max(40, 200 - len(step.encode())):].decode("utf-8", "ignore")
+    return "%s--%s--%s" % (step, digest, tail)
+
+
+def absolute(result, files, base):
+    """The step's result as built (paths relative to site-packages) with this host's paths."""
+    result = json.loads(json.dumps(result))
+    names = dict((f["rel"], f["path"]) for f in files)
+
+    def fix(text):
+        if not text:
+            return text
+        for rel, path in names.items():
+            text = text.replace("--- a/" + rel, "--- a" + path).replace("+++ b/" + rel, "+++ b" + path)
+        return text
+
+    result["diff"] = fix(result.get("diff"))
+    if result.get("file") in names:
+        result["file"] = names[result["file"]]
+    for change in result.get("files") or []:
+        change["file"] = names.get(change["file"], change["file"])
+        change["diff"] = fix(change.get("diff"))
+    return result
+
+
+def apply_bundle(bundle, state_dir, lock_timeout, on_unknown, command):
+    """Under the host lock: decide again (another start may have patched meanwhile), then each
+    step in the recipe's order, journaled as an apply run; returns 0, or 1 when a step failed."""
+    import pwd
+
+    locked = op_lock(state_dir, lock_timeout, "patchkit bundle (pid %d)" % os.getpid())
+    state_dir = locked["state_dir"]
+    try:
+        decided = decide_steps(bundle)
+        run_id = bundle_run_id()
+        try:
+            user = pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:
+            user = "uid %d" % os.geteuid()
+        record = {"run_id": run_id, "kind": "apply", "recipe": bundle["recipe"],
+                  "recipe_sha256": bundle["recipe_sha256"], "host": os.uname().nodename, "user": user,
+                  "patchkit_version": bundle["patchkit_version"], "started": time.time(), "status": "running",
+                  "steps": [], "extra": {"bundle": bundle["bundle_id"], "command": command[0]}}
+        failed = None
+        for d in decided:
+            step = d["step"]
+            if d["action"] == "check":
+                result = run_check(bundle, step, d)
+            elif d["action"] == "apply":
+                result = apply_step(bundle, step, d, state_dir, run_id, record)
+            elif d["action"] == "ok":
+                result = {"name": step["name"], "kind": "patch", "status": "ok", "message": "already in place",
+                          "package_version": d["version"]}
+            else:
+                result = {"name": step["name"], "kind": step["kind"], "status": "skipped", "message": d["message"],
+                          "package_version": d.get("version")}
+            record["steps"].append(result)
+            bundle_say("%s: %s%s" % (step["name"], result["status"],
+                                     ": " + result["message"] if result.get("message") else ""))
+            if result["status"] == "failed":
+                failed = result
+                break
+        statuses = set(s["status"] for s in record["steps"])
+        record["status"] = "failed" if failed else "changed" if "changed" in statuses else "ok"
+        record["finished"] = time.time()
+        op_journal_write(state_dir, bundle["recipe"], run_id, record)
+    finally:
+        fd = LOCK.pop("fd", None)
+        if fd is not None:
+            os.close(fd)  # the lock goes with it: the server started next holds none
+    if failed:
+        bundle_say("step %s failed; %s not started (journal: %s)" % (failed["name"], command[0], state_dir))
+        return 1
+    return 0
+
+
+def run_check(bundle, step, d):
+    outcome = op_check(step["python"], step["timeout_s"], bundle["variables"])
+    ok = outcome["returncode"] == 0
+    result = {"name": step["name"], "kind": "check", "status": "ok" if ok else "failed",
+              "package_version": d.get("version"),
+              "checks": [{"name": "python", "ok": ok, "detail": outcome["stderr"] or outcome["stdout"]}]}
+    if ok:
+        said = outcome["stdout"].splitlines()
+        result["message"] = "passed" + (": " + said[-1] if said else "")
+    else:
+        lines = outcome["stderr"].splitlines()
+        reason = ("timed out after %ss" % step["timeout_s"] if outcome["timed_out"]
+                  else lines[-1] if lines else "exit status %s" % outcome["returncode"])
+        result["message"] = "%s: %s" % (step["message"], reason) if step.get("message") else reason
+    return result
+
+
+def apply_step(bundle, step, d, state_dir, run_id, record):
+    """One patch step's unit through the agent's apply_files (backup, atomic write, read-back,
+    syntax, import identity, verify program; every file put back on a failure), journaled
+    first as an intent (verified False) as the control side journals it."""
+    files = d["files"]
+    result = absolute(d["release"]["result"], files, d["base"])
+    changing = [f for f in files if f["before"] != f["after"]]
+    backups = {}
+    for f in changing:
+        if f["before"] is not None:
+            backups[f["path"]] = os.path.join(state_dir, "backups", run_id, bundle_backup_name(step["name"], f["path"]))
+    if result.get("files") is not None:
+        for change in result["files"]:
+            change["backup"] = backups.get(change["file"])
+    else:
+        result["backup"] = backups.get(result.get("file"))
+    result["root"] = d["root"]
+    intent = dict(result, verified=False, message="cut off while writing or verifying")
+    op_journal_write(state_dir, bundle["recipe"], run_id, dict(record, steps=record["steps"] + [intent]))
+    verify_python = None
+    if step.get("verify_python") is not None:
+        verify_python = {"code": step["verify_python"], "variables": bundle["variables"],
+                         "timeout_s": step["import_timeout_s"]}
+    try:
+        outcome = op_apply_files(
+            [{"path": f["path"], "expected_sha256": f["before"], "backup_path": backups.get(f["path"], ""),
+              "content_b64": f["content_b64"]} for f in changing],
+            step["verify_imports"], step["import_timeout_s"], verify_python, d["root"], step["package"])
+    except Refused as exc:
+        return dict(result, status="failed", message=str(exc))
+    result["checks"] = outcome["checks"]
+    passed = ", ".join(c["name"] for c in outcome["checks"])
+    many = result.get("files") is not None
+    if outcome["ok"]:
+        result["verified"] = True
+        result["message"] = "%s; %s (%s)" % (result["message"], "verified as one unit" if many else "verified", passed)
+        return result
+    result["status"] = "failed"
+    result["restored"] = outcome["restored"]
+    back = outcome["restored_files"]
+    result["details"] = {"written": outcome["written"], "restored": back}
+    if many:
+        for change in result["files"]:
+            if change["file"] not in outcome["written"] or change["file"] in back:
+                change["sha256_after"] = change["sha256_before"]
+    elif not outcome["written"] or result.get("file") in back:
+        result["sha256_after"] = result["sha256_before"]
+    note = ("original restored" if not many else "all files restored") if outcome["restored"] else \
+        "ORIGINAL NOT RESTORED, backups in %s" % os.path.join(state_dir, "backups", run_id)
+    result["message"] = "%s; %s" % (outcome["failure"], note)
+    return result
