@@ -43,7 +43,7 @@ from patchkit.host.agent.files import AGENT_CORE, BUNDLE_RUNNER, SENT_CONSTANTS,
 from patchkit.recipe.model import LoadedRecipe, Step
 from patchkit.run.steps.check import CheckStep
 from patchkit.run.steps.context import EditCache
-from patchkit.run.steps.patch import PatchStep
+from patchkit.run.steps.patch import VERIFY_NOTE, PatchStep
 
 FORMAT = 1
 # The bundle's entry: the core, then the bundle's run, in one namespace (as the agent runs its
@@ -227,9 +227,11 @@ def _release_entries(release: Planned, steps: list[Step]) -> dict[str, dict[str,
     entries: dict[str, dict[str, Any]] = {}
     for step in steps:
         result = release.outcomes[step.name].result
+        # The plan's result is what a run journals, less what only a plan says.
+        done = result.model_copy(update={"message": result.message.replace(VERIFY_NOTE, "")})
         entry: dict[str, Any] = {"release": release.version, "status": result.status,
                                  "version": result.package_version or release.version,
-                                 "result": result.model_dump(mode="json", exclude_none=True), "files": []}
+                                 "result": done.model_dump(mode="json", exclude_none=True), "files": []}
         if result.status in ("changed", "ok"):
             new = release.contents.get(step.name, {})
             changes = result.files if result.files is not None else []

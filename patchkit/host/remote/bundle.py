@@ -14,6 +14,21 @@ file the step touches: anything else is unknown, and nothing is written.
 
 BUNDLE_USAGE = ("usage: python BUNDLE.pyz [--state-dir DIR] [--on-unknown refuse|run] [--lock-timeout SECONDS] "
                 "-- COMMAND [ARG...]")
+BUNDLE_HELP = """
+Apply the bundled recipe to the packages this interpreter imports, then start COMMAND in this
+process (exec: its signals and exit code are COMMAND's). A start with every fix in place writes
+nothing and only reads a few files.
+
+  --state-dir DIR        the journal (run records, backups, lock); a volume keeps it across
+                         restarts (default ~/.local/state/patchkit)
+  --on-unknown refuse    an installed release or file no build of the bundle knows: exit 1,
+                         nothing changed, COMMAND not started (default)
+  --on-unknown run       the same, but start COMMAND unpatched, with a warning
+  --lock-timeout SECONDS wait this long for another start holding the journal's lock (default 60)
+
+Exit codes before COMMAND starts: 1 refused or a step failed (the files as they were), 2 a bad
+command line or an untrusted state dir, 127 COMMAND not found.
+"""
 ON_UNKNOWN = ("refuse", "run")
 DEFAULT_BUNDLE_STATE_DIR = "~/.local/state/patchkit"  # the journal's default on any host (run/journal.py)
 
@@ -64,10 +79,12 @@ def bundle_main(data, argv):
     try:
         state_dir, on_unknown, lock_timeout, command = bundle_args(argv)
     except BundleUsage as exc:
-        if exc.args[0]:
-            bundle_say(exc.args[0])
-        sys.stderr.write(BUNDLE_USAGE + "\n")
-        return 0 if not exc.args[0] else 2
+        if not exc.args[0]:
+            sys.stdout.write(BUNDLE_USAGE + "\n" + BUNDLE_HELP)
+            return 0
+        bundle_say("%s (%s)" % (exc.args[0], BUNDLE_USAGE))
+        return 2
+    began = time.monotonic()
     bundle = json.loads(data.decode("utf-8"))
     try:
         decided = decide_steps(bundle)
@@ -77,7 +94,11 @@ def bundle_main(data, argv):
         bundle_say("%s; nothing changed, %s not started" % (exc, command[0]))
         return 1
     if all(d["action"] in ("ok", "skipped", "check") for d in decided):
-        return start(command)  # in place: nothing to write, no check to run again, no lock
+        # in place: nothing to write, no check to run again (they ran before the write), no lock
+        bundle_say("%s: in place (%s) in %.3f s; starting %s" % (
+            bundle["recipe"], ", ".join("%s %s" % (d["step"]["name"], d["action"]) for d in decided
+                                        if d["action"] != "check"), time.monotonic() - began, command[0]))
+        return start(command)
     try:
         code = apply_bundle(bundle, state_dir, lock_timeout, on_unknown, command)
     except Unknown as exc:
@@ -90,6 +111,8 @@ def bundle_main(data, argv):
         return 1
     if code:
         return code
+    bundle_say("%s: applied in %.3f s (journal: %s); starting %s" % (bundle["recipe"], time.monotonic() - began,
+                                                                      expand(state_dir), command[0]))
     return start(command)
 
 
