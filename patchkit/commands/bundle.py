@@ -49,7 +49,8 @@ FORMAT = 1
 # The bundle's entry: the core, then the bundle's run, in one namespace (as the agent runs its
 # extensions), with the constants the control side sends every agent.
 MAIN = '''# A patchkit start-up bundle: python THIS [--state-dir DIR] [--on-unknown refuse|run] -- COMMAND [ARG...]
-import sys
+import sys, time
+_began = time.monotonic()
 if sys.version_info < (3, 8):
     sys.exit("patchkit-bundle: needs Python >= 3.8, not %d.%d" % sys.version_info[:2])
 import zipfile
@@ -58,7 +59,7 @@ with zipfile.ZipFile(__loader__.archive) as _bundle:
     for _name in ("core.py", "bundle.py"):
         exec(compile(_bundle.read(_name), "patchkit-bundle/" + _name, "exec"), _ns)
     _data = _bundle.read("bundle.json")
-sys.exit(_ns["bundle_main"](_data, sys.argv[1:]))
+sys.exit(_ns["bundle_main"](_data, sys.argv[1:], _began))
 '''
 SHEBANG = b"#!/usr/bin/env python3\n"
 STAMP = (2020, 1, 1, 0, 0, 0)  # every member's date: one recipe and one set of releases, one byte-identical file

@@ -74,8 +74,9 @@ def bundle_args(argv):
     return opts["state_dir"], opts["on_unknown"], opts["lock_timeout"], args[1:]
 
 
-def bundle_main(data, argv):
-    """The whole run; returns an exit code, or does not return (COMMAND exec'd)."""
+def bundle_main(data, argv, began=None):
+    """The whole run; returns an exit code, or does not return (COMMAND exec'd). began: the
+    time.monotonic() at which the bundle's __main__ started (what the timings count from)."""
     try:
         state_dir, on_unknown, lock_timeout, command = bundle_args(argv)
     except BundleUsage as exc:
@@ -84,7 +85,7 @@ def bundle_main(data, argv):
             return 0
         bundle_say("%s (%s)" % (exc.args[0], BUNDLE_USAGE))
         return 2
-    began = time.monotonic()
+    began = time.monotonic() if began is None else began
     bundle = json.loads(data.decode("utf-8"))
     try:
         decided = decide_steps(bundle)
