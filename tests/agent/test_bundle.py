@@ -261,3 +261,38 @@ def test_the_bundle_names_backups_as_the_journal_does() -> None:
                        ("a%b", "/x/100%/y.py"), ("s", "/" + "/".join(["deep" * 20] * 5) + "/serving.py"),
                        ("é", "/opt/ü/ß.py")]:
         assert namespace["bundle_backup_name"](step, path) == backup_name(step, path)
+
+
+def test_two_steps_on_one_file_apply_in_order_and_a_second_start_knows_both_in_place(toy: dict[str, object],
+                                                                                     tmp_path: Path) -> None:
+    """The second step edits what the first wrote: the first is in place once both are."""
+    recipe = bundle_recipe(tmp_path, name="twofix", extra="""  - name: minimax
+    patch:
+      package: toyllm
+      versions: ">=0.16,<0.17"
+      modules: [toyllm.config.speculative]
+      edit:
+        list_insert:
+          names: [eagle3_target_supported]
+          within: SpeculativeConfig._verify_args
+          values: [minimax]
+          after: deepseek_v3
+""")
+    built = run_patchkit("bundle", str(recipe), "-o", str(tmp_path / "two.pyz"), env=toy["env"],  # type: ignore[arg-type]
+                         timeout=120)
+    assert built.returncode == 0, built
+    python = installed(tmp_path / "host", toy["links"], "0.16.0")  # type: ignore[arg-type]
+    target = tmp_path / "host" / "site" / SPECULATIVE
+    state = tmp_path / "state"
+    first = run_bundle(python, tmp_path / "two.pyz", "--state-dir", str(state), "--", "true")
+    assert first.returncode == 0, first.stderr
+    assert "whitelist: changed" in first.stderr and "minimax: changed" in first.stderr
+    text = target.read_text()
+    assert text.index('"afmoe",') < text.index('"kimi_k2",') < text.index('"deepseek_v3",') < text.index('"minimax",')
+    second = run_bundle(python, tmp_path / "two.pyz", "--state-dir", str(state), "--", "true")
+    assert second.returncode == 0 and "in place (whitelist ok, minimax ok)" in second.stderr, second.stderr
+    # On 0.10.x the second step is outside its range: skipped there, the first still applies.
+    old = installed(tmp_path / "old", toy["links"], "0.10.2")  # type: ignore[arg-type]
+    done = run_bundle(old, tmp_path / "two.pyz", "--state-dir", str(tmp_path / "state-old"), "--", "true")
+    assert done.returncode == 0 and "whitelist: changed" in done.stderr and "minimax: skipped" in done.stderr, \
+        done.stderr

@@ -153,13 +153,14 @@ def located_package(package, cache):
 def decide_steps(bundle):
     """What each step needs here, read only: apply (with the files' paths and bytes), ok,
     skipped, or check; Unknown when an installed file is not one the bundle knows."""
-    found = {}
+    found = {}  # package -> (root, version)
+    written = {}  # path -> the sha256 an earlier step of this start leaves there
     out = []
     for step in bundle["steps"]:
         if step["kind"] == "check":
             out.append(decide_check(step, found))
         else:
-            out.append(decide_patch(step, found))
+            out.append(decide_patch(step, found, written))
     return out
 
 
@@ -174,7 +175,7 @@ def decide_check(step, found):
     return {"step": step, "action": "check", "version": version}
 
 
-def decide_patch(step, found):
+def decide_patch(step, found, written):
     """The step's build for the installed release (its version, then its files' hashes): in place
     (ok), to apply, or skipped there; Unknown when no build of the bundle has these files."""
     package = step["package"]
@@ -191,10 +192,11 @@ def decide_patch(step, found):
             return {"step": step, "action": "skipped", "message": release["result"]["message"], "version": version}
         files = [dict(f, path=os.path.join(base, *f["rel"].split("/"))) for f in release["files"]]
         for f in files:
-            f["current"] = installed_file(root, package, version, f["path"])
+            f["current"] = installed_file(root, package, version, f["path"], written)
         if all(f["current"] == f["after"] or f["current"] in f["later"] for f in files):
             return {"step": step, "action": "ok", "version": version, "root": root, "files": files}
         if release["status"] == "changed" and all(f["current"] == f["before"] for f in files):
+            written.update((f["path"], f["after"]) for f in files)  # what the next steps will find
             return {"step": step, "action": "apply", "version": version, "root": root, "files": files,
                     "release": release, "base": base}
         odd = odd or next((f for f in files if f["current"] not in (f["before"], f["after"])), None)
@@ -206,15 +208,18 @@ def decide_patch(step, found):
                      else "hashes to %s" % odd["current"][:12]))
 
 
-def installed_file(root, package, version, path):
+def installed_file(root, package, version, path, written):
     """sha256 of the file at path (None: none there), held to what this interpreter imports:
-    inside the package folder (no symlink out), and the very file it loads for that module."""
+    inside the package folder (no symlink out), and the very file it loads for that module;
+    or, for a file an earlier step of this start will write, what that step leaves (written)."""
     refuse_path_escape(root, path)
     module = module_name(root, package, path)
     loads = module_file(root, package, module) if module else None
     if loads is not None and os.path.normpath(loads) != os.path.normpath(path):
         raise Unknown("the target is ambiguous: %s loads %s from %s, not from %s as in %s %s"
                       % (sys.executable, module, loads, path, package, version))
+    if path in written:
+        return written[path]
     return sha256_at(path, None, "patch")
 
 
