@@ -111,6 +111,10 @@ def test_the_bundle_applies_verified_then_execs_the_command_and_status_history_r
     whitelist = next(s for s in record["steps"] if s["name"] == "whitelist")
     assert record["kind"] == "apply" and record["status"] == "changed" and whitelist["verified"] is True
     assert Path(whitelist["backup"]).read_bytes() == original and whitelist["file"] == str(target)
+    (twin_record,) = (tmp_path / "s2" / "runs" / "toyfix").glob("*.json")
+    twin_whitelist = next(s for s in json.loads(twin_record.read_text())["steps"] if s["name"] == "whitelist")
+    assert whitelist["message"] == twin_whitelist["message"]  # as apply journals it, nothing a plan adds
+    assert whitelist["diff"] == twin_whitelist["diff"].replace(str(tmp_path / "twin"), str(tmp_path / "host"))
     assert oct(state.stat().st_mode & 0o777) == "0o700" and oct(record_file.stat().st_mode & 0o777) == "0o600"
     on_host = ["-e", f"python={python}", "--state-dir", str(state)]
     status = run_patchkit("status", str(toy["recipe"]), *on_host, "--json")

@@ -242,5 +242,16 @@ def test_podman_kube_play_runs_the_shipped_example_manifest(bundles: dict[str, P
         assert ask(server, "kimi_k2")["eagle3"] is True
         assert ask(server, "llama")["eagle3"] is True and ask(server, "mistral")["eagle3"] is False
         assert "whitelist: changed" in logs(server)
+        # The journal in a 0700 folder the bundle made inside the pod's volume (Kubernetes makes an
+        # emptyDir world-writable, which the bundle refuses as a state dir), read by status.
+        journal = container["command"][container["command"].index("--state-dir") + 1]
+        seen = podman("exec", server, "python3", "-c", "import os, sys; d = sys.argv[1]; "
+                      "print(oct(os.stat(d).st_mode & 0o777), os.listdir(d + '/runs/toyfix') != [])", journal)
+        assert seen.stdout.split() == ["0o700", "True"] and os.path.dirname(journal) == "/patchkit-state", seen.stdout
+        inventory = tmp_path / "inventory.yaml"
+        inventory.write_text(f"hosts:\n  pod: {{address: 'podman://{server}', state_dir: {journal}, python: python3}}\n")
+        status = run_patchkit("status", str(bundles["recipe"]), "-i", str(inventory), "--json")
+        assert status.returncode == 0, status
+        assert {s["name"]: s["status"] for s in status.json()["hosts"]["pod"]["steps"]}["whitelist"] == "applied"
     finally:
         podman("kube", "down", str(pod), check=False, env=env)
