@@ -265,17 +265,12 @@ def absolute(result, files, base):
 def apply_bundle(bundle, state_dir, lock_timeout, on_unknown, command):
     """Under the host lock: decide again (another start may have patched meanwhile), then each
     step in the recipe's order, journaled as an apply run; returns 0, or 1 when a step failed."""
-    import pwd
-
     locked = op_lock(state_dir, lock_timeout, "patchkit bundle (pid %d)" % os.getpid())
     state_dir = locked["state_dir"]
     try:
         decided = decide_steps(bundle)
         run_id = bundle_run_id()
-        try:
-            user = pwd.getpwuid(os.geteuid()).pw_name
-        except KeyError:
-            user = "uid %d" % os.geteuid()
+        user = user_name(os.geteuid())
         record = {"run_id": run_id, "kind": "apply", "recipe": bundle["recipe"],
                   "recipe_sha256": bundle["recipe_sha256"], "host": os.uname().nodename, "user": user,
                   "patchkit_version": bundle["patchkit_version"], "started": time.time(), "status": "running",
