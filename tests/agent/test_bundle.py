@@ -11,6 +11,8 @@ disk, the journal, and patchkit status/history/rollback. The podman tier
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 import zipfile
@@ -300,3 +302,48 @@ def test_two_steps_on_one_file_apply_in_order_and_a_second_start_knows_both_in_p
     done = run_bundle(old, tmp_path / "two.pyz", "--state-dir", str(tmp_path / "state-old"), "--", "true")
     assert done.returncode == 0 and "whitelist: changed" in done.stderr and "minimax: skipped" in done.stderr, \
         done.stderr
+
+
+@pytest.mark.parametrize("verdict", ["passes", "fails"])
+def test_a_start_cut_off_before_its_checks_were_recorded_is_settled_by_the_next(toy: dict[str, object],
+                                                                                tmp_path: Path, verdict: str) -> None:
+    """Killed while its verify program ran: the file holds the patch, the journal says unverified.
+    The next start runs the checks before it calls the fix in place; failing, it puts the original back."""
+    hang, refuse = tmp_path / "hang", tmp_path / "refuse"
+    verify = (f"import os, sys, time\nif os.path.exists({str(hang)!r}): time.sleep(120)\n"
+              f"if os.path.exists({str(refuse)!r}): sys.exit('refused by the test')\n")
+    recipe = bundle_recipe(tmp_path, verify=verify, name="cutfix")
+    built = run_patchkit("bundle", str(recipe), "-o", str(tmp_path / "cut.pyz"), env=toy["env"],  # type: ignore[arg-type]
+                         timeout=120)
+    assert built.returncode == 0, built
+    python = installed(tmp_path / "host", toy["links"], "0.16.0")  # type: ignore[arg-type]
+    target = tmp_path / "host" / "site" / SPECULATIVE
+    original, state, marker = target.read_bytes(), tmp_path / "state", tmp_path / "served"
+    hang.touch()
+    proc = subprocess.Popen([str(python), str(tmp_path / "cut.pyz"), "--state-dir", str(state), "--",
+                             *server(python, marker)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while "kimi_k2" not in target.read_text():  # written; its checks are running (the verify program hangs)
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    (record_file,) = (state / "runs" / "cutfix").glob("*.json")
+    assert next(s for s in json.loads(record_file.read_text())["steps"] if s["name"] == "whitelist")["verified"] is False
+    hang.unlink()
+    if verdict == "fails":
+        refuse.touch()
+    done = run_bundle(python, tmp_path / "cut.pyz", "--state-dir", str(state), "--", *server(python, marker))
+    cut = json.loads(record_file.read_text())
+    if verdict == "passes":
+        assert done.returncode == 0 and marker.read_text().endswith("True"), done.stderr
+        assert "was cut off before its checks were recorded: verified now" in done.stderr
+        assert next(s for s in cut["steps"] if s["name"] == "whitelist")["verified"] is True
+        status = run_patchkit("status", str(recipe), "-e", f"python={python}", "--state-dir", str(state), "--json")
+        assert {s["name"]: s["status"] for s in status.json()["hosts"]["local"]["steps"]}["whitelist"] == "applied"
+    else:
+        assert done.returncode == 1 and not marker.exists(), done.stderr
+        assert "and its change fails" in done.stderr and "refused by the test" in done.stderr
+        assert target.read_bytes() == original and cut["rolled_back_steps"] == ["whitelist"]

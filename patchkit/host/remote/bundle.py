@@ -94,7 +94,12 @@ def bundle_main(data, argv, began=None):
     except Refused as exc:
         bundle_say("%s; nothing changed, %s not started" % (exc, command[0]))
         return 1
-    if all(d["action"] in ("ok", "skipped", "check") for d in decided):
+    try:
+        unsettled = cut_off_steps(bundle, state_dir, decided)
+    except Refused as exc:
+        bundle_say("%s; %s not started" % (exc, command[0]))
+        return 2 if isinstance(exc, UntrustedState) else 1
+    if not unsettled and all(d["action"] in ("ok", "skipped", "check") for d in decided):
         # in place: nothing to write, no check to run again (they ran before the write), no lock
         bundle_say("%s: in place (%s) in %.3f s; starting %s" % (
             bundle["recipe"], ", ".join("%s %s" % (d["step"]["name"], d["action"]) for d in decided
@@ -223,6 +228,78 @@ def installed_file(root, package, version, path, written):
     return sha256_at(path, None, "patch")
 
 
+def cut_off(records, name):
+    """(record, step) of the live change to step `name` (the newest apply run that changed it,
+    not rolled back: run/journal.py live_change) when its run was cut off before its checks
+    were recorded (verified False); None otherwise."""
+    for record in sorted(records, key=lambda r: r.get("run_id", ""), reverse=True):
+        if record.get("kind") != "apply" or name in record.get("rolled_back_steps", []):
+            continue
+        for done in record.get("steps", []):
+            if done.get("name") == name and done.get("status") == "changed":
+                return (record, done) if done.get("verified") is False else None
+    return None
+
+
+def cut_off_steps(bundle, state_dir, decided):
+    """Step name -> (record, step) for each step in place whose writing run never recorded its
+    checks: in place is a promise only once they passed. No journal there: none (read only)."""
+    if not any(d["action"] == "ok" for d in decided) or not os.path.isdir(expand(state_dir)):
+        return {}
+    records = op_journal_list(state_dir, bundle["recipe"])
+    out = {}
+    for d in decided:
+        found = cut_off(records, d["step"]["name"]) if d["action"] == "ok" else None
+        if found is not None:
+            out[d["step"]["name"]] = found
+    return out
+
+
+def unit_of(done):
+    """The files of a journaled patch step: [(file, backup, sha256 before, sha256 after)]."""
+    if done.get("files") is not None:
+        return [(c["file"], c.get("backup"), c.get("sha256_before"), c.get("sha256_after")) for c in done["files"]]
+    return [(done["file"], done.get("backup"), done.get("sha256_before"), done.get("sha256_after"))]
+
+
+def settle_step(bundle, step, d, state_dir, run_id, found):
+    """A change in place whose run was cut off before its checks were recorded: the checks run
+    now; they pass: that run's record says verified; they fail: every original is put back
+    (as that run would have) and that run's change is marked undone by this one."""
+    record, done = found
+    cut = "run %s was cut off before its checks were recorded" % record["run_id"]
+    root = done.get("root") or d["root"]
+    outcome = op_verify([{"path": path, "expected_sha256": after} for path, _, _, after in unit_of(done)],
+                        step["verify_imports"], step["import_timeout_s"], root, verify_program(bundle, step),
+                        step["package"])
+    result = {"name": step["name"], "kind": "patch", "status": "ok", "package_version": d["version"],
+              "checks": outcome["checks"]}
+    passed = ", ".join(c["name"] for c in outcome["checks"])
+    if outcome["ok"]:
+        done["verified"] = True
+        done["checks"] = outcome["checks"]
+        done["message"] = "%s; verified by a later start (%s)" % (cut, passed)
+        op_journal_write(state_dir, bundle["recipe"], record["run_id"], record)
+        result["message"] = "already in place; %s: verified now (%s)" % (cut, passed)
+        return result
+    for path, backup, before, after in reversed(unit_of(done)):
+        if before is None:
+            continue  # a file that run added: no backup; left for rollback
+        op_restore(path, backup, after, before, False, root, state_dir)
+    record["rolled_back_steps"] = sorted(set(record.get("rolled_back_steps", [])) | {step["name"]})
+    record["rolled_back_by"] = run_id
+    op_journal_write(state_dir, bundle["recipe"], record["run_id"], record)
+    result.update(status="failed", restored=True,
+                  message="%s, and its change fails: %s; original restored" % (cut, outcome["failure"]))
+    return result
+
+
+def verify_program(bundle, step):
+    if step.get("verify_python") is None:
+        return None
+    return {"code": step["verify_python"], "variables": bundle["variables"], "timeout_s": step["import_timeout_s"]}
+
+
 def bundle_run_id():
     """As the control side names runs (run/journal.py new_run_id): they sort by start time."""
     now = time.time()
@@ -269,6 +346,7 @@ def apply_bundle(bundle, state_dir, lock_timeout, on_unknown, command):
     state_dir = locked["state_dir"]
     try:
         decided = decide_steps(bundle)
+        unsettled = cut_off_steps(bundle, state_dir, decided)
         run_id = bundle_run_id()
         user = user_name(os.geteuid())
         record = {"run_id": run_id, "kind": "apply", "recipe": bundle["recipe"],
@@ -282,6 +360,8 @@ def apply_bundle(bundle, state_dir, lock_timeout, on_unknown, command):
                 result = run_check(bundle, step, d)
             elif d["action"] == "apply":
                 result = apply_step(bundle, step, d, state_dir, run_id, record)
+            elif d["action"] == "ok" and step["name"] in unsettled:
+                result = settle_step(bundle, step, d, state_dir, run_id, unsettled[step["name"]])
             elif d["action"] == "ok":
                 result = {"name": step["name"], "kind": "patch", "status": "ok", "message": "already in place",
                           "package_version": d["version"]}
@@ -344,10 +424,7 @@ def apply_step(bundle, step, d, state_dir, run_id, record):
     result["root"] = d["root"]
     intent = dict(result, verified=False, message="cut off while writing or verifying")
     op_journal_write(state_dir, bundle["recipe"], run_id, dict(record, steps=record["steps"] + [intent]))
-    verify_python = None
-    if step.get("verify_python") is not None:
-        verify_python = {"code": step["verify_python"], "variables": bundle["variables"],
-                         "timeout_s": step["import_timeout_s"]}
+    verify_python = verify_program(bundle, step)
     try:
         outcome = op_apply_files(
             [{"path": f["path"], "expected_sha256": f["before"], "backup_path": backups.get(f["path"], ""),
