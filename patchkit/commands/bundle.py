@@ -89,6 +89,9 @@ def build(loaded: LoadedRecipe, options: BundleOptions, say: Callable[[str], Non
     cache.check()
     if options.dist is not None:
         index.check_dist(options.dist)
+    if options.versions == "installed":
+        raise UsageError("--versions installed is for patchkit test: a bundle is built for releases on the index "
+                         "(a specifier like '>=0.14,<0.20', or releases like '0.16.0,0.17.1')")
     if loaded.redactor:
         raise UsageError(f"recipe {loaded.recipe.name} has secret variables ({', '.join(sorted(loaded.redactor.secrets))}): "
                          "a bundle is a file whoever reads it reads whole (a ConfigMap, a volume), so it holds no "

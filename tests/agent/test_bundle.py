@@ -250,6 +250,11 @@ def test_a_recipe_with_secrets_or_no_patch_step_is_a_usage_error(toy: dict[str, 
     done = run_patchkit("bundle", str(recipe), "-o", str(tmp_path / "x.pyz"), env=toy["env"])  # type: ignore[arg-type]
     assert done.returncode == 2 and "secret variables (token)" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "x.pyz").exists()
+    for versions, said in [("installed", "--versions installed is for patchkit test"),
+                           ("~=x", "--versions '~=x': expected a specifier")]:
+        done = run_patchkit("bundle", str(toy["recipe"]), "-o", str(tmp_path / "x.pyz"), "--versions", versions,
+                            env=toy["env"])  # type: ignore[arg-type]
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
     recipe.write_text("name: nopatch\nsteps:\n  - name: c\n    check: {python: 'print(1)'}\n")
     done = run_patchkit("bundle", str(recipe), "-o", str(tmp_path / "x.pyz"), env=toy["env"])  # type: ignore[arg-type]
     assert done.returncode == 2 and "has no patch step: nothing to bundle" in done.stderr
