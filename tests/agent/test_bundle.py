@@ -352,3 +352,20 @@ def test_a_start_cut_off_before_its_checks_were_recorded_is_settled_by_the_next(
         assert done.returncode == 1 and not marker.exists(), done.stderr
         assert "and its change fails" in done.stderr and "refused by the test" in done.stderr
         assert target.read_bytes() == original and cut["rolled_back_steps"] == ["whitelist"]
+
+
+def test_a_module_the_interpreter_loads_from_another_file_is_refused_as_ambiguous(toy: dict[str, object],
+                                                                                  tmp_path: Path) -> None:
+    """speculative/ beside speculative.py: `import` takes the package folder; the bundle's file
+    is not what the server would run, so nothing is written and the server does not start."""
+    python = installed(tmp_path / "host", toy["links"], "0.16.0")  # type: ignore[arg-type]
+    target = tmp_path / "host" / "site" / SPECULATIVE
+    original, marker = target.read_bytes(), tmp_path / "served"
+    shadow = target.parent / "speculative" / "__init__.py"
+    shadow.parent.mkdir()
+    shadow.write_bytes(original)
+    done = run_bundle(python, toy["bundle"], "--", *server(python, marker))  # type: ignore[arg-type]
+    assert done.returncode == 1 and not marker.exists(), done.stderr
+    assert f"the target is ambiguous: {python} loads toyllm.config.speculative from {shadow}, not from {target}" \
+        in done.stderr
+    assert target.read_bytes() == original == shadow.read_bytes()
