@@ -24,7 +24,6 @@ import yaml
 from fixtures import containers as images
 from tests.agent.test_bundle import bundle_recipe
 from tests.agent.test_release_test import RELEASES, build_wheel, pip_sees_only
-from tests.containers.test_containers import built_images, quick_exec_cleanup  # noqa: F401 - fixtures
 from tests.helpers import REPO, run_patchkit
 
 SPECULATIVE = f"{images.SITE_PACKAGES}/toyllm/config/speculative.py"
@@ -89,7 +88,7 @@ def podman(*args: str, check: bool = True, env: dict[str, str] | None = None) ->
 
 
 @pytest.fixture(name="names")
-def names_fixture(built_images: None) -> Iterator[list[str]]:  # noqa: F811 - the imported fixture
+def names_fixture(built_images: None) -> Iterator[list[str]]:
     """Containers this test started, removed at its end."""
     started: list[str] = []
     yield started
@@ -211,7 +210,7 @@ def test_a_failing_verify_leaves_the_original_bytes_in_the_container(
     assert steps["whitelist"]["status"] == "failed" and steps["whitelist"]["restored"] is True
 
 
-def test_podman_kube_play_runs_the_shipped_example_manifest(bundles: dict[str, Path], built_images: None,  # noqa: F811
+def test_podman_kube_play_runs_the_shipped_example_manifest(bundles: dict[str, Path], built_images: None,
                                                             tmp_path: Path) -> None:
     shipped = yaml.safe_load((REPO / "examples" / "bundle" / "pod.yaml").read_text())
     (container,) = shipped["spec"]["containers"]
