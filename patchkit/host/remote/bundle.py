@@ -55,10 +55,10 @@ def bundle_args(argv):
         flag = args.pop(0)
         if flag in ("-h", "--help"):
             raise BundleUsage(None)
-        name, _, value = flag.partition("=")
+        name, joined, value = flag.partition("=")
         if name not in names:
             raise BundleUsage("unknown option %s" % flag)
-        if not _:
+        if not joined:
             if not args or args[0] == "--":
                 raise BundleUsage("%s needs a value" % name)
             value = args.pop(0)
@@ -89,32 +89,20 @@ def bundle_main(data, argv, began=None):
     bundle = json.loads(data.decode("utf-8"))
     try:
         decided = decide_steps(bundle)
-    except Unknown as exc:
-        return unknown(str(exc), on_unknown, command)
-    except Refused as exc:
-        bundle_say("%s; nothing changed, %s not started" % (exc, command[0]))
-        return 1
-    try:
         unsettled = cut_off_steps(bundle, state_dir, decided)
-    except Refused as exc:
-        bundle_say("%s; %s not started" % (exc, command[0]))
-        return 2 if isinstance(exc, UntrustedState) else 1
-    if not unsettled and all(d["action"] in ("ok", "skipped", "check") for d in decided):
-        # in place: nothing to write, no check to run again (they ran before the write), no lock
-        bundle_say("%s: in place (%s) in %.3f s; starting %s" % (
-            bundle["recipe"], ", ".join("%s %s" % (d["step"]["name"], d["action"]) for d in decided
-                                        if d["action"] != "check"), time.monotonic() - began, command[0]))
-        return start(command)
-    try:
-        code = apply_bundle(bundle, state_dir, lock_timeout, on_unknown, command)
+        if not unsettled and all(d["action"] in ("ok", "skipped", "check") for d in decided):
+            # in place: nothing to write, no check to run again (they ran before the write), no lock
+            bundle_say("%s: in place (%s) in %.3f s; starting %s" % (
+                bundle["recipe"], ", ".join("%s %s" % (d["step"]["name"], d["action"]) for d in decided
+                                            if d["action"] != "check"), time.monotonic() - began, command[0]))
+            return start(command)
+        code = apply_bundle(bundle, state_dir, lock_timeout, command)
     except Unknown as exc:
         return unknown(str(exc), on_unknown, command)
-    except Refused as exc:
-        bundle_say("%s; %s not started" % (exc, command[0]))
+    except (Refused, OSError) as exc:
+        # a refusal (a symlink, another user's state dir, the lock held) or a file that cannot be read
+        bundle_say("%s; %s not started" % (exc if isinstance(exc, Refused) else os_error_text(exc), command[0]))
         return 2 if isinstance(exc, UntrustedState) else 1
-    except OSError as exc:
-        bundle_say("%s; %s not started" % (os_error_text(exc), command[0]))
-        return 1
     if code:
         return code
     bundle_say("%s: applied in %.3f s (journal: %s); starting %s" % (bundle["recipe"], time.monotonic() - began,
@@ -339,7 +327,7 @@ def absolute(result, files, base):
     return result
 
 
-def apply_bundle(bundle, state_dir, lock_timeout, on_unknown, command):
+def apply_bundle(bundle, state_dir, lock_timeout, command):
     """Under the host lock: decide again (another start may have patched meanwhile), then each
     step in the recipe's order, journaled as an apply run; returns 0, or 1 when a step failed."""
     locked = op_lock(state_dir, lock_timeout, "patchkit bundle (pid %d)" % os.getpid())
