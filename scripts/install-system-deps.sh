@@ -3,7 +3,8 @@
 # (the SSH tiers start sshd on loopback ports), sudo (the `become` tests), patch(1)
 # and git (the diff edit is compared with `patch -p1 --dry-run` on diffs `git diff` made),
 # and podman with runc, debootstrap and uidmap (the container tiers: containers of an image
-# debootstrap builds, since no registry image can be pulled; crun refuses this machine's cgroups),
+# debootstrap builds, since no registry image can be pulled; crun refuses this machine's cgroups;
+# catatonit: the pause process of the pods `podman kube play` makes),
 # and Debian's chromium (the review page is rendered headless; no test tool may download a browser).
 # Installs what is missing with apt-get as root; as another user, stops with one line
 # naming what to install. Never leaves a tier to be skipped for want of them.
@@ -19,6 +20,7 @@ command -v podman >/dev/null 2>&1 || need+=(podman)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v newuidmap >/dev/null 2>&1 || need+=(uidmap)
+command -v catatonit >/dev/null 2>&1 || [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 
 if [ ${#need[@]} -eq 0 ]; then

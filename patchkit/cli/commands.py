@@ -93,6 +93,19 @@ def test(args: argparse.Namespace) -> int:
                lambda: hosts_of(args)[0])
 
 
+def bundle(args: argparse.Namespace) -> int:
+    """patchkit bundle RECIPE -o FILE: the recipe's patch and check steps, built for every release
+    they apply to, as one file a container's Python runs before its server (commands/bundle.py)."""
+    prepared = prepare(args)
+    from patchkit.commands.bundle import BundleOptions, run
+    from patchkit.commands.outfile import check_output
+
+    assert prepared.loaded
+    check_output(args.output, "-o")
+    startup.started()
+    return run(prepared.loaded, BundleOptions(args.output, split(args.steps), args.versions, args.dist, args.jobs))
+
+
 def bake(args: argparse.Namespace) -> int:
     """patchkit bake RECIPE --from IMAGE -t TAG: plan, then apply, in a container of IMAGE;
     commit it as TAG if all went well."""
@@ -253,6 +266,7 @@ COMMANDS: dict[str, Command] = {
     "completion": Command(completion),
     "test": Command(test),
     "bake": Command(bake),
+    "bundle": Command(bundle),
 }
 
 

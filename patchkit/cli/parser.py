@@ -121,6 +121,19 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE|@FILE|JSON")
     test.add_argument("-i", "--inventory", action="append", default=[], help="--versions installed: the hosts")
     test.add_argument("-l", "--limit", help="--versions installed: a host pattern, as for apply")
+    bundle = sub.add_parser("bundle", help="write a start-up bundle: one file any Python >= 3.8 runs as "
+                            "`python FILE -- COMMAND` to apply the recipe in place, then start COMMAND (containers "
+                            "and pods from upstream images)")
+    bundle.add_argument("recipe", help="recipe YAML file")
+    bundle.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write (e.g. fix.pyz)")
+    bundle.add_argument("--versions", metavar="SPEC",
+                        help="releases to build for: a specifier ('>=0.14,<0.20') or releases ('0.16.0,0.17.1'); "
+                             "default: every release on the index in the steps' ranges")
+    bundle.add_argument("--dist", help="the distribution whose releases to build for (default: each step's package)")
+    bundle.add_argument("--steps", help="only these steps: NAME[,...]")
+    bundle.add_argument("--jobs", type=at_least_one, default=4, help="wheels fetched at once (default 4)")
+    bundle.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE|@FILE|JSON",
+                        help="set a recipe variable")
     bake = sub.add_parser("bake", help="apply a recipe in a container from IMAGE and commit it as TAG (verified; "
                                        "nothing written if a step fails)")
     bake.add_argument("recipe", help="recipe YAML file")

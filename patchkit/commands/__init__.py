@@ -1,2 +1,2 @@
-"""The commands beyond apply/plan/status/rollback/history: audit, capture, bake and the
-release test, and the files a command writes for the user."""
+"""The commands beyond apply/plan/status/rollback/history: audit, capture, bake, the start-up
+bundle and the release test, and the files a command writes for the user."""

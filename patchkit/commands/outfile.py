@@ -85,8 +85,8 @@ def _new_file(folder_fd: int, name: str, mode: int) -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", name)
 
 
-def write_output(path: str | Path, text: str, flag: str = "", replace: bool = True) -> None:
-    """Write `text` (UTF-8) to `path` atomically: readers see the old file or the whole new one.
+def write_output(path: str | Path, text: str | bytes, flag: str = "", replace: bool = True) -> None:
+    """Write `text` (str: as UTF-8; bytes: as they are) to `path` atomically: readers see the old file or the whole new one.
 
     `replace` False: never over an existing file (a captured recipe someone may have edited).
     A regular file replaced keeps its mode when it is ours; a new one gets the umask's.
@@ -110,10 +110,10 @@ def write_output(path: str | Path, text: str, flag: str = "", replace: bool = Tr
         except FileNotFoundError:
             pass
         fd, temp = _new_file(folder, target.name, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "wb") as f:
             if kept is not None:
                 os.fchmod(f.fileno(), kept)
-            f.write(text)
+            f.write(text.encode("utf-8") if isinstance(text, str) else text)
             f.flush()
             os.fsync(f.fileno())
         _place(folder, temp, target.name, replace)

@@ -19,12 +19,13 @@ from patchkit.host.agent.client import (
     host_ops,
     mutating_ops,
 )
+from patchkit.host.agent.files import BUNDLE_RUNNER
 from tests.helpers import REPO, host_agent
 
 PACKAGE = REPO / "patchkit"
 HOST_DIR = PACKAGE / "host" / "remote"
 HOST_FILES = sorted(HOST_DIR.glob("**/*.py"))
-SHIPPED = [AGENT_CORE] + [f for files in AGENT_EXTENSIONS.values() for f in files]
+SHIPPED = [AGENT_CORE] + [f for files in AGENT_EXTENSIONS.values() for f in files] + [BUNDLE_RUNNER]
 
 
 def shipped_path(pkg: str, name: str) -> Path:
@@ -156,3 +157,13 @@ def test_the_journal_guard_covers_every_op_that_changes_the_host() -> None:
             "journal_prune"} <= every.MUTATING_OPS
     assert mutating_ops() == every.MUTATING_OPS  # what the control side (and FakeAgent) read from the host files
     assert every.STREAMING_OPS == {"receive_file"}
+
+
+def test_the_bundle_runner_uses_only_the_core_and_the_sent_constants_and_declares_no_op() -> None:
+    """A start-up bundle runs core.py, then this file, in one namespace (commands/bundle.py MAIN)."""
+    core = agent_file(*AGENT_CORE).decode()
+    source = agent_file(*BUNDLE_RUNNER).decode()
+    missing = free_globals(source, "bundle.py") - top_level_names(core) - set(SENT_CONSTANTS)
+    assert not missing, f"bundle.py uses {sorted(missing)}, defined nowhere it runs"
+    assert not top_level_names(source) & (top_level_names(core) | set(SENT_CONSTANTS))
+    assert "\n@op" not in source

@@ -27,6 +27,7 @@ from patchkit.commands.releasetest.touchable import VERSION_FILES, release_reads
 from patchkit.run.results import StepResult
 from patchkit.run.steps.context import EditCache, HostContext
 from patchkit.run.steps.registry import kind_named
+from patchkit.run.steps.unit import UnitPlan
 from patchkit.host.transport.local import LocalTransport, _LocalStreams
 
 
@@ -75,9 +76,12 @@ def without_imports(step: Step) -> Step:
 
 
 async def plan_release(version: str, files: Path, wanted: list[str], steps: list[Step],
-                       loaded: LoadedRecipe, edits: EditCache, known: bool = False) -> dict[str, StepOutcome]:
+                       loaded: LoadedRecipe, edits: EditCache, known: bool = False,
+                       contents: dict[str, dict[str, bytes | None]] | None = None) -> dict[str, StepOutcome]:
     """Every step of `steps` (each one a kind plans on releases) on the release whose kept files are in `files`, in order.
-    `known`: `version` is the release's (the index's), for a package whose files do not say it."""
+    `known`: `version` is the release's (the index's), for a package whose files do not say it.
+    `contents`, if given, gets each changing step's new files: step -> {path in the release
+    (`vllm/config/speculative.py`): its bytes, None for a file the step removes} (a bundle's)."""
     with tempfile.TemporaryDirectory(prefix="patchkit-test-") as tmp:
         site = Path(tmp, "site")
         site.mkdir()
@@ -94,7 +98,9 @@ async def plan_release(version: str, files: Path, wanted: list[str], steps: list
                               run_id=new_run_id(), loaded=loaded, edits=edits, dry_run=True)
             out: dict[str, StepOutcome] = {}
             for i, step in enumerate(steps):
-                out[step.name] = await _one_step(ctx, step, chain=i + 1 < len(steps))
+                out[step.name] = await _one_step(ctx, step, chain=i + 1 < len(steps),
+                                                 kept=None if contents is None else contents.setdefault(step.name, {}),
+                                                 site=site)
             return {name: _relative(o, site) for name, o in out.items()}
         finally:
             if agent is not None:
@@ -102,12 +108,16 @@ async def plan_release(version: str, files: Path, wanted: list[str], steps: list
             await transport.close()
 
 
-async def _one_step(ctx: HostContext, step: Step, chain: bool) -> StepOutcome:
-    """HostError (the agent failed us: nothing learned about the release) goes up to the caller."""
+async def _one_step(ctx: HostContext, step: Step, chain: bool, kept: dict[str, bytes | None] | None = None,
+                    site: Path | None = None) -> StepOutcome:
+    """HostError (the agent failed us: nothing learned about the release) goes up to the caller.
+    kept: gets the planned new files, by their path relative to `site`."""
     kind = kind_named(step.kind)
     spec = kind.spec_of(step)
     planned = await kind.plan_on_release(ctx, step, spec)
     outcome = StepOutcome(planned.result)
+    if kept is not None and site is not None and isinstance(planned.data, UnitPlan):
+        kept.update({str(Path(path).relative_to(site)): data for path, data in planned.data.contents.items()})
     reads = kind.release_reads(spec)
     assert reads is not None
     if planned.result.status == "skipped" and reads.versions:

@@ -31,6 +31,9 @@ AGENT_EXTENSIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "processes": ((HOST, "processes.py"),),
     "installed": ((HOST, "installed.py"),),
 }
+# Host files that run beside the core but never in the agent: a start-up bundle's run (`patchkit
+# bundle` puts the core and this file in the bundle; its __main__ runs both, in that order).
+BUNDLE_RUNNER = (HOST, "bundle.py")
 
 
 def add_extension(name: str, files: tuple[tuple[str, str], ...]) -> None:

@@ -360,10 +360,13 @@ def _is_many(spec: PatchStep) -> bool:
     return len(targets) > 1 or any(p.added or p.deleted for _, _, p in targets)
 
 
+VERIFY_NOTE = "; apply runs the step's verify program after the write"
+
+
 def _says_it_verifies(ctx: HostContext, step: Step, result: StepResult) -> StepResult:
-    """A change that a `verify: python` program will judge says so in the plan."""
+    """A change that a `verify: python` program will judge says so in the plan (VERIFY_NOTE)."""
     if ctx.dry_run and result.status == "changed" and step.checks.python is not None:
-        result.message += "; apply runs the step's verify program after the write"
+        result.message += VERIFY_NOTE
     return result
 
 
