@@ -64,12 +64,12 @@ def validate(args: argparse.Namespace) -> int:
     no host contacted."""
     from patchkit.base.errors import UsageError
 
-    prepared = prepare(args, rendered_per_host=True)
+    prepared = prepare(args, rendered_per_host=True, bases=False)
     source, loaded = prepared.source, prepared.loaded
     assert source
     hosts = hosts_of(args, resolve=False)[0] if args.inventory else []
     if hosts:
-        loaded = per_host(args, source, prepared.extra, hosts)[hosts[0].name]
+        loaded = per_host(args, source, prepared.extra, hosts, bases=False)[hosts[0].name]
     elif loaded is None:  # every selected group is resolved at run time: no host to render for
         raise with_inventory_problems(prepared.base_error or UsageError("no host to check"), args)
     else:
