@@ -73,6 +73,9 @@ class FileOutcome:
     source: str | None  # the new text; None: the file does not exist (deleted, or never added)
     message: str
     hunks: tuple[HunkOutcome, ...]
+    # A `not_found` that is a refusal: the file is there, but the change would meet the file's
+    # own (a three-way merge's conflict); the step fails on it, naming the file.
+    refused: bool = False
 
 
 def norm(line: str) -> str:

@@ -217,10 +217,10 @@ class DiffEdit(EditSpec):
         count = f"{len(based.changes)} change{'s' if len(based.changes) != 1 else ''} of the fix"
         if merged.lines is None:
             shown = "\n".join(c.describe() for c in merged.conflicts)
-            return FileOutcome("not_found", source, f"{path}: {len(merged.conflicts)} conflict"
+            return FileOutcome("not_found", source, f"{len(merged.conflicts)} conflict"
                                                     f"{'s' if len(merged.conflicts) != 1 else ''} merging the fix "
                                                     f"(base {self.base}) into the host's file; nothing changed\n"
-                                                    f"{shown}", ())
+                                                    f"{shown}", (), refused=True)
         if merged.lines == host:
             return FileOutcome("already", source, f"{path}: already in place ({count}, base {self.base})", ())
         elsewhere = "; the host's file differs from the base elsewhere, kept" if host != based.base else ""
@@ -263,4 +263,5 @@ class DiffEdit(EditSpec):
                             "files that exist")
         outcome = self.apply_to(path, source)
         message = "already in place" if outcome.verdict == "already" else outcome.message
-        return EditResult(outcome.verdict, source if outcome.source is None else outcome.source, message)
+        return EditResult(outcome.verdict, source if outcome.source is None else outcome.source, message,
+                          outcome.refused)
