@@ -13,12 +13,15 @@ exactly (indentation, trailing whitespace, line endings): in Python whitespace i
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+from collections import Counter
 from dataclasses import dataclass
 
 from patchkit.edits.unified_diff import FilePatch
 
 SHOWN = 12  # lines of each side a conflict message shows
+BUDGET = 64  # edits a diff searches for the shortest script before it splits the search (as git does past 256)
 
 
 @dataclass(frozen=True)
@@ -156,14 +159,73 @@ def _myers(a: list[int], b: list[int]) -> list[tuple[int, int, int, int]]:
 
 
 def _lcs_pairs(a: list[int], b: list[int]) -> list[tuple[int, int]]:
-    """Matched (i, j) of a longest common subsequence, by Myers' greedy O((N+M)D) search."""
+    """Matched (i, j) of a common subsequence: a longest one (Myers' greedy O((N+M)D) search)
+    while the edit distance stays within BUDGET; past it (a file largely rewritten: the
+    search's time grows with the square of the distance), the lines found once on each side,
+    in the same order, split the search into parts, each searched the same way."""
+    head = 0
+    while head < len(a) and head < len(b) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < len(a) - head and tail < len(b) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    if head or tail:
+        inner = _lcs_pairs(a[head:len(a) - tail], b[head:len(b) - tail])
+        return ([(k, k) for k in range(head)] + [(head + i, head + j) for i, j in inner]
+                + [(len(a) - tail + k, len(b) - tail + k) for k in range(tail)])
+    if not a or not b:
+        return []
+    found = _greedy(a, b, BUDGET)
+    if found is not None:
+        return found
+    anchors = _unique_in_order(a, b)
+    if not anchors:
+        found = _greedy(a, b, len(a) + len(b))
+        assert found is not None
+        return found
+    pairs: list[tuple[int, int]] = []
+    pa = pb = 0
+    for i, j in anchors + [(len(a), len(b))]:
+        pairs.extend((pa + x, pb + y) for x, y in _lcs_pairs(a[pa:i], b[pb:j]))
+        if i < len(a):
+            pairs.append((i, j))
+        pa, pb = i + 1, j + 1
+    return pairs
+
+
+def _unique_in_order(a: list[int], b: list[int]) -> list[tuple[int, int]]:
+    """The longest run, in order on both sides, of lines each side holds exactly once."""
+    seen_a, seen_b = Counter(a), Counter(b)
+    where_b = {y: j for j, y in enumerate(b) if seen_b[y] == 1}
+    pairs = [(i, where_b[x]) for i, x in enumerate(a) if seen_a[x] == 1 and x in where_b]
+    tails: list[int] = []  # patience sorting: the smallest j ending an increasing run of each length
+    ends: list[int] = []  # index into pairs of that run's end
+    back = [-1] * len(pairs)
+    for k, (_, j) in enumerate(pairs):
+        at = bisect.bisect_left(tails, j)
+        back[k] = ends[at - 1] if at else -1
+        if at == len(tails):
+            tails.append(j)
+            ends.append(k)
+        else:
+            tails[at], ends[at] = j, k
+    out = []
+    k = ends[-1] if ends else -1
+    while k >= 0:
+        out.append(pairs[k])
+        k = back[k]
+    out.reverse()
+    return out
+
+
+def _greedy(a: list[int], b: list[int], budget: int) -> list[tuple[int, int]] | None:
+    """Myers' greedy search for a shortest edit script; None past `budget` edits."""
     n, m = len(a), len(b)
     if n == 0 or m == 0:
         return []
-    limit = n + m
     v = {1: 0}
     trace: list[dict[int, int]] = []
-    for d in range(limit + 1):
+    for d in range(min(n + m, budget) + 1):
         trace.append(v.copy())
         for k in range(-d, d + 1, 2):
             if k == -d or (k != d and v[k - 1] < v[k + 1]):
@@ -177,7 +239,7 @@ def _lcs_pairs(a: list[int], b: list[int]) -> list[tuple[int, int]]:
             v[k] = x
             if x >= n and y >= m:
                 return _backtrack(trace, a, b, n, m)
-    raise AssertionError("unreachable: an edit script of at most n + m steps exists")
+    return None
 
 
 def _backtrack(trace: list[dict[int, int]], a: list[int], b: list[int], n: int, m: int) -> list[tuple[int, int]]:
@@ -202,33 +264,61 @@ def _backtrack(trace: list[dict[int, int]], a: list[int], b: list[int], n: int, 
     return pairs
 
 
+def _reach(change: Change, base: list[str], other: list[str]) -> tuple[int, int]:
+    """The base lines a change may be said to cover: its own, and those it could slide over
+    (a run of repeated lines, blank ones above all, lets a diff put the same change a few
+    lines up or down; another diff of the same files may choose another place). Changes of
+    the two sides are told apart only when no such choice makes them meet."""
+    up = down = 0
+    if change.end > change.start:  # base lines it takes out
+        while change.start - 1 - up >= 0 and base[change.start - 1 - up] == base[change.end - 1 - up]:
+            up += 1
+        while change.end + down < len(base) and base[change.start + down] == base[change.end + down]:
+            down += 1
+    if change.new_end > change.new_start:  # lines it puts in
+        k = 0
+        while change.new_start - 1 - k >= 0 and other[change.new_start - 1 - k] == other[change.new_end - 1 - k]:
+            k += 1
+        up = max(up, k)
+        k = 0
+        while change.new_end + k < len(other) and other[change.new_start + k] == other[change.new_end + k]:
+            k += 1
+        down = max(down, k)
+    return change.start - up, change.end + down
+
+
 def merge(base: list[str], host: list[str], fix: list[str], fix_changes: list[Change]) -> Merged:
     """The host's file with the fix's changes (base -> fix) put in; conflicts where they meet
-    the host's own changes (base -> host)."""
+    the host's own changes (base -> host): where they overlap or touch, as placed or as they
+    could be placed (`_reach`), unless both sides make the same change there."""
     host_changes = changes_between(base, host)
+    host_reach = [_reach(c, base, host) for c in host_changes]
+    fix_reach = [_reach(c, base, fix) for c in fix_changes]
     out: list[str] = []
     conflicts: list[Conflict] = []
     i = j = 0
     copied = 0  # host lines before this are in `out`
     shift = 0  # host index minus base index, after the host changes passed so far
     while j < len(fix_changes):
-        while i < len(host_changes) and host_changes[i].end < fix_changes[j].start:
+        while i < len(host_changes) and host_reach[i][1] < fix_reach[j][0]:
             shift = host_changes[i].new_end - host_changes[i].end
             i += 1
         fs, hs = [fix_changes[j]], []
-        lo, hi = fs[0].start, fs[0].end
+        reach = fix_reach[j][1]
         j += 1
         while True:  # a chunk: changes of either side that overlap or touch, transitively
-            if i < len(host_changes) and host_changes[i].start <= hi:
+            if i < len(host_changes) and host_reach[i][0] <= reach:
                 hs.append(host_changes[i])
-                lo, hi = min(lo, hs[-1].start), max(hi, hs[-1].end)
+                reach = max(reach, host_reach[i][1])
                 i += 1
-            elif j < len(fix_changes) and fix_changes[j].start <= hi:
+            elif j < len(fix_changes) and fix_reach[j][0] <= reach:
                 fs.append(fix_changes[j])
-                hi = max(hi, fs[-1].end)
+                reach = max(reach, fix_reach[j][1])
                 j += 1
             else:
                 break
+        lo = min(c.start for c in (fs[0], *hs[:1]))
+        hi = max(c.end for c in (fs[-1], *hs[-1:]))
         host_lo = hs[0].new_start - (hs[0].start - lo) if hs else lo + shift
         host_hi = hs[-1].new_end + (hi - hs[-1].end) if hs else hi + shift
         fix_side = fix[fs[0].new_start - (fs[0].start - lo):fs[-1].new_end + (hi - fs[-1].end)]
