@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from patchkit.edits.unified_diff import FilePatch
 
@@ -41,6 +41,7 @@ class Conflict:
     host: tuple[str, ...]
     fix: tuple[str, ...]
     host_start: int  # 0-based, in the host's file
+    why: str = ""  # not a change of both sides: two ways to merge that disagree (base empty, start -1)
 
     def describe(self) -> str:
         def side(label: str, lines: tuple[str, ...]) -> str:
@@ -48,6 +49,9 @@ class Conflict:
             more = [f"  {label} | ... ({len(lines) - SHOWN} more lines)"] if len(lines) > SHOWN else []
             return "\n".join(shown + more) if lines else f"  {label} | (no lines)"
 
+        if self.why:
+            return (f"conflict at host line {self.host_start + 1}: {self.why}\n{side('one ', self.host)}\n"
+                    f"{side('two ', self.fix)}")
         where = f"base line {self.start + 1}, host line {self.host_start + 1}"
         return (f"conflict at {where}: the host's file and the fix change the same lines\n"
                 f"{side('base', self.base)}\n{side('host', self.host)}\n{side('fix ', self.fix)}")
@@ -57,6 +61,7 @@ class Conflict:
 class Merged:
     lines: list[str] | None  # None: conflicts
     conflicts: tuple[Conflict, ...]
+    host_changes: list[Change] = field(default_factory=list)  # base -> host, as this merge found them
 
 
 class NotExact(Exception):
@@ -121,19 +126,27 @@ def _intern(*sides: list[str]) -> list[list[int]]:
     return [[ids.setdefault(line, len(ids)) for line in side] for side in sides]
 
 
-def changes_between(old: list[str], new: list[str]) -> list[Change]:
+def changes_between(old: list[str], new: list[str], backward: bool = False) -> list[Change]:
     """The runs of lines that differ between `old` and `new` (a shortest edit script, Myers'
-    algorithm, after the common head and tail are set aside)."""
-    a, b = _intern(old, new)
+    algorithm, after the common head and tail are set aside). `backward`: the script found
+    from the files' ends (where several are as short, it may choose another)."""
+    return _changes(*_intern(old, new), backward=backward)
+
+
+def _changes(a: list[int], b: list[int], backward: bool = False) -> list[Change]:
+    """changes_between over lines as numbers (equal lines, equal numbers)."""
+    n, m = len(a), len(b)
+    if backward:
+        return [Change(n - c.end, n - c.start, m - c.new_end, m - c.new_start)
+                for c in reversed(_changes(a[::-1], b[::-1]))]
     head = 0
-    while head < len(a) and head < len(b) and a[head] == b[head]:
+    while head < n and head < m and a[head] == b[head]:
         head += 1
     tail = 0
-    while tail < len(a) - head and tail < len(b) - head and a[-1 - tail] == b[-1 - tail]:
+    while tail < n - head and tail < m - head and a[n - 1 - tail] == b[m - 1 - tail]:
         tail += 1
-    out = [Change(s + head, e + head, ns + head, ne + head)
-           for s, e, ns, ne in _myers(a[head:len(a) - tail], b[head:len(b) - tail])]
-    return out
+    return [Change(s + head, e + head, ns + head, ne + head)
+            for s, e, ns, ne in _myers(a[head:n - tail], b[head:m - tail])]
 
 
 def _myers(a: list[int], b: list[int]) -> list[tuple[int, int, int, int]]:
@@ -163,34 +176,39 @@ def _lcs_pairs(a: list[int], b: list[int]) -> list[tuple[int, int]]:
     while the edit distance stays within BUDGET; past it (a file largely rewritten: the
     search's time grows with the square of the distance), the lines found once on each side,
     in the same order, split the search into parts, each searched the same way."""
-    head = 0
-    while head < len(a) and head < len(b) and a[head] == b[head]:
-        head += 1
+    out: list[tuple[int, int]] = []
+    _lcs(a, b, 0, len(a), 0, len(b), out)
+    return out
+
+
+def _lcs(a: list[int], b: list[int], lo_a: int, hi_a: int, lo_b: int, hi_b: int, out: list[tuple[int, int]]) -> None:
+    """_lcs_pairs of a[lo_a:hi_a] and b[lo_b:hi_b], appended to `out` in order."""
+    while lo_a < hi_a and lo_b < hi_b and a[lo_a] == b[lo_b]:
+        out.append((lo_a, lo_b))
+        lo_a, lo_b = lo_a + 1, lo_b + 1
     tail = 0
-    while tail < len(a) - head and tail < len(b) - head and a[-1 - tail] == b[-1 - tail]:
+    while hi_a - tail > lo_a and hi_b - tail > lo_b and a[hi_a - 1 - tail] == b[hi_b - 1 - tail]:
         tail += 1
-    if head or tail:
-        inner = _lcs_pairs(a[head:len(a) - tail], b[head:len(b) - tail])
-        return ([(k, k) for k in range(head)] + [(head + i, head + j) for i, j in inner]
-                + [(len(a) - tail + k, len(b) - tail + k) for k in range(tail)])
-    if not a or not b:
-        return []
-    found = _greedy(a, b, BUDGET)
-    if found is not None:
-        return found
-    anchors = _unique_in_order(a, b)
-    if not anchors:
-        found = _greedy(a, b, len(a) + len(b))
-        assert found is not None
-        return found
-    pairs: list[tuple[int, int]] = []
-    pa = pb = 0
-    for i, j in anchors + [(len(a), len(b))]:
-        pairs.extend((pa + x, pb + y) for x, y in _lcs_pairs(a[pa:i], b[pb:j]))
-        if i < len(a):
-            pairs.append((i, j))
-        pa, pb = i + 1, j + 1
-    return pairs
+    hi_a, hi_b = hi_a - tail, hi_b - tail
+    if lo_a < hi_a and lo_b < hi_b:
+        part_a, part_b = a[lo_a:hi_a], b[lo_b:hi_b]
+        found = _greedy(part_a, part_b, BUDGET)
+        anchors = _unique_in_order(part_a, part_b) if found is None else []
+        if found is None and not anchors:
+            found = _greedy(part_a, part_b, len(part_a) + len(part_b))
+        if found is not None:
+            out.extend((lo_a + i, lo_b + j) for i, j in found)
+        else:
+            pa, pb = lo_a, lo_b
+            for i, j in anchors:
+                i, j = lo_a + i, lo_b + j
+                if i > pa and j > pb:  # most anchors follow one another: nothing between them
+                    _lcs(a, b, pa, i, pb, j, out)
+                out.append((i, j))
+                pa, pb = i + 1, j + 1
+            if hi_a > pa and hi_b > pb:
+                _lcs(a, b, pa, hi_a, pb, hi_b, out)
+    out.extend((hi_a + k, hi_b + k) for k in range(tail))
 
 
 def _unique_in_order(a: list[int], b: list[int]) -> list[tuple[int, int]]:
@@ -290,8 +308,31 @@ def _reach(change: Change, base: list[str], other: list[str]) -> tuple[int, int]
 def merge(base: list[str], host: list[str], fix: list[str], fix_changes: list[Change]) -> Merged:
     """The host's file with the fix's changes (base -> fix) put in; conflicts where they meet
     the host's own changes (base -> host): where they overlap or touch, as placed or as they
-    could be placed (`_reach`), unless both sides make the same change there."""
-    host_changes = changes_between(base, host)
+    could be placed (`_reach`), unless both sides make the same change there. Two files can
+    be aligned in several equally short ways, and another tool may choose another: the merge
+    is made with the host's changes found from the start and from the end of the files, and
+    with the fix's changes as the diff has them and as found here; it stands only when every
+    way gives the same file (else it is refused as a conflict: never a guess)."""
+    a, h, f = _intern(base, host, fix)
+    first = _merge(base, host, fix, _changes(a, h), fix_changes)
+    if first.lines is None:
+        return first
+    for host_changes, changes in ((_changes(a, h, backward=True), fix_changes),
+                                  (first.host_changes, _changes(a, f))):
+        other = _merge(base, host, fix, host_changes, changes)
+        if other.lines is None:
+            return other
+        if other.lines != first.lines:
+            at = next((k for k, (x, y) in enumerate(zip(first.lines, other.lines)) if x != y),
+                      min(len(first.lines), len(other.lines)))
+            return Merged(None, (Conflict(-1, (), tuple(first.lines[at:at + SHOWN]), tuple(other.lines[at:at + SHOWN]),
+                                          at, "the fix's changes fit the host's file in two ways, giving other lines "
+                                              "from here"),))
+    return first
+
+
+def _merge(base: list[str], host: list[str], fix: list[str], host_changes: list[Change],
+           fix_changes: list[Change]) -> Merged:
     host_reach = [_reach(c, base, host) for c in host_changes]
     fix_reach = [_reach(c, base, fix) for c in fix_changes]
     out: list[str] = []
@@ -331,9 +372,9 @@ def merge(base: list[str], host: list[str], fix: list[str], fix_changes: list[Ch
         if hs:
             shift = hs[-1].new_end - hs[-1].end
     if conflicts:
-        return Merged(None, tuple(conflicts))
+        return Merged(None, tuple(conflicts), host_changes)
     out.extend(host[copied:])
-    return Merged(out, ())
+    return Merged(out, (), host_changes)
 
 
 def git_blob(data: bytes) -> str:
