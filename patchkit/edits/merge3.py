@@ -130,7 +130,8 @@ def changes_between(old: list[str], new: list[str], backward: bool = False) -> l
     """The runs of lines that differ between `old` and `new` (a shortest edit script, Myers'
     algorithm, after the common head and tail are set aside). `backward`: the script found
     from the files' ends (where several are as short, it may choose another)."""
-    return _changes(*_intern(old, new), backward=backward)
+    a, b = _intern(old, new)
+    return _changes(a, b, backward)
 
 
 def _changes(a: list[int], b: list[int], backward: bool = False) -> list[Change]:
