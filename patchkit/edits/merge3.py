@@ -332,6 +332,17 @@ def merge(base: list[str], host: list[str], fix: list[str], fix_changes: list[Ch
     return first
 
 
+def in_place(base: list[str], host: list[str], fix: list[str], fix_changes: list[Change]) -> bool:
+    """Does the host's file hold the fix exactly, where a merge of the fix into it conflicts (the
+    host's own changes sit close to the fix's)? So when the fix taken out of it (the inverse
+    merged) and put back in gives the host's file byte for byte."""
+    inverse = [Change(c.new_start, c.new_end, c.start, c.end) for c in fix_changes]
+    without = merge(fix, host, base, inverse)
+    if without.lines is None or without.lines == host:
+        return False
+    return merge(base, without.lines, fix, fix_changes).lines == host
+
+
 def _merge(base: list[str], host: list[str], fix: list[str], host_changes: list[Change],
            fix_changes: list[Change]) -> Merged:
     host_reach = [_reach(c, base, host) for c in host_changes]

@@ -204,7 +204,7 @@ class DiffEdit(EditSpec):
     def _merged(self, path: str, source: str | None) -> FileOutcome:
         """The host's file `source` with the fix merged in against the base (merge3.py)."""
         from patchkit.edits.hunk_locate import FileOutcome
-        from patchkit.edits.merge3 import merge, split
+        from patchkit.edits.merge3 import Merged, in_place, merge, split
 
         if self._bases is None:
             raise EditError(f"the files of base {self.base} were not fetched: the diff cannot be merged")
@@ -215,6 +215,8 @@ class DiffEdit(EditSpec):
         host = split(source)
         merged = merge(based.base, host, based.fix, based.changes)
         count = f"{len(based.changes)} change{'s' if len(based.changes) != 1 else ''} of the fix"
+        if merged.lines is None and in_place(based.base, host, based.fix, based.changes):
+            merged = Merged(host, ())
         if merged.lines is None:
             shown = "\n".join(c.describe() for c in merged.conflicts)
             return FileOutcome("not_found", source, f"{len(merged.conflicts)} conflict"
