@@ -5,7 +5,8 @@ git diff with its Python function-name driver), its base is A, the host's file i
 every `.py` file the diff changes that exists in all three releases, on the same machine:
 - `git merge-file -p P A B` (the oracle: clean, or conflicts);
 - patchkit's merge as a based `diff` edit runs it (`merge3.exact` of the file's diff on A,
-  then `merge3.merge` with P's file), in this process;
+  then `merge3.merge` with P's file, and on a conflict `merge3.in_place`: is the fix there
+  already?), in this process (the edit's compile check of a result is left out: git does none);
 - `patch --batch --forward` of the file's diff onto P's file (fuzz and offsets as it does).
 Counted on the files git merges cleanly: patchkit's bytes equal to git's, other bytes
 (wrong), refusals; on the files git conflicts on: patchkit refused (must be all). Timing per
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fixtures.release_diffs import STRIP, release_diff  # noqa: E402
-from patchkit.edits.merge3 import NotExact, exact, merge, split  # noqa: E402
+from patchkit.edits.merge3 import Merged, NotExact, exact, in_place, merge, split  # noqa: E402
 from patchkit.edits.unified_diff import parse_diff  # noqa: E402
 
 TRIPLES = (("0.13.0", "0.14.0", "0.15.0"), ("0.14.0", "0.15.0", "0.15.1"), ("0.15.0", "0.15.1", "0.16.0"))
@@ -116,7 +117,10 @@ def run_triple(p_ver: str, a_ver: str, b_ver: str, tally: Tally, scratch: Path, 
             try:
                 base = split(base_text)
                 fixed, changes = exact(patch, base)
-                merged = merge(base, split(host_text), fixed, changes)
+                host = split(host_text)
+                merged = merge(base, host, fixed, changes)
+                if merged.lines is None and in_place(base, host, fixed, changes):  # as the edit asks
+                    merged = Merged(host, ())
             except NotExact as exc:
                 merged = None
                 if not tally.not_exact or not tally.not_exact[-1].startswith(f"{rel}:"):

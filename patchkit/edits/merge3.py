@@ -176,7 +176,8 @@ def _lcs_pairs(a: list[int], b: list[int]) -> list[tuple[int, int]]:
     """Matched (i, j) of a common subsequence: a longest one (Myers' greedy O((N+M)D) search)
     while the edit distance stays within BUDGET; past it (a file largely rewritten: the
     search's time grows with the square of the distance), the lines found once on each side,
-    in the same order, split the search into parts, each searched the same way."""
+    in the same order, split the search into parts, each searched the same way; a part no
+    such line splits is searched to twice the budget, then left unmatched."""
     out: list[tuple[int, int]] = []
     _lcs(a, b, 0, len(a), 0, len(b), out)
     return out
@@ -196,7 +197,9 @@ def _lcs(a: list[int], b: list[int], lo_a: int, hi_a: int, lo_b: int, hi_b: int,
         found = _greedy(part_a, part_b, BUDGET)
         anchors = _unique_in_order(part_a, part_b) if found is None else []
         if found is None and not anchors:
-            found = _greedy(part_a, part_b, len(part_a) + len(part_b))
+            # no line to split at: a longer search, then, past it, the part counts as changed as a
+            # whole (a merge then refuses a fix change inside it: never a guess, and bounded time)
+            found = _greedy(part_a, part_b, 2 * BUDGET) or []
         if found is not None:
             out.extend((lo_a + i, lo_b + j) for i, j in found)
         else:
@@ -238,42 +241,46 @@ def _unique_in_order(a: list[int], b: list[int]) -> list[tuple[int, int]]:
 
 
 def _greedy(a: list[int], b: list[int], budget: int) -> list[tuple[int, int]] | None:
-    """Myers' greedy search for a shortest edit script; None past `budget` edits."""
+    """Myers' greedy search for a shortest edit script; None past `budget` edits. `v[mid + k]`
+    is the furthest x reached on diagonal k; the trace keeps, per step d, the diagonals
+    -(d+1)..d+1 it started from (what the way back reads)."""
     n, m = len(a), len(b)
     if n == 0 or m == 0:
         return []
-    v = {1: 0}
-    trace: list[dict[int, int]] = []
-    for d in range(min(n + m, budget) + 1):
-        trace.append(v.copy())
+    limit = min(n + m, budget)
+    mid = limit + 1
+    v = [0] * (2 * limit + 3)
+    trace: list[list[int]] = []
+    for d in range(limit + 1):
+        trace.append(v[mid - d - 1:mid + d + 2])
         for k in range(-d, d + 1, 2):
-            if k == -d or (k != d and v[k - 1] < v[k + 1]):
-                x = v[k + 1]
+            if k == -d or (k != d and v[mid + k - 1] < v[mid + k + 1]):
+                x = v[mid + k + 1]
             else:
-                x = v[k - 1] + 1
+                x = v[mid + k - 1] + 1
             y = x - k
             while x < n and y < m and a[x] == b[y]:
                 x += 1
                 y += 1
-            v[k] = x
+            v[mid + k] = x
             if x >= n and y >= m:
-                return _backtrack(trace, a, b, n, m)
+                return _backtrack(trace, n, m)
     return None
 
 
-def _backtrack(trace: list[dict[int, int]], a: list[int], b: list[int], n: int, m: int) -> list[tuple[int, int]]:
+def _backtrack(trace: list[list[int]], n: int, m: int) -> list[tuple[int, int]]:
     pairs: list[tuple[int, int]] = []
     x, y = n, m
     for d in range(len(trace) - 1, -1, -1):
-        v = trace[d]
+        v, at = trace[d], d + 1  # v[at + k]: diagonal k before step d
         k = x - y
         if d == 0:
             while x > 0 and y > 0:
                 x, y = x - 1, y - 1
                 pairs.append((x, y))
             break
-        prev_k = k + 1 if k == -d or (k != d and v[k - 1] < v[k + 1]) else k - 1
-        prev_x = v[prev_k]
+        prev_k = k + 1 if k == -d or (k != d and v[at + k - 1] < v[at + k + 1]) else k - 1
+        prev_x = v[at + prev_k]
         prev_y = prev_x - prev_k
         while x > prev_x and y > prev_y:
             x, y = x - 1, y - 1
@@ -336,6 +343,9 @@ def in_place(base: list[str], host: list[str], fix: list[str], fix_changes: list
     """Does the host's file hold the fix exactly, where a merge of the fix into it conflicts (the
     host's own changes sit close to the fix's)? So when the fix taken out of it (the inverse
     merged) and put back in gives the host's file byte for byte."""
+    held = set(host)
+    if not all(line in held for c in fix_changes for line in fix[c.new_start:c.new_end]):
+        return False  # a line the fix puts in is nowhere in the file
     inverse = [Change(c.new_start, c.new_end, c.start, c.end) for c in fix_changes]
     without = merge(fix, host, base, inverse)
     if without.lines is None or without.lines == host:
