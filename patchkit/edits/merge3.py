@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from patchkit.edits.unified_diff import FilePatch
 
 SHOWN = 12  # lines of each side a conflict message shows
-BUDGET = 64  # edits a diff searches for the shortest script before it splits the search (as git does past 256)
+BUDGET = 64  # edits a diff searches for a shortest script before it splits the search (at lines found once)
+CONTEXT = 3  # lines around a fix change that another diff of the fix may align differently
 
 
 @dataclass(frozen=True)
@@ -319,14 +320,15 @@ def merge(base: list[str], host: list[str], fix: list[str], fix_changes: list[Ch
     could be placed (`_reach`), unless both sides make the same change there. Two files can
     be aligned in several equally short ways, and another tool may choose another: the merge
     is made with the host's changes found from the start and from the end of the files, and
-    with the fix's changes as the diff has them and as found here; it stands only when every
-    way gives the same file (else it is refused as a conflict: never a guess)."""
+    with the fix's changes as the diff has them and as found here (from either end); it
+    stands only when every way gives the same file (else it is refused as a conflict: never a guess)."""
     a, h, f = _intern(base, host, fix)
     first = _merge(base, host, fix, _changes(a, h), fix_changes)
     if first.lines is None:
         return first
     for host_changes, changes in ((_changes(a, h, backward=True), fix_changes),
-                                  (first.host_changes, _changes(a, f))):
+                                  (first.host_changes, _near(a, f, fix_changes, False)),
+                                  (first.host_changes, _near(a, f, fix_changes, True))):
         other = _merge(base, host, fix, host_changes, changes)
         if other.lines is None:
             return other
@@ -337,6 +339,26 @@ def merge(base: list[str], host: list[str], fix: list[str], fix_changes: list[Ch
                                           at, "the fix's changes fit the host's file in two ways, giving other lines "
                                               "from here"),))
     return first
+
+
+def _near(a: list[int], f: list[int], fix_changes: list[Change], backward: bool) -> list[Change]:
+    """The fix's changes as a diff here finds them: the fix differs from the base only at its
+    changes, so only the base around each (CONTEXT lines either side) is compared with the
+    fix's lines there."""
+    windows: list[list[Change]] = []
+    for change in fix_changes:
+        if windows and change.start - CONTEXT <= windows[-1][-1].end + CONTEXT:
+            windows[-1].append(change)
+        else:
+            windows.append([change])
+    out: list[Change] = []
+    for group in windows:
+        lo, hi = max(0, group[0].start - CONTEXT), min(len(a), group[-1].end + CONTEXT)
+        new_lo = group[0].new_start - (group[0].start - lo)
+        new_hi = group[-1].new_end + (hi - group[-1].end)
+        out.extend(Change(lo + c.start, lo + c.end, new_lo + c.new_start, new_lo + c.new_end)
+                   for c in _changes(a[lo:hi], f[new_lo:new_hi], backward))
+    return out
 
 
 def in_place(base: list[str], host: list[str], fix: list[str], fix_changes: list[Change]) -> bool:
