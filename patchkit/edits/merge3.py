@@ -291,33 +291,71 @@ def _backtrack(trace: list[list[int]], n: int, m: int) -> list[tuple[int, int]]:
     return pairs
 
 
-def _reach(change: Change, base: list[str], other: list[str]) -> tuple[int, int]:
-    """The base lines a change may be said to cover: its own, and those it could slide over
+def _slid(ranges: list[tuple[int, int]], lines: list[str]) -> list[tuple[int, int]]:
+    """Per run of changed lines [s, e) of `lines` (sorted, apart): the lines it may cover when
+    slid up or down over repeated lines, joining the runs it meets on the way (as diffs shift
+    a change to put it at one place or another): the first and the last line it can reach."""
+    out = []
+    for idx, (start, end) in enumerate(ranges):
+        if start == end:
+            out.append((start, end))
+            continue
+        s, e, k = start, end, idx
+        while True:  # down
+            while k + 1 < len(ranges) and ranges[k + 1][0] <= e:
+                e, k = max(e, ranges[k + 1][1]), k + 1
+            if e < len(lines) and lines[s] == lines[e]:
+                s, e = s + 1, e + 1
+            else:
+                break
+        high = e
+        s, e, k = start, end, idx
+        while True:  # up
+            while k > 0 and ranges[k - 1][1] >= s:
+                s, k = min(s, ranges[k - 1][0]), k - 1
+            if s > 0 and lines[s - 1] == lines[e - 1]:
+                s, e = s - 1, e - 1
+            else:
+                break
+        out.append((s, high))
+    return out
+
+
+def _reaches(changes: list[Change], base: list[str], other: list[str]) -> list[tuple[int, int]]:
+    """The base lines each change may be said to cover: its own, and those it could slide over
     (a run of repeated lines, blank ones above all, lets a diff put the same change a few
-    lines up or down; another diff of the same files may choose another place). Changes of
-    the two sides are told apart only when no such choice makes them meet."""
-    up = down = 0
-    if change.end > change.start:  # base lines it takes out
-        while change.start - 1 - up >= 0 and base[change.start - 1 - up] == base[change.end - 1 - up]:
-            up += 1
-        while change.end + down < len(base) and base[change.start + down] == base[change.end + down]:
-            down += 1
-    if change.new_end > change.new_start:  # lines it puts in
-        k = 0
-        while change.new_start - 1 - k >= 0 and other[change.new_start - 1 - k] == other[change.new_end - 1 - k]:
-            k += 1
-        up = max(up, k)
-        k = 0
-        while change.new_end + k < len(other) and other[change.new_start + k] == other[change.new_end + k]:
-            k += 1
-        down = max(down, k)
-    return change.start - up, change.end + down
+    lines up or down, joined with a change nearby; another diff of the same files may choose
+    another place). Changes of the two sides are told apart only when no such choice makes
+    them meet."""
+    taken = _slid([(c.start, c.end) for c in changes], base)
+    put = _slid([(c.new_start, c.new_end) for c in changes], other)
+    ends = [c.new_end for c in changes]
+
+    def to_base(j: int, high: bool) -> int:
+        """A position between lines of `other` as the base's (inside a change: its first base
+        line, or for `high` its last)."""
+        after = bisect.bisect_right(ends, j)  # the first change ending after j
+        if after < len(changes) and changes[after].new_start < j:
+            return changes[after].end if high else changes[after].start
+        if after == 0:
+            return j
+        return j - (changes[after - 1].new_end - changes[after - 1].end)
+
+    out = []
+    for change, (t_lo, t_hi), (p_lo, p_hi) in zip(changes, taken, put):
+        lo, hi = change.start, change.end
+        if change.end > change.start:
+            lo, hi = min(lo, t_lo), max(hi, t_hi)
+        if change.new_end > change.new_start:
+            lo, hi = min(lo, to_base(p_lo, False)), max(hi, to_base(p_hi, True))
+        out.append((lo, hi))
+    return out
 
 
 def merge(base: list[str], host: list[str], fix: list[str], fix_changes: list[Change]) -> Merged:
     """The host's file with the fix's changes (base -> fix) put in; conflicts where they meet
     the host's own changes (base -> host): where they overlap or touch, as placed or as they
-    could be placed (`_reach`), unless both sides make the same change there. Two files can
+    could be placed (`_reaches`), unless both sides make the same change there. Two files can
     be aligned in several equally short ways, and another tool may choose another: the merge
     is made with the host's changes found from the start and from the end of the files, and
     with the fix's changes as the diff has them and as found here (from either end); it
@@ -377,8 +415,8 @@ def in_place(base: list[str], host: list[str], fix: list[str], fix_changes: list
 
 def _merge(base: list[str], host: list[str], fix: list[str], host_changes: list[Change],
            fix_changes: list[Change]) -> Merged:
-    host_reach = [_reach(c, base, host) for c in host_changes]
-    fix_reach = [_reach(c, base, fix) for c in fix_changes]
+    host_reach = _reaches(host_changes, base, host)
+    fix_reach = _reaches(fix_changes, base, fix)
     out: list[str] = []
     conflicts: list[Conflict] = []
     i = j = 0
