@@ -168,7 +168,8 @@ def test_a_conflict_is_refused_showing_both_sides_and_nothing_is_written(
     out = run(box, env, "apply", write_recipe(recipes, limits_fix(tmp_path)))
     assert out.returncode == 1, out
     message = the_step(out)["message"]
-    assert "1 conflict merging the fix (base toyllm==0.16.0) into the host's file; nothing changed" in message
+    assert message.startswith(f"{target}: 1 conflict merging the fix (base toyllm==0.16.0) into the host's file; "
+                              "nothing changed\n"), message  # a refusal naming the file, not a target not found
     assert '  base |     limit = config.get("max_len", 2048)' in message
     assert '  host |     limit = config.get("max_len", 1024)' in message
     assert '  fix  |     limit = config.get("max_len", 4096)' in message
@@ -185,6 +186,7 @@ def test_a_multi_file_fix_is_one_unit_a_conflict_in_one_file_writes_neither(
     before = (limits.read_bytes(), devices.read_bytes())
     refused = run(box, env, "apply", write_recipe(recipes, diff))
     assert refused.returncode == 1, refused
+    assert the_step(refused)["message"].startswith(f"{devices}: 1 conflict merging the fix"), refused
     assert '  host |     return config.get("device", "cuda")' in the_step(refused)["message"]
     assert (limits.read_bytes(), devices.read_bytes()) == before
 
@@ -224,6 +226,9 @@ def test_a_base_that_is_not_one_release_is_a_recipe_error(world: tuple[Sandbox, 
     assert out.returncode == 2, out
     assert "expected one release of the package index as DIST==VERSION" in out.stderr
     assert "fix.yaml:" in out.stderr  # the file and line of the field
+    # validate reads the recipe alone: a base release is not fetched (nor needs to exist)
+    unfetched = run_patchkit("validate", write_recipe(recipes, limits_fix(tmp_path), base="toyllm==9.9.9"), env=env)
+    assert unfetched.returncode == 0 and "fetched" not in unfetched.stderr, unfetched
 
 
 def test_patchkit_test_shows_per_release_applied_already_and_conflict(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.edits.merge3 import NotExact, exact, git_blob, merge, split
+from patchkit.edits.merge3 import NotExact, exact, git_blob, in_place, merge, split
 from patchkit.edits.unified_diff import parse_diff, reversed_diff
 
 
@@ -75,6 +75,19 @@ def test_a_change_that_could_slide_onto_the_other_sides_is_a_conflict() -> None:
     host = "a\n\nb\nc\nd\n"
     assert merged(base, host, base.replace("b\n", "B\n")) is None
     assert merged(base, host, base.replace("d\n", "D\n")) == host.replace("d\n", "D\n")
+
+
+def test_a_merged_file_whose_merge_again_conflicts_is_in_place() -> None:
+    """The host dropped the first (blank) line; the fix adds lines after the next. Merged once,
+    cleanly; merged again, the host's change and the fix's own lines may be aligned to touch
+    (a conflict), yet the fix is there exactly: taken out and put back, the same file."""
+    base, host, fixed = "\na\nb\nb\na\n", "a\nb\nb\na\n", "\na\na\na\n!\nb\nb\na\n"
+    lines, new, changes = fix_of(base, fixed)
+    done = merge(lines, split(host), new, changes).lines
+    assert done is not None and "".join(done) == "a\na\na\n!\nb\nb\na\n"
+    assert merge(lines, done, new, changes).lines is None
+    assert in_place(lines, done, new, changes)
+    assert not in_place(lines, split(host), new, changes)  # not there yet
 
 
 def test_whitespace_is_compared_exactly() -> None:
