@@ -90,6 +90,14 @@ def test_a_merged_file_whose_merge_again_conflicts_is_in_place() -> None:
     assert not in_place(lines, split(host), new, changes)  # not there yet
 
 
+def test_a_split_insertion_that_a_diff_can_join_next_to_the_fix_is_a_conflict() -> None:
+    """The host inserts `}` and `a` among the closing braces; one diff finds two inserts a line
+    apart, another (git's) one insert `a`, `}` right before the `b` the fix deletes."""
+    base = "}\nreturn x\nreturn x\nc\nb\n    pass\nb\n}\n\n}\n}\nb\n"
+    host = "b\n!\nreturn x\nreturn x\nc\nb\n    pass\nb\n}\n\n}\n}\na\n}\nb\n"
+    assert merged(base, host, base.removesuffix("b\n")) is None
+
+
 def test_whitespace_is_compared_exactly() -> None:
     fixed = BASE.replace("line 5\n", "line five\n")
     assert merged(BASE, BASE.replace("line 5\n", "line 5 \n"), fixed) is None  # a trailing space is a change
