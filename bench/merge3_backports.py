@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fixtures.release_diffs import STRIP, release_diff  # noqa: E402
-from patchkit.edits.merge3 import Merged, NotExact, exact, in_place, merge, split  # noqa: E402
-from patchkit.edits.unified_diff import parse_diff  # noqa: E402
+from patchkit.edits.merge3 import Merged, NotExact, exact, in_place, merge  # noqa: E402
+from patchkit.edits.unified_diff import parse_diff, split_lines  # noqa: E402
 
 TRIPLES = (("0.13.0", "0.14.0", "0.15.0"), ("0.14.0", "0.15.0", "0.15.1"), ("0.15.0", "0.15.1", "0.16.0"))
 
@@ -115,9 +115,9 @@ def run_triple(p_ver: str, a_ver: str, b_ver: str, tally: Tally, scratch: Path, 
         for _ in range(repeats):
             started = time.perf_counter()
             try:
-                base = split(base_text)
+                base = split_lines(base_text)
                 fixed, changes = exact(patch, base)
-                host = split(host_text)
+                host = split_lines(host_text)
                 merged = merge(base, host, fixed, changes)
                 if merged.lines is None and in_place(base, host, fixed, changes):  # as the edit asks
                     merged = Merged(host, ())

@@ -3,12 +3,17 @@ host's file. No I/O.
 
 The fix's changes are the diff's own (each run of removed and added lines of a hunk, placed
 exactly at its line numbers in the base: `exact` checks that the diff applies to the base
-as written). The host's changes are a diff of the base against the host's file. The merged
-file is the host's file with every fix change put in where the host left the base's lines
-as they were: a fix change and a host change that overlap or touch (no unchanged base line
-between them) are a conflict unless both make the same change; a conflict is reported with
-the base's, the host's and the fix's lines, never resolved by a guess. Lines are compared
-exactly (indentation, trailing whitespace, line endings): in Python whitespace is meaning.
+as written). The host's changes are a diff of the base against the host's file (Myers'
+shortest edit script). The merged file is the host's file with every fix change put in
+where the host left the base's lines as they were: a fix change and a host change that
+overlap or touch (no unchanged base line between them) are a conflict unless both make the
+same change. Two files may be aligned in several equally short ways, and another tool may
+choose another, so a change is taken to cover the lines it could slide over (`_reaches`) and
+the merge is made four ways (`merge`) that must agree: where any way meets a conflict, the
+merge is refused, reported with the base's, the host's and the fix's lines, never resolved
+by a guess. `in_place` tells a host file that holds the fix already from one that conflicts
+with it. Lines are compared exactly (indentation, trailing whitespace, line endings): in
+Python whitespace is meaning.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from patchkit.edits.unified_diff import FilePatch
+from patchkit.edits.unified_diff import line_body as _body
 
 SHOWN = 12  # lines of each side a conflict message shows
 BUDGET = 64  # edits a diff searches for a shortest script before it splits the search (at lines found once)
@@ -67,19 +73,6 @@ class Merged:
 
 class NotExact(Exception):
     """The diff does not apply to the base exactly as written."""
-
-
-def split(text: str) -> list[str]:
-    """Lines with their endings; only \\n ends a line."""
-    parts = text.split("\n")
-    lines = [part + "\n" for part in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
-
-
-def _body(line: str) -> str:
-    return line[:-2] if line.endswith("\r\n") else line.removesuffix("\n")
 
 
 def exact(patch: FilePatch, base: list[str]) -> tuple[list[str], list[Change]]:

@@ -100,6 +100,22 @@ class ParsedDiff:
     files: tuple[FilePatch, ...]
 
 
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings; only \\n ends a line (\\f, \\x1c or U+2028 do not, as in Python)."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def line_body(line: str) -> str:
+    """A line without its ending (\\n or \\r\\n): what a diff line's text is compared with."""
+    if line.endswith("\r\n"):
+        return line[:-2]
+    return line.removesuffix("\n")
+
+
 def strip_path(path: str, strip: int) -> str:
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if strip >= len(parts):

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.edits.merge3 import NotExact, exact, git_blob, in_place, merge, split
+from patchkit.edits.merge3 import NotExact, exact, git_blob, in_place, merge
 from patchkit.edits.unified_diff import parse_diff, reversed_diff
+from patchkit.edits.unified_diff import split_lines as split
 
 
 def unified(old: str, new: str) -> str:

@@ -167,8 +167,8 @@ class DiffEdit(EditSpec):
         checked: EditError when git's `index` line names another blob or a hunk does not apply
         to the base exactly as written (the diff was not made from this release)."""
         from patchkit.edits.encoding import decode_source
-        from patchkit.edits.merge3 import NotExact, exact, git_blob, split
-        from patchkit.edits.unified_diff import reversed_diff
+        from patchkit.edits.merge3 import NotExact, exact, git_blob
+        from patchkit.edits.unified_diff import reversed_diff, split_lines
 
         forward = reversed_diff(self.parsed) if self.reverse else self.parsed
         targets = {rel: patch for rel, _, patch in self.targets()}
@@ -191,7 +191,7 @@ class DiffEdit(EditSpec):
                                 f"file is {blob[:12]}: the diff was not made from this release")
             text = decode_source(data).removeprefix("\ufeff")
             try:
-                lines = split(text)
+                lines = split_lines(text)
                 fixed, changes = exact(patch, lines)
                 if self.reverse:  # the inverse merged: from the fix back to the base
                     back, changes = exact(targets[rel], fixed)
@@ -204,7 +204,8 @@ class DiffEdit(EditSpec):
     def _merged(self, path: str, source: str | None) -> FileOutcome:
         """The host's file `source` with the fix merged in against the base (merge3.py)."""
         from patchkit.edits.hunk_locate import FileOutcome
-        from patchkit.edits.merge3 import Merged, in_place, merge, split
+        from patchkit.edits.merge3 import Merged, in_place, merge
+        from patchkit.edits.unified_diff import split_lines
 
         if self._bases is None:
             raise EditError(f"the files of base {self.base} were not fetched: the diff cannot be merged")
@@ -212,7 +213,7 @@ class DiffEdit(EditSpec):
         assert based is not None, f"{path} is added or deleted: no merge"
         if source is None:
             return FileOutcome("not_found", None, f"{path}: no such file (the diff changes it)", ())
-        host = split(source)
+        host = split_lines(source)
         merged = merge(based.base, host, based.fix, based.changes)
         count = f"{len(based.changes)} change{'s' if len(based.changes) != 1 else ''} of the fix"
         if merged.lines is None and in_place(based.base, host, based.fix, based.changes):
