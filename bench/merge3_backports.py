@@ -44,6 +44,8 @@ class Tally:
     files: int = 0
     clean: int = 0  # git merge-file is clean
     same: int = 0  # of those: patchkit gives git's bytes
+    host_differs: int = 0  # clean merges where P's file is not A's (a merge with work in it)
+    host_differs_same: int = 0
     wrong: list[str] = field(default_factory=list)  # patchkit gives other bytes
     refused: list[str] = field(default_factory=list)  # patchkit refuses a clean merge
     conflicts: int = 0  # git merge-file conflicts
@@ -134,10 +136,12 @@ def run_triple(p_ver: str, a_ver: str, b_ver: str, tally: Tally, scratch: Path, 
         ours = "".join(merged.lines).encode() if merged is not None and merged.lines is not None else None
         if clean:
             tally.clean += 1
+            tally.host_differs += host_text != base_text
             if ours is None:
                 tally.refused.append(label)
             elif ours == git_out:
                 tally.same += 1
+                tally.host_differs_same += host_text != base_text
             else:
                 tally.wrong.append(label)
             patched, patch_s = patch1(p_file, sections[rel], scratch)
@@ -173,7 +177,8 @@ def main() -> int:
     worst = max(tally.ratios, default=0.0)
     summary = {
         "triples": [":".join(t) for t in triples], "files": tally.files, "git_clean": tally.clean,
-        "patchkit_same": tally.same, "patchkit_wrong": len(tally.wrong), "patchkit_refused": len(tally.refused),
+        "patchkit_same": tally.same, "host_differs_clean": tally.host_differs,
+        "host_differs_same": tally.host_differs_same, "patchkit_wrong": len(tally.wrong), "patchkit_refused": len(tally.refused),
         "git_conflicts": tally.conflicts, "conflicts_refused": tally.conflicts_refused,
         "conflicts_merged": len(tally.conflicts_merged), "not_exact": len(tally.not_exact),
         "patch_same": tally.patch_same, "patch_wrong": tally.patch_wrong, "patch_no_result": tally.patch_none,
@@ -187,6 +192,7 @@ def main() -> int:
           f"{tally.conflicts}")
     print(f"patchkit: {tally.same} of {tally.clean} clean merges byte for byte ({share:.1f}%), {len(tally.wrong)} "
           f"wrong, {len(tally.refused)} refused; conflicts refused {tally.conflicts_refused} of {tally.conflicts}")
+    print(f"  of them where P's file is not A's: {tally.host_differs_same} of {tally.host_differs}")
     print(f"patch(1): {tally.patch_same} same, {tally.patch_wrong} wrong, {tally.patch_none} no result")
     print(f"time per file, patchkit / git merge-file: median {summary['ratio_median']}x, p95 {summary['ratio_p95']}x, "
           f"max {summary['ratio_max']}x: {tally.slowest[1]} (patchkit {tally.ours_s:.2f} s, git merge-file {tally.git_s:.2f} s in all); "
