@@ -64,12 +64,12 @@ def validate(args: argparse.Namespace) -> int:
     no host contacted."""
     from patchkit.base.errors import UsageError
 
-    prepared = prepare(args, rendered_per_host=True)
+    prepared = prepare(args, rendered_per_host=True, bases=False)
     source, loaded = prepared.source, prepared.loaded
     assert source
     hosts = hosts_of(args, resolve=False)[0] if args.inventory else []
     if hosts:
-        loaded = per_host(args, source, prepared.extra, hosts)[hosts[0].name]
+        loaded = per_host(args, source, prepared.extra, hosts, bases=False)[hosts[0].name]
     elif loaded is None:  # every selected group is resolved at run time: no host to render for
         raise with_inventory_problems(prepared.base_error or UsageError("no host to check"), args)
     else:
@@ -165,6 +165,7 @@ class HostWork(NamedTuple):
     outputs: Callable[[], None] | None = None  # its own files checked, before any host is reached
     hosts_check: Callable[[list[HostSpec]], None] | None = None  # refuses a selection (UsageError)
     finish: Callable[[RunReport], None] | None = None  # after a run with no host failed
+    edits: bool = True  # it computes the recipe's edits: a based diff's base release is fetched first
 
 
 def apply(args: argparse.Namespace) -> int:
@@ -184,7 +185,7 @@ def status(args: argparse.Namespace) -> int:
 
 def rollback(args: argparse.Namespace) -> int:
     """patchkit rollback RECIPE [--run RUN_ID] [--force]: the last (or named) run undone."""
-    return _on_hosts(args, HostWork(lambda runner: runner.rollback, changes=True))
+    return _on_hosts(args, HostWork(lambda runner: runner.rollback, changes=True, edits=False))
 
 
 def history(args: argparse.Namespace) -> int:
@@ -275,7 +276,7 @@ def _on_hosts(args: argparse.Namespace, how: HostWork) -> int:
     contacted before: exit 2), then the run on the selected hosts, then the report."""
     from patchkit.base.errors import HostError, UsageError
 
-    prepared = prepare(args, rendered_per_host=True)
+    prepared = prepare(args, rendered_per_host=True, bases=how.edits)
     source, loaded = prepared.source, prepared.loaded
     _check_outputs(args)  # before any inventory group is resolved (a cluster asked) or host reached
     if how.outputs:
@@ -290,7 +291,7 @@ def _on_hosts(args: argparse.Namespace, how: HostWork) -> int:
             return EXIT_FAILED
         except UsageError as exc:  # the inventory is broken too: both, grouped per file
             raise UsageError(f"{prepared.base_error}\n{exc}") from None
-        rendered = per_host(args, source, prepared.extra, early[0])
+        rendered = per_host(args, source, prepared.extra, early[0], bases=how.edits)
         loaded = rendered[early[0][0].name]
     _logs_and_checks(args, loaded)
     try:
@@ -300,7 +301,7 @@ def _on_hosts(args: argparse.Namespace, how: HostWork) -> int:
         return EXIT_FAILED
     serial, max_fail = rollout(args, loaded, inventory_serial, how.changes)
     if source is not None and not rendered:
-        rendered = per_host(args, source, prepared.extra, hosts)
+        rendered = per_host(args, source, prepared.extra, hosts, bases=how.edits)
     if rendered:  # a host's variables may bring secrets the recipe's alone do not: the logs hide them too
         from patchkit.base import logs
         from patchkit.recipe.redact import Redactor

@@ -30,11 +30,12 @@ class Prepared(NamedTuple):
     base_error: UsageError | None  # why it could not be rendered so (loaded is None)
 
 
-def prepare(args: argparse.Namespace, rendered_per_host: bool = False) -> Prepared:
+def prepare(args: argparse.Namespace, rendered_per_host: bool = False, bases: bool = True) -> Prepared:
     """-e parsed, the recipe read and rendered with them; UsageError if anything is wrong
     (with the inventory's problems too, so that one run shows everything to fix). rendered_per_host:
     the command renders the recipe for each host too, so with an inventory given, a variable
-    only the hosts give is no error yet."""
+    only the hosts give is no error yet. bases: the base releases of based diffs fetched and
+    checked (False: validate, which reads the recipe alone)."""
     import patchkit.run.steps.registry  # noqa: F401 - the step kinds a recipe's steps may be
     from patchkit.base.errors import UsageError
     from patchkit.recipe.model import read_recipe
@@ -57,7 +58,16 @@ def prepare(args: argparse.Namespace, rendered_per_host: bool = False) -> Prepar
         if not (source and rendered_per_host and getattr(args, "inventory", None)):
             raise with_inventory_problems(exc, args) from None
         loaded, base_error = None, exc
+    if loaded is not None and bases:
+        attach_bases(loaded)
     return Prepared(source, extra, overrides, loaded, base_error)
+
+
+def attach_bases(*rendered: LoadedRecipe) -> None:
+    """The base release's files for every based diff (fetched once, cached): before any host."""
+    from patchkit.commands.releasetest.bases import attach
+
+    attach(*rendered)
 
 
 def with_inventory_problems(recipe_error: UsageError, args: argparse.Namespace) -> UsageError:
@@ -103,7 +113,7 @@ def python_of(extra: dict[str, Given]) -> str:
 
 
 def per_host(args: argparse.Namespace, source: RecipeSource, extra: dict[str, Given],
-             hosts: list[HostSpec]) -> dict[str, LoadedRecipe]:
+             hosts: list[HostSpec], bases: bool = True) -> dict[str, LoadedRecipe]:
     """The recipe rendered per host with its inventory variables (hosts alike share one); every
     host's problem at once, before any host is contacted. Unused variables warned about."""
     from patchkit.base.errors import UsageError
@@ -123,6 +133,8 @@ def per_host(args: argparse.Namespace, source: RecipeSource, extra: dict[str, Gi
     if problems:
         raise UsageError("\n".join(f"host {', '.join(on)}: {problem}" for problem, on in problems.items()))
     warn_unused(args, source, extra, hosts)
+    if bases:
+        attach_bases(*out.values())
     return out
 
 

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from patchkit.edits.model import MODULE_SCOPE, Verdict
-from patchkit.edits.unified_diff import DiffLine, FilePatch, Hunk
+from patchkit.edits.unified_diff import DiffLine, FilePatch, Hunk, split_lines
+from patchkit.edits.unified_diff import line_body as _body
 
 HunkVerdict = Literal["applied", "already", "not_found", "ambiguous"]
 
@@ -73,26 +74,14 @@ class FileOutcome:
     source: str | None  # the new text; None: the file does not exist (deleted, or never added)
     message: str
     hunks: tuple[HunkOutcome, ...]
+    # A `not_found` that is a refusal: the file is there, but the change would meet the file's
+    # own (a three-way merge's conflict); the step fails on it, naming the file.
+    refused: bool = False
 
 
 def norm(line: str) -> str:
     """A line by its words: what the index is keyed by (never what decides a match)."""
     return " ".join(line.split())
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines with their endings; only \\n ends a line (\\f, \\x1c or U+2028 do not, as in Python)."""
-    parts = text.split("\n")
-    lines = [part + "\n" for part in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
-
-
-def _body(line: str) -> str:
-    if line.endswith("\r\n"):
-        return line[:-2]
-    return line.removesuffix("\n")
 
 
 def _eol(lines: list[str]) -> str:

@@ -7,8 +7,9 @@ end of file`. `/dev/null` (or git's `new file mode` / `deleted file mode`) makes
 a deleted file; an empty file git adds or deletes has no `---`/`+++` and no hunk, only its
 `diff --git` line and mode: it is read from those. Names git quotes (`"a/caf\\303\\251.py"`:
 C escapes, UTF-8 bytes in octal) are unquoted. Anything else between file sections (a commit
-message, `index` lines) is skipped. `reversed_diff` turns a diff into the one that undoes it. Refused with a message naming the diff line: renames and copies (a
-patch step edits files in place), binary patches, a hunk whose lines do not add up to its
+message) is skipped; git's `index` line is kept (the blob ids of both sides). `reversed_diff`
+turns a diff into the one that undoes it. Refused with a message naming the diff line:
+renames and copies (a patch step edits files in place), binary patches, a hunk whose lines do not add up to its
 header's counts, a file named twice.
 """
 
@@ -25,6 +26,7 @@ Tag = Literal[" ", "-", "+"]
 DEV_NULL = "/dev/null"
 
 _Fail = Callable[[int, str], "DiffError"]
+_INDEX = re.compile(r"^index ([0-9a-f]{7,64})\.\.([0-9a-f]{7,64})(?: [0-7]{6})?$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 
 
@@ -78,6 +80,7 @@ class FilePatch:
     new_path: str
     hunks: tuple[Hunk, ...]
     line: int  # of its `---` header in the diff (1-based)
+    index: tuple[str, str] | None = None  # git's `index OLD..NEW` blob ids (abbreviated), when it wrote one
 
     @property
     def added(self) -> bool:
@@ -95,6 +98,22 @@ class FilePatch:
 @dataclass(frozen=True)
 class ParsedDiff:
     files: tuple[FilePatch, ...]
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings; only \\n ends a line (\\f, \\x1c or U+2028 do not, as in Python)."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def line_body(line: str) -> str:
+    """A line without its ending (\\n or \\r\\n): what a diff line's text is compared with."""
+    if line.endswith("\r\n"):
+        return line[:-2]
+    return line.removesuffix("\n")
 
 
 def strip_path(path: str, strip: int) -> str:
@@ -187,6 +206,7 @@ class _Git:
     binary: bool = False
     names: tuple[str, str] | None = None
     mode: str = ""  # "new" or "deleted": git writes no `---`/`+++` for an empty file
+    index: tuple[str, str] | None = None
     seen: list[str] = field(default_factory=list)
 
 
@@ -213,7 +233,7 @@ def parse_diff(text: str, source: str = "the diff") -> ParsedDiff:
         named = new if old == DEV_NULL else old
         if any(named in (f.old_path, f.new_path) for f in files):
             raise fail(git.line, f"{named} is patched twice in one diff: merge its hunks into one section")
-        files.append(FilePatch(old, new, (), line=git.line + 1))
+        files.append(FilePatch(old, new, (), line=git.line + 1, index=git.index))
 
     while i < len(lines):
         line = lines[i]
@@ -224,6 +244,10 @@ def parse_diff(text: str, source: str = "the diff") -> ParsedDiff:
             git = _Git(line=i, names=_git_names(line[len("diff --git "):]))
         elif line.startswith(("new file mode ", "deleted file mode ")):
             git.mode = "new" if line.startswith("new") else "deleted"
+        elif line.startswith("index ") and _INDEX.match(line):
+            found = _INDEX.match(line)
+            assert found is not None
+            git.index = (found.group(1), found.group(2))
         elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
             git.rename = git.rename or line
         elif line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
@@ -241,7 +265,7 @@ def parse_diff(text: str, source: str = "the diff") -> ParsedDiff:
             named = new if old == DEV_NULL else old
             if any(named in (f.old_path, f.new_path) for f in files):
                 raise fail(header_at, f"{named} is patched twice in one diff: merge its hunks into one section")
-            files.append(FilePatch(old, new, tuple(hunks), line=header_at + 1))
+            files.append(FilePatch(old, new, tuple(hunks), line=header_at + 1, index=git.index))
             git = _Git()
             continue
         elif line.startswith("@@ "):
@@ -265,7 +289,8 @@ def reversed_diff(parsed: ParsedDiff) -> ParsedDiff:
         hunks = tuple(Hunk(h.number, h.new_start, h.new_len, h.old_start, h.old_len, h.section,
                            tuple(DiffLine(swap[line.tag], line.text, line.newline) for line in h.lines))
                       for h in patch.hunks)
-        files.append(FilePatch(patch.new_path, patch.old_path, hunks, patch.line))
+        index = (patch.index[1], patch.index[0]) if patch.index else None
+        files.append(FilePatch(patch.new_path, patch.old_path, hunks, patch.line, index))
     return ParsedDiff(tuple(files))
 
 

@@ -247,6 +247,7 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
     changes: list[FileChange] = []
     contents: dict[str, bytes | None] = {}
     misses: list[str] = []
+    refusals: list[str] = []  # files there, whose change the step refuses (a merge's conflicts)
     for rel, path, pending in reads:
         read = await pending.result()
         if not read["exists"]:
@@ -290,6 +291,9 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
                 misses.append(f"{path}: {exc}")
                 continue
             ctx.edits.memo[key] = outcome
+        if outcome.refused:
+            refusals.append(f"{path}: {outcome.message}")
+            continue
         if outcome.verdict == "not_found":
             misses.append(outcome.message)
             continue
@@ -308,8 +312,10 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
             change.diff = unified_diff(path, text, bom + outcome.source)
             contents[path] = new
         changes.append(change)
-    if misses:
-        _not_found(result, spec, verdict_gate.version, misses)
+    if refusals or misses:
+        if misses:
+            _not_found(result, spec, verdict_gate.version, misses)
+        result.message = "\n".join(refusals + ([result.message] if misses else []))
         return UnitPlan(result)
     set_unit(result, changes, many=True)
     if not contents:
