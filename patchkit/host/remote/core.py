@@ -1137,14 +1137,8 @@ def verify_unit(files, verify_imports, import_timeout_s, checks, verify_python=N
         failure = check_syntax(path, data, checks)
         if failure is not None:
             return failure
-    if verify_imports:
-        wrote = written_modules([path for path, _ in present], package, root)
-        failure = check_imports(verify_imports, import_timeout_s, checks, wrote)
-        if failure is not None:
-            return failure
-    if verify_python:
-        return check_program(verify_python["code"], verify_python["variables"], verify_python["timeout_s"], checks)
-    return None
+    wrote = written_modules([path for path, _ in present], package, root) if verify_imports else None
+    return check_in_one_process(verify_imports, import_timeout_s, checks, wrote, verify_python)
 
 
 def check_syntax(path, data, checks):
@@ -1236,6 +1230,11 @@ def check_imports(verify_imports, import_timeout_s, checks, wrote=None):
     """The import check in a fresh target interpreter, with the identity of what it imported
     (IMPORT_CHECK; wrote: written_modules); appends to checks, returns the failure."""
     result = run_python(IMPORT_CHECK, import_timeout_s, [json.dumps(wrote)] + list(verify_imports))
+    return judge_imports(result, verify_imports, import_timeout_s, checks)
+
+
+def judge_imports(result, verify_imports, import_timeout_s, checks):
+    """The import check's verdict from how its interpreter ended (run_python's result)."""
     ok = result["returncode"] == 0
     checks.append({"name": "import", "ok": ok, "detail": "%s in %ss" % (", ".join(verify_imports), result["seconds"])})
     if ok:
@@ -1260,6 +1259,11 @@ def check_program(code, variables, timeout_s, checks):
     environment variable PATCHKIT_VARS (secrets too: the host gets real values; the control
     side redacts what it journals). Appends to checks, returns the failure (None on a pass)."""
     result = run_python(code, timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables)})
+    return judge_program(result, timeout_s, checks)
+
+
+def judge_program(result, timeout_s, checks):
+    """A verify program's verdict from how it ended (run_python's result, or a forked child's)."""
     ok = result["returncode"] == 0
     said = result["stdout"].splitlines()
     checks.append({"name": "python", "ok": ok,
@@ -1271,6 +1275,129 @@ def check_program(code, variables, timeout_s, checks):
         return "verify program timed out after %ss" % timeout_s
     lines = [line for line in result["stderr"].splitlines() if line.strip()]
     return "verify program failed: %s" % (lines[-1] if lines else "exit %s" % result["returncode"])
+
+
+# The checks of a unit in one target interpreter: the import check (IMPORT_CHECK, cut off by an
+# interval timer at its timeout, counted from the spawn as run_python counts it), then each verify
+# program in a child of its own, forked once the patched modules are imported. A fresh interpreter
+# imports them once instead of once per check. Why a program cannot change what the next check
+# sees: it runs in its own process (its own memory, sys.modules and namespace, a fresh __main__),
+# and its process group is killed at its timeout; the parent only waits for it and notes how it
+# ended, in a file per check (sys.argv[1]: {import_by, results, programs: [{code, env, timeout_s,
+# out, err}]}). Fork is POSIX-only: without it, the checks run one fresh interpreter each.
+SHARED_CHECKS_START = r"""import json as _json, os as _os, signal as _signal, sys as _sys, time as _time
+_checks = _json.loads(_sys.argv.pop(1))
+_signal.signal(_signal.SIGALRM, _signal.SIG_DFL)  # SIGALRM's own action: this process ends, as a timeout
+_signal.setitimer(_signal.ITIMER_REAL, max(0.001, _checks["import_by"] - _time.time()))
+"""
+SHARED_CHECKS_PROGRAMS = r"""
+_signal.setitimer(_signal.ITIMER_REAL, 0)
+
+
+def _note(**said):
+    with open(_checks["results"], "a") as f:
+        f.write(_json.dumps(said) + "\n")
+
+
+_note(check="import", at=_time.time())
+for _program in _checks["programs"]:
+    _started = _time.monotonic()
+    _sys.stdout.flush()
+    _sys.stderr.flush()
+    _pid = _os.fork()
+    if _pid == 0:  # the program's own process; it ends as a fresh interpreter would end (exit code, atexit)
+        _os.setpgid(0, 0)
+        for _fd, _path in ((1, _program["out"]), (2, _program["err"])):
+            _os.dup2(_os.open(_path, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC, 0o600), _fd)
+        _os.environ.update(_program["env"])
+        _sys.argv[:] = ["-c"]
+        import types as _types
+        _main = _types.ModuleType("__main__")
+        _main.__builtins__ = __builtins__
+        _sys.modules["__main__"] = _main
+        exec(compile(_program["code"], "<string>", "exec"), _main.__dict__)
+        _sys.exit(0)
+    _deadline, _nap, _timed_out = _started + _program["timeout_s"], 0.002, False
+    while True:
+        _done, _status = _os.waitpid(_pid, _os.WNOHANG)
+        if _done:
+            break
+        if _time.monotonic() > _deadline:
+            _timed_out = True
+            try:
+                _os.killpg(_pid, _signal.SIGKILL)
+            except OSError:
+                pass
+            _done, _status = _os.waitpid(_pid, 0)
+            break
+        _time.sleep(_nap)
+        _nap = min(_nap * 2, 0.05)
+    _code = _os.WEXITSTATUS(_status) if _os.WIFEXITED(_status) else -_os.WTERMSIG(_status)
+    _note(check="program", returncode=None if _timed_out else _code, timed_out=_timed_out,
+          seconds=round(_time.monotonic() - _started, 3))
+    if _timed_out or _code:
+        break
+"""
+SHARED_CHECKS = SHARED_CHECKS_START + IMPORT_CHECK + SHARED_CHECKS_PROGRAMS
+
+
+def check_in_one_process(verify_imports, import_timeout_s, checks, wrote=None, verify_python=None):
+    """The import check (if verify_imports) then the verify program (if verify_python), as
+    check_imports then check_program judge them, in one interpreter where fork exists
+    (SHARED_CHECKS); appends to checks, returns the first failure (None when all pass)."""
+    if not (verify_imports and verify_python and hasattr(os, "fork")):
+        failure = check_imports(verify_imports, import_timeout_s, checks, wrote) if verify_imports else None
+        if failure is None and verify_python:
+            failure = check_program(verify_python["code"], verify_python["variables"], verify_python["timeout_s"],
+                                    checks)
+        return failure
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="patchkit-checks-")  # 0700: this user's
+    try:
+        return shared_checks(folder, verify_imports, import_timeout_s, checks, wrote, verify_python)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def shared_checks(folder, verify_imports, import_timeout_s, checks, wrote, verify_python):
+    timeout_s = verify_python["timeout_s"]
+    program = {"code": verify_python["code"], "timeout_s": timeout_s,
+               "env": {PROGRAM_VARS_ENV: json.dumps(verify_python["variables"])},
+               "out": os.path.join(folder, "out"), "err": os.path.join(folder, "err")}
+    results = os.path.join(folder, "results")
+    spawned = time.time()
+    spec = {"import_by": spawned + import_timeout_s, "results": results, "programs": [program]}
+    # The interpreter's own limit: the import check's timeout, then the program's; the slack is
+    # for its start and its waiting, whose own timers end each check first.
+    ran = run_python(SHARED_CHECKS, import_timeout_s + timeout_s + 30,
+                     [json.dumps(spec), json.dumps(wrote)] + list(verify_imports))
+    said = {}
+    if os.path.exists(results):
+        with open(results) as f:
+            for line in f:
+                said[json.loads(line)["check"]] = json.loads(line)
+    imported = said.get("import")
+    if imported is None:  # the import check failed, or its timer ended the interpreter
+        if ran["returncode"] == -signal.SIGALRM:
+            ran = dict(ran, timed_out=True)
+        return judge_imports(ran, verify_imports, import_timeout_s, checks)
+    judge_imports(dict(ran, returncode=0, seconds=round(imported["at"] - spawned, 3)), verify_imports,
+                  import_timeout_s, checks)
+    outcome = said.get("program") or {  # the interpreter ended (or was ended) while the program ran
+        "returncode": ran["returncode"], "timed_out": ran["timed_out"],
+        "seconds": round(time.time() - imported["at"], 3)}
+    out = {}
+    for name in ("out", "err"):
+        try:
+            with open(program[name], "rb") as f:
+                out[name] = tail(f.read().decode("utf-8", "replace"))
+        except OSError:
+            out[name] = ""
+    if not out["err"] and outcome["returncode"] != 0:
+        out["err"] = ran["stderr"]  # the interpreter's own last words, if the program's are missing
+    return judge_program(dict(outcome, stdout=out["out"], stderr=out["err"]), timeout_s, checks)
 
 
 @op
