@@ -562,6 +562,302 @@ def run_python(code, timeout_s, args=(), env_extra=None, python=None, env=None, 
     }
 
 
+# ---------------------------------------------------------------- one warm parent for the checks
+
+# The checks that read the target's Python (check steps, the import check and verify programs
+# after a write) start from one warm parent per agent session instead of a fresh interpreter
+# each: a target interpreter (started as run_python starts one: CLEAN_START, cwd /, this
+# environment) that forks a child per check. Each child tells the parent, through a pipe and an
+# audit hook, the name of every module it imports outside the packages the checks read fresh;
+# the agent keeps those names in the state dir (WARM_HINTS, per interpreter), and the next
+# session's parent imports them before its first fork: the third-party dependencies (torch,
+# transformers, ...) are then loaded once per session and each check imports only the checked
+# package itself. The parent imports nothing while a child runs (the two would share the CPU).
+#
+# Why a child's view of the checked package is exactly a fresh import: the parent never imports
+# a module of a package any check of the session named (`fresh`: a patch's package, its root and
+# the modules it checks, a check step's package); before each fork it refuses if one is in its
+# sys.modules anyway (a dependency imported it: that name is dropped from the hints) or if any
+# file it imported from, the folder holding it, or a sys.path folder changed since (a step
+# patched or installed something it holds): the agent then starts a new parent, and after a
+# second refusal runs the check in a fresh interpreter. The child empties the import system's
+# folder caches (a file written since is found as a fresh start finds it), and gets a fresh
+# __main__, the check's arguments and environment, stdin /dev/null and a process group of its
+# own, killed at the check's timeout. What can differ from a fresh interpreter is only state the
+# third-party modules made at their own import (numpy's random seed is the parent's), never the
+# checked package's.
+WARM_PARENT = r"""SELF = dict(globals())  # what a fresh `python -c` program finds in its namespace
+import json, os, select, signal, sys, time
+fresh, roots, held, tried = set(), [], {}, set()  # held: path -> (inode, size, mtime) of what this imported from
+
+
+def signature(path):
+    try:
+        st = os.stat(path)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        return None
+
+
+def is_fresh(name, where=None):
+    if name.partition(".")[0] in fresh:
+        return True
+    return isinstance(where, str) and any(where.startswith(root + os.sep) for root in roots)
+
+
+def hold_new():
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None)
+        if isinstance(where, str) and where not in held:
+            held[where] = signature(where)
+            folder = os.path.dirname(where)
+            held.setdefault(folder, signature(folder))
+
+
+def preload(names):
+    for name in names:
+        if name in tried or name in sys.modules or is_fresh(name):
+            continue
+        tried.add(name)
+        try:
+            __import__(name)
+        except BaseException:  # one this parent cannot import alone: the child imports it itself
+            pass
+        if any(top in sys.modules for top in fresh):
+            return name
+    hold_new()
+    return None
+
+
+def why_not():
+    for name, module in list(sys.modules.items()):
+        if is_fresh(name, getattr(module, "__file__", None)):
+            return "holds %s" % name
+    for path, was in held.items():
+        if signature(path) != was:
+            return "%s changed" % path
+    return None
+
+
+def say(**what):
+    sys.stdout.write(json.dumps(what) + "\n")
+    sys.stdout.flush()
+
+
+for folder in sys.path:
+    held[folder] = signature(folder or ".")
+hold_new()
+learn_r, learn_w = os.pipe()
+os.set_blocking(learn_w, False)
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    req = json.loads(line)
+    fresh.update(req["fresh"])
+    roots.extend(os.path.realpath(r) for r in req["roots"])
+    poison = preload(req.get("preload") or [])
+    refused = "importing %s imported a package checked fresh" % poison if poison else why_not()
+    if refused:
+        say(refused=refused, drop=poison)
+        break
+    sys.stdout.flush()
+    sys.stderr.flush()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the check's process, ended as a fresh interpreter ends (exit code, traceback, atexit)
+        os.setpgid(0, 0)
+        os.close(learn_r)
+        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, req["out"], os.O_WRONLY),
+                                (2, req["err"], os.O_WRONLY)):
+            os.dup2(os.open(path, flags), fd)
+        os.environ.update(req["env"])
+        import importlib, types
+        importlib.invalidate_caches()
+        told = set()
+
+        def tell(event, args, told=told, fd=learn_w):
+            if event == "import" and args[0] not in told:
+                told.add(args[0])
+                if not is_fresh(args[0]):
+                    try:
+                        os.write(fd, (args[0] + "\n").encode())
+                    except OSError:  # the pipe is full: the parent learns less
+                        pass
+
+        sys.addaudithook(tell)
+        sys.argv[:] = ["-c"] + req["args"]
+        main = types.ModuleType("__main__")
+        main.__dict__.update(SELF)
+        sys.modules["__main__"] = main
+        exec(compile(sys.argv.pop(1), "<string>", "exec"), main.__dict__)
+        sys.exit(0)
+    deadline, timed_out, heard = started + req["timeout_s"], False, b""
+    say(pid=pid)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            timed_out = True
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            done, status = os.waitpid(pid, 0)
+            break
+        if select.select([learn_r], [], [], min(0.02, max(0.0, deadline - time.monotonic())))[0]:
+            heard += os.read(learn_r, 1 << 16)
+    while select.select([learn_r], [], [], 0)[0]:
+        heard += os.read(learn_r, 1 << 16)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    say(returncode=None if timed_out else code, timed_out=timed_out, seconds=round(time.monotonic() - started, 3),
+        learned=[n for n in heard.decode("utf-8", "replace").split("\n") if n and n not in sys.modules])
+"""
+WARM_STATE = {"parent": None, "fresh": set(), "roots": set(), "state_dir": None, "hints": None}
+WARM_HINTS = "warm-imports.json"  # in the state dir: {interpreter: [module names its checks imported]}
+WARM_HINTS_MAX = 20000
+
+
+def warm_key():
+    return "%s %s" % (sys.executable, sys.prefix)
+
+
+def warm_hints():
+    """The module names the checks of earlier sessions imported with this interpreter ([] when
+    unknown: no state dir yet, no file, or one that is not ours and private)."""
+    if WARM_STATE["hints"] is None:
+        WARM_STATE["hints"] = []
+        if WARM_STATE["state_dir"] is not None:
+            try:
+                opened = open_state_file(os.path.join(WARM_STATE["state_dir"], WARM_HINTS))
+                if opened is not None:
+                    with opened:
+                        names = json.loads(opened.read().decode("utf-8")).get(warm_key())
+                    if isinstance(names, list):
+                        WARM_STATE["hints"] = [n for n in names if isinstance(n, str)]
+            except (OSError, ValueError, Refused):
+                pass
+    return WARM_STATE["hints"]
+
+
+def keep_hints(learned, drop=None):
+    """learned (in the order imported) added to the hints, drop removed; written to the state dir."""
+    hints = warm_hints()
+    known = set(hints)
+    new = [n for n in learned if n not in known and not known.add(n)]
+    if not new and drop is None or WARM_STATE["state_dir"] is None:
+        return
+    hints[:] = [n for n in hints + new if n != drop][:WARM_HINTS_MAX]
+    path = os.path.join(WARM_STATE["state_dir"], WARM_HINTS)
+    try:
+        atomic_write(path, json.dumps({warm_key(): hints}).encode("utf-8"), 0o600, durable=False)
+    except (OSError, Refused):
+        pass  # only a hint: the next session learns again
+
+
+def warm_parent():
+    """The session's warm parent (WARM_PARENT), started at the first check that needs it;
+    (process, whether it was just started)."""
+    import subprocess
+
+    parent = WARM_STATE["parent"]
+    if parent is not None and parent.poll() is None:
+        return parent, False
+    argv = [sys.executable, "-c", CLEAN_START, WARM_PARENT]
+    parent = subprocess.Popen(argv, cwd="/", env=dict(os.environ), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    WARM_STATE["parent"] = parent
+    return parent, True
+
+
+def end_warm_parent():
+    parent = WARM_STATE["parent"]
+    WARM_STATE["parent"] = None
+    if parent is not None and parent.poll() is None:
+        parent.kill()
+        parent.wait()
+
+
+def warm_answer(parent, deadline):
+    """The warm parent's next line (JSON), or None when it said nothing before deadline."""
+    import select
+
+    fd = parent.stdout.fileno()
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return None
+        line += chunk
+    return json.loads(line.decode("utf-8"))
+
+
+def run_check(code, timeout_s, args=(), env_extra=None, fresh=(), roots=()):
+    """run_python's result for `code`, run by a child of the warm parent (where fork and audit
+    hooks exist) or by a fresh interpreter. fresh, roots: the packages this check reads, and
+    their folders, which the parent must never hold."""
+    if not (hasattr(os, "fork") and hasattr(sys, "addaudithook")):
+        return run_python(code, timeout_s, args, env_extra)
+    import shutil
+    import tempfile
+
+    WARM_STATE["fresh"].update(p.split(".")[0] for p in fresh if p)
+    WARM_STATE["roots"].update(r for r in roots if r)
+    folder = tempfile.mkdtemp(prefix="patchkit-check-")  # 0700: this user's
+    try:
+        for attempt in (1, 2):  # a parent that refuses (it holds something stale) is replaced once
+            ran = warm_run(folder, code, timeout_s, args, env_extra)
+            if ran is not None:
+                return ran
+        return run_python(code, timeout_s, args, env_extra)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def warm_run(folder, code, timeout_s, args, env_extra):
+    out, err = os.path.join(folder, "out"), os.path.join(folder, "err")
+    for path in (out, err):
+        with open(path, "wb"):
+            pass
+    started = time.monotonic()
+    parent, new = warm_parent()
+    request = {"args": [code] + list(args), "env": dict(env_extra or {}), "timeout_s": timeout_s,
+               "out": out, "err": err, "fresh": sorted(WARM_STATE["fresh"]), "roots": sorted(WARM_STATE["roots"]),
+               "preload": warm_hints() if new else []}
+    try:
+        parent.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
+        parent.stdin.flush()
+    except OSError:
+        end_warm_parent()
+        return None
+    # Its preloading and its staleness check come first; the child's timeout is the parent's to keep.
+    said = warm_answer(parent, started + timeout_s + 600)
+    if said is None or "refused" in said:
+        end_warm_parent()
+        if said is not None and said.get("drop"):
+            keep_hints([], said["drop"])
+        return None
+    ended = warm_answer(parent, time.monotonic() + timeout_s + 60)
+    if ended is None:  # the parent itself hung or died: its child's group goes with it
+        try:
+            os.killpg(said["pid"], signal.SIGKILL)
+        except OSError:
+            pass
+        end_warm_parent()
+        ended = {"returncode": None, "timed_out": True, "seconds": round(time.monotonic() - started, 3)}
+    keep_hints(ended.pop("learned", []))
+    result = dict(ended, stdout="", stderr="")
+    for name, path in (("stdout", out), ("stderr", err)):
+        with open(path, "rb") as f:
+            result[name] = tail(f.read().decode("utf-8", "replace"))
+    if result["timed_out"]:
+        result["stdout"] = ""  # as run_python: a timed-out check's stdout is not read
+    return result
+
 # ---------------------------------------------------------------- locating packages
 
 # How the import system finds a package and its modules, without importing any of them: the
@@ -1344,24 +1640,33 @@ SHARED_CHECKS = SHARED_CHECKS_START + IMPORT_CHECK + SHARED_CHECKS_PROGRAMS
 def check_in_one_process(verify_imports, import_timeout_s, checks, wrote=None, verify_python=None):
     """The import check (if verify_imports) then the verify program (if verify_python), as
     check_imports then check_program judge them, in one interpreter where fork exists
-    (SHARED_CHECKS); appends to checks, returns the first failure (None when all pass)."""
+    (SHARED_CHECKS, started by run_check); appends to checks, returns the first failure (None
+    when all pass). The modules checked, and the package written (wrote), are read fresh."""
+    fresh = [m.split(".")[0] for m in verify_imports or []] + ([wrote["package"]] if wrote else [])
+    roots = [wrote["root"]] if wrote else []
     if not (verify_imports and verify_python and hasattr(os, "fork")):
-        failure = check_imports(verify_imports, import_timeout_s, checks, wrote) if verify_imports else None
+        failure = None
+        if verify_imports:
+            ran = run_check(IMPORT_CHECK, import_timeout_s, [json.dumps(wrote)] + list(verify_imports), None,
+                            fresh, roots)
+            failure = judge_imports(ran, verify_imports, import_timeout_s, checks)
         if failure is None and verify_python:
-            failure = check_program(verify_python["code"], verify_python["variables"], verify_python["timeout_s"],
-                                    checks)
+            ran = run_check(verify_python["code"], verify_python["timeout_s"],
+                            env_extra={PROGRAM_VARS_ENV: json.dumps(verify_python["variables"])},
+                            fresh=fresh, roots=roots)
+            failure = judge_program(ran, verify_python["timeout_s"], checks)
         return failure
     import shutil
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="patchkit-checks-")  # 0700: this user's
     try:
-        return shared_checks(folder, verify_imports, import_timeout_s, checks, wrote, verify_python)
+        return shared_checks(folder, verify_imports, import_timeout_s, checks, wrote, verify_python, fresh, roots)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def shared_checks(folder, verify_imports, import_timeout_s, checks, wrote, verify_python):
+def shared_checks(folder, verify_imports, import_timeout_s, checks, wrote, verify_python, fresh, roots):
     timeout_s = verify_python["timeout_s"]
     program = {"code": verify_python["code"], "timeout_s": timeout_s,
                "env": {PROGRAM_VARS_ENV: json.dumps(verify_python["variables"])},
@@ -1371,8 +1676,8 @@ def shared_checks(folder, verify_imports, import_timeout_s, checks, wrote, verif
     spec = {"import_by": spawned + import_timeout_s, "results": results, "programs": [program]}
     # The interpreter's own limit: the import check's timeout, then the program's; the slack is
     # for its start and its waiting, whose own timers end each check first.
-    ran = run_python(SHARED_CHECKS, import_timeout_s + timeout_s + 30,
-                     [json.dumps(spec), json.dumps(wrote)] + list(verify_imports))
+    ran = run_check(SHARED_CHECKS, import_timeout_s + timeout_s + 30,
+                    [json.dumps(spec), json.dumps(wrote)] + list(verify_imports), None, fresh, roots)
     said = {}
     if os.path.exists(results):
         with open(results) as f:
@@ -1589,9 +1894,11 @@ def restore_locked(path, backup_path, expected_current, original_sha256, force, 
 # ---------------------------------------------------------------- checks
 
 @op
-def op_check(code, timeout_s, variables=None):
-    """A check step's program; the recipe's variables in PATCHKIT_VARS, as for check_program."""
-    return run_python(code, timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables or {})})
+def op_check(code, timeout_s, variables=None, package=None):
+    """A check step's program; the recipe's variables in PATCHKIT_VARS, as for check_program.
+    package: the one it is about, which the warm parent never holds (run_check)."""
+    return run_check(code, timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables or {})},
+                     fresh=[package] if package else [])
 
 
 # ---------------------------------------------------------------- journal and lock
@@ -1642,6 +1949,7 @@ def op_lock(state_dir, timeout_s, owner, create=True):
         info = json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "owner": owner, "since": time.time()})
         os.ftruncate(fd, 0)
         os.pwrite(fd, info.encode(), 0)
+        WARM_STATE["state_dir"] = state_dir  # ours and private (ensure_private_dir): where the warm hints live
     LOCK["fd"] = fd
     return {"path": path, "state_dir": state_dir}
 
@@ -1778,6 +2086,7 @@ def op_journal_prune(state_dir, recipe, drop_run_ids):
 def op_end():
     """The control side's last request: serve() returns once this is answered, so the agent
     exits without waiting for stdin to close (the answers and the exit share a round trip)."""
+    end_warm_parent()
     return {}
 
 
