@@ -714,7 +714,7 @@ while True:
     say(returncode=None if timed_out else code, timed_out=timed_out, seconds=round(time.monotonic() - started, 3),
         learned=[n for n in heard.decode("utf-8", "replace").split("\n") if n and n not in sys.modules])
 """
-WARM_STATE = {"parent": None, "fresh": set(), "roots": set(), "state_dir": None, "hints": None}
+WARM_STATE = {"parent": None, "heard": b"", "fresh": set(), "roots": set(), "state_dir": None, "hints": None}
 WARM_HINTS = "warm-imports.json"  # in the state dir: {interpreter: [module names its checks imported]}
 WARM_HINTS_MAX = 20000
 
@@ -767,7 +767,7 @@ def warm_parent():
     argv = [sys.executable, "-c", CLEAN_START, WARM_PARENT]
     parent = subprocess.Popen(argv, cwd="/", env=dict(os.environ), stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    WARM_STATE["parent"] = parent
+    WARM_STATE["parent"], WARM_STATE["heard"] = parent, b""
     return parent, True
 
 
@@ -784,15 +784,16 @@ def warm_answer(parent, deadline):
     import select
 
     fd = parent.stdout.fileno()
-    line = b""
-    while not line.endswith(b"\n"):
+    heard = WARM_STATE["heard"]  # what it said after the line last read
+    while b"\n" not in heard:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
             return None
         chunk = os.read(fd, 65536)
         if not chunk:
             return None
-        line += chunk
+        heard += chunk
+    line, _, WARM_STATE["heard"] = heard.partition(b"\n")
     return json.loads(line.decode("utf-8"))
 
 
@@ -810,7 +811,11 @@ def run_check(code, timeout_s, args=(), env_extra=None, fresh=(), roots=()):
     folder = tempfile.mkdtemp(prefix="patchkit-check-")  # 0700: this user's
     try:
         for attempt in (1, 2):  # a parent that refuses (it holds something stale) is replaced once
-            ran = warm_run(folder, code, timeout_s, args, env_extra)
+            try:
+                ran = warm_run(folder, code, timeout_s, args, env_extra)
+            except (OSError, ValueError):  # it said something unreadable: a fresh one, as after a refusal
+                end_warm_parent()
+                ran = None
             if ran is not None:
                 return ran
         return run_python(code, timeout_s, args, env_extra)
