@@ -146,3 +146,39 @@ def test_without_fork_each_check_is_a_fresh_interpreter(sandbox: Sandbox, monkey
     assert [(c["name"], c["ok"]) for c in checks] == [("import", True), ("python", True)], checks
     assert checks[1]["detail"].startswith("fresh (")
     assert agent.WARM_STATE["parent"] is None  # no warm parent without fork
+
+
+def test_an_import_failure_fails_the_step_before_its_verify_program_runs(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The program would pass; the import check of the same process fails first, and says why."""
+    (sandbox.pkgs / "toyllm" / "broken.py").write_text("raise RuntimeError('toyllm.broken cannot load')\n")
+    recipe = Path(whitelist_recipe(tmp_path, program="print('never run')\n"))
+    recipe.write_text(recipe.read_text().replace("import: [toyllm.config]", "import: [toyllm.config, toyllm.broken]"))
+    original = sandbox.file(SPEC).read_bytes()
+    got = step(sandbox.run("apply", str(recipe), json_out=True), "eagle3-whitelist")
+    assert got["status"] == "failed" and got["restored"] is True, got
+    assert got["message"].startswith("import check failed: RuntimeError: toyllm.broken cannot load"), got["message"]
+    assert [c["name"] for c in got["checks"]] == ["read-back", "syntax", "import"], got["checks"]
+    assert sandbox.file(SPEC).read_bytes() == original
+
+
+def test_a_package_a_check_reads_fresh_is_imported_anew_even_when_its_modules_did_not_change(
+        sandbox: Sandbox, tmp_path: Path) -> None:
+    """toyllm.flag reads a data file at import. A check that names no package imports it (so the
+    next run's warm parent preloads it), a second check changes the data file (no module, no
+    folder of a module changes), and a check of package toyllm must see the new value."""
+    (sandbox.pkgs / "toyllm" / "data").mkdir()
+    flag = sandbox.pkgs / "toyllm" / "data" / "flag.txt"
+    flag.write_text("old")
+    (sandbox.pkgs / "toyllm" / "flag.py").write_text(
+        "import os\nwith open(os.path.join(os.path.dirname(__file__), 'data', 'flag.txt')) as f:\n"
+        "    VALUE = f.read()\n")
+    probe = check_step("probe", "import toyllm.flag\nprint(toyllm.flag.VALUE)")
+    assert sandbox.run("apply", check_recipe(tmp_path, "probe", probe)).returncode == 0
+    assert "toyllm.flag" in hints(sandbox)
+    flag.write_text("old")
+    switch = check_step("switch", f"open({str(flag)!r}, 'w').write('new')\nprint('switched')")
+    sees = check_step("sees", "import toyllm.flag\nprint(toyllm.flag.VALUE)", package="toyllm")
+    done = sandbox.run("apply", check_recipe(tmp_path, "switch", probe + switch + sees), json_out=True)
+    assert done.returncode == 0, done
+    assert step(done, "probe")["message"] == "passed: old"
+    assert step(done, "sees")["message"] == "passed: new"
