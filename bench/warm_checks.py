@@ -16,7 +16,9 @@ fixtures/vllm_envs.py), per round and in a rotating order:
   the drafter deploy. The target model is a small Llama config (a class that implements
   SupportsEagle3 on 0.16.0), so the preflight passes and the run goes on.
 
-Before each apply the sandbox is reset (the original file, no state dir, no deployed drafter).
+Before each apply the sandbox is reset (the original file, no journal, no deployed drafter);
+the state dir keeps `warm-imports.json`, the modules earlier runs' checks imported, as a user's
+host keeps it (`--no-hints`: removed too, every run as the first one on a host).
 Every run's exit code is checked. Prints medians, ratios to the cold import's median, and the
 load average seen around the runs (the machine may be shared: the figures are wall times).
 """
@@ -52,6 +54,7 @@ def main() -> int:
                         help="a patchkit to time (a shell-split command); default: this tree's")
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--json-out", type=Path)
+    parser.add_argument("--no-hints", action="store_true", help="remove the whole state dir before each apply")
     args = parser.parse_args()
     builds = dict(b.split("=", 1) for b in args.build) or {"this": f"{sys.executable} -m patchkit"}
     work = args.workdir or Path(tempfile.mkdtemp(prefix="pk-warm-bench-"))
@@ -69,7 +72,11 @@ def main() -> int:
 
     def reset() -> None:
         spec.write_bytes(original)
-        shutil.rmtree(work / "state", ignore_errors=True)
+        if args.no_hints:
+            shutil.rmtree(work / "state", ignore_errors=True)
+        for kept in ("runs", "backups", "hashcache.json", "lock"):
+            path = work / "state" / kept
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         shutil.rmtree(work / "models", ignore_errors=True)
 
     def timed(argv: list[str], cwd: str) -> float:
@@ -109,7 +116,7 @@ def main() -> int:
           f"min {min(loads):.2f}, max {max(loads):.2f}; {os.cpu_count()} cores")
     if args.json_out:
         args.json_out.write_text(json.dumps({
-            "builds": builds, "repeats": args.repeats, "runs": runs, "medians": medians,
+            "builds": builds, "repeats": args.repeats, "hints": not args.no_hints, "runs": runs, "medians": medians,
             "ratios": {name: m / cold for name, m in medians.items()},
             "load_average": {"median": statistics.median(loads), "min": min(loads), "max": max(loads)},
             "cores": os.cpu_count()}, indent=2) + "\n")

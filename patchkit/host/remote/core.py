@@ -649,6 +649,7 @@ for folder in sys.path:
 hold_new()
 learn_r, learn_w = os.pipe()
 os.set_blocking(learn_w, False)
+poison = None
 while True:
     line = sys.stdin.readline()
     if not line:
@@ -656,7 +657,7 @@ while True:
     req = json.loads(line)
     fresh.update(req["fresh"])
     roots.extend(os.path.realpath(r) for r in req["roots"])
-    poison = preload(req.get("preload") or [])
+    poison = preload(req.get("preload") or []) or poison
     refused = "importing %s imported a package checked fresh" % poison if poison else why_not()
     if refused:
         say(refused=refused, drop=poison)
@@ -711,8 +712,10 @@ while True:
     while select.select([learn_r], [], [], 0)[0]:
         heard += os.read(learn_r, 1 << 16)
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    learned = [n for n in heard.decode("utf-8", "replace").split("\n") if n and n not in sys.modules]
     say(returncode=None if timed_out else code, timed_out=timed_out, seconds=round(time.monotonic() - started, 3),
-        learned=[n for n in heard.decode("utf-8", "replace").split("\n") if n and n not in sys.modules])
+        learned=learned)
+    poison = preload(learned)  # for this session's next check, while the agent goes on
 """
 WARM_STATE = {"parent": None, "heard": b"", "fresh": set(), "roots": set(), "state_dir": None, "hints": None}
 WARM_HINTS = "warm-imports.json"  # in the state dir: {interpreter: [module names its checks imported]}
@@ -1579,17 +1582,17 @@ def judge_program(result, timeout_s, checks):
 
 
 # The checks of a unit in one target interpreter: the import check (IMPORT_CHECK, cut off by an
-# interval timer at its timeout, counted from the spawn as run_python counts it), then each verify
+# interval timer at its timeout, counted from the interpreter's start), then each verify
 # program in a child of its own, forked once the patched modules are imported. A fresh interpreter
 # imports them once instead of once per check. Why a program cannot change what the next check
 # sees: it runs in its own process (its own memory, sys.modules and namespace, a fresh __main__),
 # and its process group is killed at its timeout; the parent only waits for it and notes how it
-# ended, in a file per check (sys.argv[1]: {import_by, results, programs: [{code, env, timeout_s,
+# ended, in a file per check (sys.argv[1]: {import_timeout_s, results, programs: [{code, env, timeout_s,
 # out, err}]}). Fork is POSIX-only: without it, the checks run one fresh interpreter each.
 SHARED_CHECKS_START = r"""import json as _json, os as _os, signal as _signal, sys as _sys, time as _time
 _checks = _json.loads(_sys.argv.pop(1))
 _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)  # SIGALRM's own action: this process ends, as a timeout
-_signal.setitimer(_signal.ITIMER_REAL, max(0.001, _checks["import_by"] - _time.time()))
+_signal.setitimer(_signal.ITIMER_REAL, _checks["import_timeout_s"])
 """
 SHARED_CHECKS_PROGRAMS = r"""
 _signal.setitimer(_signal.ITIMER_REAL, 0)
@@ -1678,7 +1681,7 @@ def shared_checks(folder, verify_imports, import_timeout_s, checks, wrote, verif
                "out": os.path.join(folder, "out"), "err": os.path.join(folder, "err")}
     results = os.path.join(folder, "results")
     spawned = time.time()
-    spec = {"import_by": spawned + import_timeout_s, "results": results, "programs": [program]}
+    spec = {"import_timeout_s": import_timeout_s, "results": results, "programs": [program]}
     # The interpreter's own limit: the import check's timeout, then the program's; the slack is
     # for its start and its waiting, whose own timers end each check first.
     ran = run_check(SHARED_CHECKS, import_timeout_s + timeout_s + 30,
