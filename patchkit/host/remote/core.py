@@ -586,8 +586,42 @@ def run_python(code, timeout_s, args=(), env_extra=None, python=None, env=None, 
 # own, killed at the check's timeout. What can differ from a fresh interpreter is only state the
 # third-party modules made at their own import (numpy's random seed is the parent's), never the
 # checked package's.
+# A program run in a forked process as `python -c` runs it, and ended as it ends: its exit code
+# (sys.exit's argument, or 1 with the traceback on stderr), the atexit functions, the output
+# flushed; then os._exit, without the interpreter's teardown of every module, which in a fork of
+# a process holding torch would touch, and so copy, most of its memory (~0.8 s measured).
+RUN_FORKED = r"""
+def run_forked(code, namespace):
+    import atexit
+    try:
+        exec(compile(code, "<string>", "exec"), namespace)
+        status = 0
+    except SystemExit as exc:
+        status = exc.code
+        if status is None:
+            status = 0
+        elif not isinstance(status, int):
+            try:
+                sys.stderr.write("%s\n" % (status,))
+            except BaseException:
+                pass
+            status = 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(status & 0xFF)
+"""
 WARM_PARENT = r"""SELF = dict(globals())  # what a fresh `python -c` program finds in its namespace
 import json, os, select, signal, sys, time
+""" + RUN_FORKED + r"""
 fresh, roots, held, tried = set(), [], {}, set()  # held: path -> (inode, size, mtime) of what this imported from
 
 
@@ -691,8 +725,7 @@ while True:
         main = types.ModuleType("__main__")
         main.__dict__.update(SELF)
         sys.modules["__main__"] = main
-        exec(compile(sys.argv.pop(1), "<string>", "exec"), main.__dict__)
-        sys.exit(0)
+        run_forked(sys.argv.pop(1), main.__dict__)
     deadline, timed_out, heard = started + req["timeout_s"], False, b""
     say(pid=pid)
     while True:
@@ -1594,7 +1627,7 @@ _checks = _json.loads(_sys.argv.pop(1))
 _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)  # SIGALRM's own action: this process ends, as a timeout
 _signal.setitimer(_signal.ITIMER_REAL, _checks["import_timeout_s"])
 """
-SHARED_CHECKS_PROGRAMS = r"""
+SHARED_CHECKS_PROGRAMS = RUN_FORKED.replace("def run_forked(", "def _run_forked(") + r"""
 _signal.setitimer(_signal.ITIMER_REAL, 0)
 
 
@@ -1619,8 +1652,7 @@ for _program in _checks["programs"]:
         _main = _types.ModuleType("__main__")
         _main.__builtins__ = __builtins__
         _sys.modules["__main__"] = _main
-        exec(compile(_program["code"], "<string>", "exec"), _main.__dict__)
-        _sys.exit(0)
+        _run_forked(_program["code"], _main.__dict__)
     _deadline, _nap, _timed_out = _started + _program["timeout_s"], 0.002, False
     while True:
         _done, _status = _os.waitpid(_pid, _os.WNOHANG)
