@@ -182,3 +182,19 @@ def test_a_package_a_check_reads_fresh_is_imported_anew_even_when_its_modules_di
     assert done.returncode == 0, done
     assert step(done, "probe")["message"] == "passed: old"
     assert step(done, "sees")["message"] == "passed: new"
+
+
+def test_a_forked_program_ends_as_a_fresh_interpreter_ends(sandbox: Sandbox, tmp_path: Path) -> None:
+    """Its atexit functions run and its buffered output is flushed; sys.exit's message is its error."""
+    program = ("import atexit, sys\nsys.stdout.write('buffered, no newline')\n"
+               "atexit.register(lambda: sys.stderr.write('atexit ran\\n'))\nsys.exit('it says no')\n")
+    got = step(sandbox.run("apply", whitelist_recipe(tmp_path, program=program), json_out=True), "eagle3-whitelist")
+    assert got["status"] == "failed", got
+    assert got["message"].startswith("verify program failed: atexit ran;"), got["message"]
+    assert {c["name"]: c for c in got["checks"]}["python"]["detail"] == "it says no\natexit ran"
+    passing = ("import atexit, io, sys\n"  # block-buffered whatever PYTHONUNBUFFERED says
+               "sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, 'w', closefd=False)))\n"
+               "atexit.register(print, 'said at exit')\n")
+    got = step(sandbox.run("apply", whitelist_recipe(tmp_path, program=passing), json_out=True), "eagle3-whitelist")
+    assert got["status"] == "changed", got
+    assert {c["name"]: c for c in got["checks"]}["python"]["detail"].startswith("said at exit ("), got["checks"]

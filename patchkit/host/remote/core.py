@@ -569,8 +569,9 @@ def run_python(code, timeout_s, args=(), env_extra=None, python=None, env=None, 
 # each: a target interpreter (started as run_python starts one: CLEAN_START, cwd /, this
 # environment) that forks a child per check. Each child tells the parent, through a pipe and an
 # audit hook, the name of every module it imports outside the packages the checks read fresh;
-# the agent keeps those names in the state dir (WARM_HINTS, per interpreter), and the next
-# session's parent imports them before its first fork: the third-party dependencies (torch,
+# the parent imports them once that check has ended (for the session's next check, while the
+# agent goes on), and the agent keeps them in the state dir (WARM_HINTS, per interpreter) for the
+# next session's parent to import before its first fork: the third-party dependencies (torch,
 # transformers, ...) are then loaded once per session and each check imports only the checked
 # package itself. The parent imports nothing while a child runs (the two would share the CPU).
 #
