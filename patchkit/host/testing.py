@@ -281,7 +281,8 @@ class FakeAgent:
         self.files[path] = self.files[backup_path]
         return {"ok": True, "already": False}
 
-    def op_check(self, code: str, timeout_s: float, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    def op_check(self, code: str, timeout_s: float, variables: dict[str, Any] | None = None,
+                 package: str | None = None) -> dict[str, Any]:
         returncode = self.check_returncodes.get(code, 0)
         return {"returncode": returncode, "timed_out": False, "stdout": "",
                 "stderr": "" if returncode == 0 else "AssertionError: the fake says no", "seconds": 0.0}

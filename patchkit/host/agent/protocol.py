@@ -260,6 +260,7 @@ class CheckArgs(TypedDict):
     code: str
     timeout_s: float
     variables: NotRequired[dict[str, Any]]  # the recipe's variables, as JSON in PATCHKIT_VARS
+    package: NotRequired[str | None]  # what it checks: read fresh by it, never held by the warm parent
 
 
 class PythonRun(TypedDict):

@@ -562,6 +562,344 @@ def run_python(code, timeout_s, args=(), env_extra=None, python=None, env=None, 
     }
 
 
+# ---------------------------------------------------------------- one warm parent for the checks
+
+# The checks that read the target's Python (check steps, the import check and verify programs
+# after a write) start from one warm parent per agent session instead of a fresh interpreter
+# each: a target interpreter (started as run_python starts one: CLEAN_START, cwd /, this
+# environment) that forks a child per check. Each child tells the parent, through a pipe and an
+# audit hook, the name of every module it imports outside the packages the checks read fresh;
+# the parent imports them once that check has ended (for the session's next check, while the
+# agent goes on), and the agent keeps them in the state dir (WARM_HINTS, per interpreter) for the
+# next session's parent to import before its first fork: the third-party dependencies (torch,
+# transformers, ...) are then loaded once per session and each check imports only the checked
+# package itself. The parent imports nothing while a child runs (the two would share the CPU).
+#
+# Why a child's view of the checked package is exactly a fresh import: the parent never imports
+# a module of a package any check of the session named (`fresh`: a patch's package, its root and
+# the modules it checks, a check step's package); before each fork it refuses if one is in its
+# sys.modules anyway (a dependency imported it: that name is dropped from the hints) or if any
+# file it imported from, the folder holding it, or a sys.path folder changed since (a step
+# patched or installed something it holds): the agent then starts a new parent, and after a
+# second refusal runs the check in a fresh interpreter. The child empties the import system's
+# folder caches (a file written since is found as a fresh start finds it), and gets a fresh
+# __main__, the check's arguments and environment, stdin /dev/null and a process group of its
+# own, killed at the check's timeout. What can differ from a fresh interpreter is only state the
+# third-party modules made at their own import (numpy's random seed is the parent's), never the
+# checked package's.
+# A program run in a forked process as `python -c` runs it, and ended as it ends: its exit code
+# (sys.exit's argument, or 1 with the traceback on stderr), the atexit functions, the output
+# flushed; then os._exit, without the interpreter's teardown of every module, which in a fork of
+# a process holding torch would touch, and so copy, most of its memory (~0.8 s measured).
+RUN_FORKED = r"""
+def run_forked(code, namespace):
+    import atexit
+    try:
+        exec(compile(code, "<string>", "exec"), namespace)
+        status = 0
+    except SystemExit as exc:
+        status = exc.code
+        if status is None:
+            status = 0
+        elif not isinstance(status, int):
+            try:
+                sys.stderr.write("%s\n" % (status,))
+            except BaseException:
+                pass
+            status = 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(status & 0xFF)
+"""
+WARM_PARENT = r"""SELF = dict(globals())  # what a fresh `python -c` program finds in its namespace
+import json, os, select, signal, sys, time
+""" + RUN_FORKED + r"""
+fresh, roots, held, tried = set(), [], {}, set()  # held: path -> (inode, size, mtime) of what this imported from
+
+
+def signature(path):
+    try:
+        st = os.stat(path)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        return None
+
+
+def is_fresh(name, where=None):
+    if name.partition(".")[0] in fresh:
+        return True
+    return isinstance(where, str) and any(where.startswith(root + os.sep) for root in roots)
+
+
+def hold_new():
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None)
+        if isinstance(where, str) and where not in held:
+            held[where] = signature(where)
+            folder = os.path.dirname(where)
+            held.setdefault(folder, signature(folder))
+
+
+def preload(names):
+    for name in names:
+        if name in tried or name in sys.modules or is_fresh(name):
+            continue
+        tried.add(name)
+        try:
+            __import__(name)
+        except BaseException:  # one this parent cannot import alone: the child imports it itself
+            pass
+        if any(top in sys.modules for top in fresh):
+            return name
+    hold_new()
+    return None
+
+
+def why_not():
+    for name, module in list(sys.modules.items()):
+        if is_fresh(name, getattr(module, "__file__", None)):
+            return "holds %s" % name
+    for path, was in held.items():
+        if signature(path) != was:
+            return "%s changed" % path
+    return None
+
+
+def say(**what):
+    sys.stdout.write(json.dumps(what) + "\n")
+    sys.stdout.flush()
+
+
+for folder in sys.path:
+    held[folder] = signature(folder or ".")
+hold_new()
+learn_r, learn_w = os.pipe()
+os.set_blocking(learn_w, False)
+poison = None
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    req = json.loads(line)
+    fresh.update(req["fresh"])
+    roots.extend(os.path.realpath(r) for r in req["roots"])
+    poison = preload(req.get("preload") or []) or poison
+    refused = "importing %s imported a package checked fresh" % poison if poison else why_not()
+    if refused:
+        say(refused=refused, drop=poison)
+        break
+    sys.stdout.flush()
+    sys.stderr.flush()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the check's process, ended as a fresh interpreter ends (exit code, traceback, atexit)
+        os.setpgid(0, 0)
+        os.close(learn_r)
+        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, req["out"], os.O_WRONLY),
+                                (2, req["err"], os.O_WRONLY)):
+            os.dup2(os.open(path, flags), fd)
+        os.environ.update(req["env"])
+        import importlib, types
+        importlib.invalidate_caches()
+        told = set()
+
+        def tell(event, args, told=told, fd=learn_w):
+            if event == "import" and args[0] not in told:
+                told.add(args[0])
+                if not is_fresh(args[0]):
+                    try:
+                        os.write(fd, (args[0] + "\n").encode())
+                    except OSError:  # the pipe is full: the parent learns less
+                        pass
+
+        sys.addaudithook(tell)
+        sys.argv[:] = ["-c"] + req["args"]
+        main = types.ModuleType("__main__")
+        main.__dict__.update(SELF)
+        sys.modules["__main__"] = main
+        run_forked(sys.argv.pop(1), main.__dict__)
+    deadline, timed_out, heard = started + req["timeout_s"], False, b""
+    say(pid=pid)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            timed_out = True
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            done, status = os.waitpid(pid, 0)
+            break
+        if select.select([learn_r], [], [], min(0.02, max(0.0, deadline - time.monotonic())))[0]:
+            heard += os.read(learn_r, 1 << 16)
+    while select.select([learn_r], [], [], 0)[0]:
+        heard += os.read(learn_r, 1 << 16)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    learned = [n for n in heard.decode("utf-8", "replace").split("\n") if n and n not in sys.modules]
+    say(returncode=None if timed_out else code, timed_out=timed_out, seconds=round(time.monotonic() - started, 3),
+        learned=learned)
+    poison = preload(learned)  # for this session's next check, while the agent goes on
+"""
+WARM_STATE = {"parent": None, "heard": b"", "fresh": set(), "roots": set(), "state_dir": None, "hints": None}
+WARM_HINTS = "warm-imports.json"  # in the state dir: {interpreter: [module names its checks imported]}
+WARM_HINTS_MAX = 20000
+
+
+def warm_key():
+    return "%s %s" % (sys.executable, sys.prefix)
+
+
+def warm_hints():
+    """The module names the checks of earlier sessions imported with this interpreter ([] when
+    unknown: no state dir yet, no file, or one that is not ours and private)."""
+    if WARM_STATE["hints"] is None:
+        WARM_STATE["hints"] = []
+        if WARM_STATE["state_dir"] is not None:
+            try:
+                opened = open_state_file(os.path.join(WARM_STATE["state_dir"], WARM_HINTS))
+                if opened is not None:
+                    with opened:
+                        names = json.loads(opened.read().decode("utf-8")).get(warm_key())
+                    if isinstance(names, list):
+                        WARM_STATE["hints"] = [n for n in names if isinstance(n, str)]
+            except (OSError, ValueError, Refused):
+                pass
+    return WARM_STATE["hints"]
+
+
+def keep_hints(learned, drop=None):
+    """learned (in the order imported) added to the hints, drop removed; written to the state dir."""
+    hints = warm_hints()
+    known = set(hints)
+    new = [n for n in learned if n not in known and not known.add(n)]
+    if not new and drop is None or WARM_STATE["state_dir"] is None:
+        return
+    hints[:] = [n for n in hints + new if n != drop][:WARM_HINTS_MAX]
+    path = os.path.join(WARM_STATE["state_dir"], WARM_HINTS)
+    try:
+        atomic_write(path, json.dumps({warm_key(): hints}).encode("utf-8"), 0o600, durable=False)
+    except (OSError, Refused):
+        pass  # only a hint: the next session learns again
+
+
+def warm_parent():
+    """The session's warm parent (WARM_PARENT), started at the first check that needs it;
+    (process, whether it was just started)."""
+    import subprocess
+
+    parent = WARM_STATE["parent"]
+    if parent is not None and parent.poll() is None:
+        return parent, False
+    argv = [sys.executable, "-c", CLEAN_START, WARM_PARENT]
+    parent = subprocess.Popen(argv, cwd="/", env=dict(os.environ), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    WARM_STATE["parent"], WARM_STATE["heard"] = parent, b""
+    return parent, True
+
+
+def end_warm_parent():
+    parent = WARM_STATE["parent"]
+    WARM_STATE["parent"] = None
+    if parent is not None and parent.poll() is None:
+        parent.kill()
+        parent.wait()
+
+
+def warm_answer(parent, deadline):
+    """The warm parent's next line (JSON), or None when it said nothing before deadline."""
+    import select
+
+    fd = parent.stdout.fileno()
+    heard = WARM_STATE["heard"]  # what it said after the line last read
+    while b"\n" not in heard:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return None
+        heard += chunk
+    line, _, WARM_STATE["heard"] = heard.partition(b"\n")
+    return json.loads(line.decode("utf-8"))
+
+
+def run_check(code, timeout_s, args=(), env_extra=None, fresh=(), roots=()):
+    """run_python's result for `code`, run by a child of the warm parent (where fork and audit
+    hooks exist) or by a fresh interpreter. fresh, roots: the packages this check reads, and
+    their folders, which the parent must never hold."""
+    if not (hasattr(os, "fork") and hasattr(sys, "addaudithook")):
+        return run_python(code, timeout_s, args, env_extra)
+    import shutil
+    import tempfile
+
+    WARM_STATE["fresh"].update(p.split(".")[0] for p in fresh if p)
+    WARM_STATE["roots"].update(r for r in roots if r)
+    folder = tempfile.mkdtemp(prefix="patchkit-check-")  # 0700: this user's
+    try:
+        for attempt in (1, 2):  # a parent that refuses (it holds something stale) is replaced once
+            try:
+                ran = warm_run(folder, code, timeout_s, args, env_extra)
+            except (OSError, ValueError):  # it said something unreadable: a fresh one, as after a refusal
+                end_warm_parent()
+                ran = None
+            if ran is not None:
+                return ran
+        return run_python(code, timeout_s, args, env_extra)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def warm_run(folder, code, timeout_s, args, env_extra):
+    out, err = os.path.join(folder, "out"), os.path.join(folder, "err")
+    for path in (out, err):
+        with open(path, "wb"):
+            pass
+    started = time.monotonic()
+    parent, new = warm_parent()
+    request = {"args": [code] + list(args), "env": dict(env_extra or {}), "timeout_s": timeout_s,
+               "out": out, "err": err, "fresh": sorted(WARM_STATE["fresh"]), "roots": sorted(WARM_STATE["roots"]),
+               "preload": warm_hints() if new else []}
+    try:
+        parent.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
+        parent.stdin.flush()
+    except OSError:
+        end_warm_parent()
+        return None
+    # Its preloading and its staleness check come first; the child's timeout is the parent's to keep.
+    said = warm_answer(parent, started + timeout_s + 600)
+    if said is None or "refused" in said:
+        end_warm_parent()
+        if said is not None and said.get("drop"):
+            keep_hints([], said["drop"])
+        return None
+    ended = warm_answer(parent, time.monotonic() + timeout_s + 60)
+    if ended is None:  # the parent itself hung or died: its child's group goes with it
+        try:
+            os.killpg(said["pid"], signal.SIGKILL)
+        except OSError:
+            pass
+        end_warm_parent()
+        ended = {"returncode": None, "timed_out": True, "seconds": round(time.monotonic() - started, 3)}
+    keep_hints(ended.pop("learned", []))
+    result = dict(ended, stdout="", stderr="")
+    for name, path in (("stdout", out), ("stderr", err)):
+        with open(path, "rb") as f:
+            result[name] = tail(f.read().decode("utf-8", "replace"))
+    if result["timed_out"]:
+        result["stdout"] = ""  # as run_python: a timed-out check's stdout is not read
+    return result
+
 # ---------------------------------------------------------------- locating packages
 
 # How the import system finds a package and its modules, without importing any of them: the
@@ -1137,14 +1475,8 @@ def verify_unit(files, verify_imports, import_timeout_s, checks, verify_python=N
         failure = check_syntax(path, data, checks)
         if failure is not None:
             return failure
-    if verify_imports:
-        wrote = written_modules([path for path, _ in present], package, root)
-        failure = check_imports(verify_imports, import_timeout_s, checks, wrote)
-        if failure is not None:
-            return failure
-    if verify_python:
-        return check_program(verify_python["code"], verify_python["variables"], verify_python["timeout_s"], checks)
-    return None
+    wrote = written_modules([path for path, _ in present], package, root) if verify_imports else None
+    return check_in_one_process(verify_imports, import_timeout_s, checks, wrote, verify_python)
 
 
 def check_syntax(path, data, checks):
@@ -1236,6 +1568,11 @@ def check_imports(verify_imports, import_timeout_s, checks, wrote=None):
     """The import check in a fresh target interpreter, with the identity of what it imported
     (IMPORT_CHECK; wrote: written_modules); appends to checks, returns the failure."""
     result = run_python(IMPORT_CHECK, import_timeout_s, [json.dumps(wrote)] + list(verify_imports))
+    return judge_imports(result, verify_imports, import_timeout_s, checks)
+
+
+def judge_imports(result, verify_imports, import_timeout_s, checks):
+    """The import check's verdict from how its interpreter ended (run_python's result)."""
     ok = result["returncode"] == 0
     checks.append({"name": "import", "ok": ok, "detail": "%s in %ss" % (", ".join(verify_imports), result["seconds"])})
     if ok:
@@ -1260,6 +1597,11 @@ def check_program(code, variables, timeout_s, checks):
     environment variable PATCHKIT_VARS (secrets too: the host gets real values; the control
     side redacts what it journals). Appends to checks, returns the failure (None on a pass)."""
     result = run_python(code, timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables)})
+    return judge_program(result, timeout_s, checks)
+
+
+def judge_program(result, timeout_s, checks):
+    """A verify program's verdict from how it ended (run_python's result, or a forked child's)."""
     ok = result["returncode"] == 0
     said = result["stdout"].splitlines()
     checks.append({"name": "python", "ok": ok,
@@ -1271,6 +1613,137 @@ def check_program(code, variables, timeout_s, checks):
         return "verify program timed out after %ss" % timeout_s
     lines = [line for line in result["stderr"].splitlines() if line.strip()]
     return "verify program failed: %s" % (lines[-1] if lines else "exit %s" % result["returncode"])
+
+
+# The checks of a unit in one target interpreter: the import check (IMPORT_CHECK, cut off by an
+# interval timer at its timeout, counted from the interpreter's start), then each verify
+# program in a child of its own, forked once the patched modules are imported. A fresh interpreter
+# imports them once instead of once per check. Why a program cannot change what the next check
+# sees: it runs in its own process (its own memory, sys.modules and namespace, a fresh __main__),
+# and its process group is killed at its timeout; the parent only waits for it and notes how it
+# ended, in a file per check (sys.argv[1]: {import_timeout_s, results, programs: [{code, env, timeout_s,
+# out, err}]}). Fork is POSIX-only: without it, the checks run one fresh interpreter each.
+SHARED_CHECKS_START = r"""import json as _json, os as _os, signal as _signal, sys as _sys, time as _time
+_checks = _json.loads(_sys.argv.pop(1))
+_signal.signal(_signal.SIGALRM, _signal.SIG_DFL)  # SIGALRM's own action: this process ends, as a timeout
+_signal.setitimer(_signal.ITIMER_REAL, _checks["import_timeout_s"])
+"""
+SHARED_CHECKS_PROGRAMS = RUN_FORKED.replace("def run_forked(", "def _run_forked(") + r"""
+_signal.setitimer(_signal.ITIMER_REAL, 0)
+
+
+def _note(**said):
+    with open(_checks["results"], "a") as f:
+        f.write(_json.dumps(said) + "\n")
+
+
+_note(check="import", at=_time.time())
+for _program in _checks["programs"]:
+    _started = _time.monotonic()
+    _sys.stdout.flush()
+    _sys.stderr.flush()
+    _pid = _os.fork()
+    if _pid == 0:  # the program's own process; it ends as a fresh interpreter would end (exit code, atexit)
+        _os.setpgid(0, 0)
+        for _fd, _path in ((1, _program["out"]), (2, _program["err"])):
+            _os.dup2(_os.open(_path, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC, 0o600), _fd)
+        _os.environ.update(_program["env"])
+        _sys.argv[:] = ["-c"]
+        import types as _types
+        _main = _types.ModuleType("__main__")
+        _main.__builtins__ = __builtins__
+        _sys.modules["__main__"] = _main
+        _run_forked(_program["code"], _main.__dict__)
+    _deadline, _nap, _timed_out = _started + _program["timeout_s"], 0.002, False
+    while True:
+        _done, _status = _os.waitpid(_pid, _os.WNOHANG)
+        if _done:
+            break
+        if _time.monotonic() > _deadline:
+            _timed_out = True
+            try:
+                _os.killpg(_pid, _signal.SIGKILL)
+            except OSError:
+                pass
+            _done, _status = _os.waitpid(_pid, 0)
+            break
+        _time.sleep(_nap)
+        _nap = min(_nap * 2, 0.05)
+    _code = _os.WEXITSTATUS(_status) if _os.WIFEXITED(_status) else -_os.WTERMSIG(_status)
+    _note(check="program", returncode=None if _timed_out else _code, timed_out=_timed_out,
+          seconds=round(_time.monotonic() - _started, 3))
+    if _timed_out or _code:
+        break
+"""
+SHARED_CHECKS = SHARED_CHECKS_START + IMPORT_CHECK + SHARED_CHECKS_PROGRAMS
+
+
+def check_in_one_process(verify_imports, import_timeout_s, checks, wrote=None, verify_python=None):
+    """The import check (if verify_imports) then the verify program (if verify_python), as
+    check_imports then check_program judge them, in one interpreter where fork exists
+    (SHARED_CHECKS, started by run_check); appends to checks, returns the first failure (None
+    when all pass). The modules checked, and the package written (wrote), are read fresh."""
+    fresh = [m.split(".")[0] for m in verify_imports or []] + ([wrote["package"]] if wrote else [])
+    roots = [wrote["root"]] if wrote else []
+    if not (verify_imports and verify_python and hasattr(os, "fork")):
+        failure = None
+        if verify_imports:
+            ran = run_check(IMPORT_CHECK, import_timeout_s, [json.dumps(wrote)] + list(verify_imports), None,
+                            fresh, roots)
+            failure = judge_imports(ran, verify_imports, import_timeout_s, checks)
+        if failure is None and verify_python:
+            ran = run_check(verify_python["code"], verify_python["timeout_s"],
+                            env_extra={PROGRAM_VARS_ENV: json.dumps(verify_python["variables"])},
+                            fresh=fresh, roots=roots)
+            failure = judge_program(ran, verify_python["timeout_s"], checks)
+        return failure
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="patchkit-checks-")  # 0700: this user's
+    try:
+        return shared_checks(folder, verify_imports, import_timeout_s, checks, wrote, verify_python, fresh, roots)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def shared_checks(folder, verify_imports, import_timeout_s, checks, wrote, verify_python, fresh, roots):
+    timeout_s = verify_python["timeout_s"]
+    program = {"code": verify_python["code"], "timeout_s": timeout_s,
+               "env": {PROGRAM_VARS_ENV: json.dumps(verify_python["variables"])},
+               "out": os.path.join(folder, "out"), "err": os.path.join(folder, "err")}
+    results = os.path.join(folder, "results")
+    spawned = time.time()
+    spec = {"import_timeout_s": import_timeout_s, "results": results, "programs": [program]}
+    # The interpreter's own limit: the import check's timeout, then the program's; the slack is
+    # for its start and its waiting, whose own timers end each check first.
+    ran = run_check(SHARED_CHECKS, import_timeout_s + timeout_s + 30,
+                    [json.dumps(spec), json.dumps(wrote)] + list(verify_imports), None, fresh, roots)
+    said = {}
+    if os.path.exists(results):
+        with open(results) as f:
+            for line in f:
+                said[json.loads(line)["check"]] = json.loads(line)
+    imported = said.get("import")
+    if imported is None:  # the import check failed, or its timer ended the interpreter
+        if ran["returncode"] == -signal.SIGALRM:
+            ran = dict(ran, timed_out=True)
+        return judge_imports(ran, verify_imports, import_timeout_s, checks)
+    judge_imports(dict(ran, returncode=0, seconds=round(imported["at"] - spawned, 3)), verify_imports,
+                  import_timeout_s, checks)
+    outcome = said.get("program") or {  # the interpreter ended (or was ended) while the program ran
+        "returncode": ran["returncode"], "timed_out": ran["timed_out"],
+        "seconds": round(time.time() - imported["at"], 3)}
+    out = {}
+    for name in ("out", "err"):
+        try:
+            with open(program[name], "rb") as f:
+                out[name] = tail(f.read().decode("utf-8", "replace"))
+        except OSError:
+            out[name] = ""
+    if not out["err"] and outcome["returncode"] != 0:
+        out["err"] = ran["stderr"]  # the interpreter's own last words, if the program's are missing
+    return judge_program(dict(outcome, stdout=out["out"], stderr=out["err"]), timeout_s, checks)
 
 
 @op
@@ -1462,9 +1935,11 @@ def restore_locked(path, backup_path, expected_current, original_sha256, force, 
 # ---------------------------------------------------------------- checks
 
 @op
-def op_check(code, timeout_s, variables=None):
-    """A check step's program; the recipe's variables in PATCHKIT_VARS, as for check_program."""
-    return run_python(code, timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables or {})})
+def op_check(code, timeout_s, variables=None, package=None):
+    """A check step's program; the recipe's variables in PATCHKIT_VARS, as for check_program.
+    package: the one it is about, which the warm parent never holds (run_check)."""
+    return run_check(code, timeout_s, env_extra={PROGRAM_VARS_ENV: json.dumps(variables or {})},
+                     fresh=[package] if package else [])
 
 
 # ---------------------------------------------------------------- journal and lock
@@ -1515,6 +1990,7 @@ def op_lock(state_dir, timeout_s, owner, create=True):
         info = json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "owner": owner, "since": time.time()})
         os.ftruncate(fd, 0)
         os.pwrite(fd, info.encode(), 0)
+        WARM_STATE["state_dir"] = state_dir  # ours and private (ensure_private_dir): where the warm hints live
     LOCK["fd"] = fd
     return {"path": path, "state_dir": state_dir}
 
@@ -1651,6 +2127,7 @@ def op_journal_prune(state_dir, recipe, drop_run_ids):
 def op_end():
     """The control side's last request: serve() returns once this is answered, so the agent
     exits without waiting for stdin to close (the answers and the exit share a round trip)."""
+    end_warm_parent()
     return {}
 
 

@@ -93,7 +93,7 @@ class CheckKind(StepKind[CheckStep, bool]):
         result = planned.result.model_copy(update={"status": "failed", "message": ""})
         try:
             outcome = await ctx.agent.call(CHECK({"code": spec.python, "timeout_s": spec.timeout_s,
-                                                  "variables": ctx.loaded.variables}),
+                                                  "variables": ctx.loaded.variables, "package": spec.package}),
                                            reply_wait=spec.timeout_s + 60)
         except HostError as exc:
             result.message = str(exc)
