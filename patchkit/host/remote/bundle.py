@@ -345,7 +345,7 @@ def apply_bundle(bundle, state_dir, lock_timeout, command):
         for d in decided:
             step = d["step"]
             if d["action"] == "check":
-                result = run_check(bundle, step, d)
+                result = bundle_check(bundle, step, d)
             elif d["action"] == "apply":
                 result = apply_step(bundle, step, d, state_dir, run_id, record)
             elif d["action"] == "ok" and step["name"] in unsettled:
@@ -376,7 +376,7 @@ def apply_bundle(bundle, state_dir, lock_timeout, command):
     return 0
 
 
-def run_check(bundle, step, d):
+def bundle_check(bundle, step, d):
     outcome = op_check(step["python"], step["timeout_s"], bundle["variables"])
     ok = outcome["returncode"] == 0
     result = {"name": step["name"], "kind": "check", "status": "ok" if ok else "failed",
