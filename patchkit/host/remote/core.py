@@ -621,8 +621,11 @@ def run_forked(code, namespace):
         os._exit(status & 0xFF)
 """
 WARM_PARENT = r"""SELF = dict(globals())  # what a fresh `python -c` program finds in its namespace
-import json, os, select, signal, sys, time
+import json, os, select, signal, sys, threading, time
 """ + RUN_FORKED + r"""
+# Import alongside a running check only with a second CPU to do it on: on one, the check's time
+# (and its timeout) would pay for it.
+ALONGSIDE = len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)) > 1
 fresh, roots, held, tried = set(), [], {}, set()  # held: path -> (inode, size, mtime) of what this imported from
 
 
@@ -640,16 +643,20 @@ def is_fresh(name, where=None):
     return isinstance(where, str) and any(where.startswith(root + os.sep) for root in roots)
 
 
-def hold_new():
+def hold_new(since=None):  # each new module's file and folder, as they are now
     for name, module in list(sys.modules.items()):
         where = getattr(module, "__file__", None)
         if isinstance(where, str) and where not in held:
-            held[where] = signature(where)
-            folder = os.path.dirname(where)
-            held.setdefault(folder, signature(folder))
+            for path in (where, os.path.dirname(where)):
+                if path not in held:
+                    now = signature(path)
+                    # one written since the imports started (a check or the agent may write
+                    # while this imports) may not be what was read: held as changed
+                    held[path] = "written while imported" if since and now and now[2] >= since else now
 
 
 def preload(names):
+    since = time.time_ns() - 50 * 10 ** 6  # a margin for the kernel clock file times come from (a tick behind)
     for name in names:
         if name in tried or name in sys.modules or is_fresh(name):
             continue
@@ -660,7 +667,7 @@ def preload(names):
             pass
         if any(top in sys.modules for top in fresh):
             return name
-    hold_new()
+    hold_new(since)
     return None
 
 
@@ -677,6 +684,42 @@ def why_not():
 def say(**what):
     sys.stdout.write(json.dumps(what) + "\n")
     sys.stdout.flush()
+
+
+def watch(pid, started, timeout_s, held_then, told, ended):
+    # The check's keeper, in a thread: the names the child tells appended to `told`, the child
+    # killed at its timeout and its end said as soon as it ends, whatever the main thread imports.
+    deadline, timed_out, heard = started + timeout_s, False, b""
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                done, status = os.waitpid(pid, 0)
+                break
+            if select.select([learn_r], [], [], min(0.02, max(0.0, deadline - time.monotonic())))[0]:
+                heard += os.read(learn_r, 1 << 16)
+                heard = take_names(heard, told)
+        while select.select([learn_r], [], [], 0)[0]:
+            heard += os.read(learn_r, 1 << 16)
+        take_names(heard + b"\n", told)
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+        say(returncode=None if timed_out else code, timed_out=timed_out,
+            seconds=round(time.monotonic() - started, 3), learned=[n for n in told if n not in held_then])
+    finally:
+        ended.set()
+
+
+def take_names(heard, told):  # the whole lines of heard appended to told; the rest returned
+    lines = heard.split(b"\n")
+    told.extend(n for n in (line.decode("utf-8", "replace") for line in lines[:-1]) if n)
+    return lines[-1]
 
 
 for folder in sys.path:
@@ -727,29 +770,18 @@ while True:
         main.__dict__.update(SELF)
         sys.modules["__main__"] = main
         run_forked(sys.argv.pop(1), main.__dict__)
-    deadline, timed_out, heard = started + req["timeout_s"], False, b""
     say(pid=pid)
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            timed_out = True
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            done, status = os.waitpid(pid, 0)
-            break
-        if select.select([learn_r], [], [], min(0.02, max(0.0, deadline - time.monotonic())))[0]:
-            heard += os.read(learn_r, 1 << 16)
-    while select.select([learn_r], [], [], 0)[0]:
-        heard += os.read(learn_r, 1 << 16)
-    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
-    learned = [n for n in heard.decode("utf-8", "replace").split("\n") if n and n not in sys.modules]
-    say(returncode=None if timed_out else code, timed_out=timed_out, seconds=round(time.monotonic() - started, 3),
-        learned=learned)
-    poison = preload(learned)  # for this session's next check, while the agent goes on
+    told, ended = [], threading.Event()
+    watcher = threading.Thread(target=watch, args=(pid, started, req["timeout_s"], set(sys.modules), told, ended))
+    watcher.start()
+    taken = 0
+    while not ended.wait(0.02 if ALONGSIDE else None):  # import what the child imported, as it goes
+        if len(told) > taken:
+            batch = told[taken:]
+            taken += len(batch)
+            poison = preload(batch) or poison
+    watcher.join()  # before the next fork: a fork copies only the thread that calls it
+    poison = preload(told[taken:]) or poison  # for this session's next check, while the agent goes on
 """
 WARM_STATE = {"parent": None, "heard": b"", "fresh": set(), "roots": set(), "state_dir": None, "hints": None}
 WARM_HINTS = "warm-imports.json"  # in the state dir: {interpreter: [module names its checks imported]}
