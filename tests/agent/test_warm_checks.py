@@ -220,3 +220,28 @@ def test_on_a_first_run_the_parent_imports_a_checks_dependencies_while_the_check
     assert step(done, "holds")["message"] == "passed: held", done
     assert len(list(tmp_path.glob("imported-by.*"))) == 2  # the check's process and the parent, once each
     assert "sidecar" in hints(sandbox)
+
+
+def test_a_module_written_while_the_parent_imported_it_is_imported_anew(sandbox: Sandbox, tmp_path: Path) -> None:
+    """`sidecar.mod`, when a process imports it after a first one did, rewrites its own file (as a
+    check or a step may write while the parent imports): the parent read the old text but finds
+    the new file, and its folder, as they are after its import. The next check must see what a
+    fresh import sees."""
+    (sandbox.pkgs / "sidecar").mkdir()
+    (sandbox.pkgs / "sidecar" / "__init__.py").write_text("")
+    source = sandbox.pkgs / "sidecar" / "mod.py"
+    first = tmp_path / "imported-once"
+    source.write_text(
+        "import os\nVALUE = 'old'\n"
+        f"if os.path.exists({str(first)!r}) and VALUE == 'old':\n"
+        f"    with open({str(source)!r} + '.tmp', 'w') as f:\n"
+        "        f.write(\"VALUE = 'newer'\\n\")\n"
+        f"    os.replace({str(source)!r} + '.tmp', {str(source)!r})\n"
+        f"open({str(first)!r}, 'w').close()\n")
+    reads = "import sidecar.mod\nprint(sidecar.mod.VALUE)"
+    done = sandbox.run("apply", check_recipe(tmp_path, "sidecar", check_step("first", reads, "toyllm")
+                                             + check_step("second", reads, "toyllm")), json_out=True)
+    assert done.returncode == 0, done
+    assert step(done, "first")["message"] == "passed: old", done
+    assert "VALUE = 'newer'" in source.read_text()  # the parent's import rewrote it
+    assert step(done, "second")["message"] == "passed: newer", done

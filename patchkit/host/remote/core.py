@@ -569,18 +569,20 @@ def run_python(code, timeout_s, args=(), env_extra=None, python=None, env=None, 
 # each: a target interpreter (started as run_python starts one: CLEAN_START, cwd /, this
 # environment) that forks a child per check. Each child tells the parent, through a pipe and an
 # audit hook, the name of every module it imports outside the packages the checks read fresh;
-# the parent imports them once that check has ended (for the session's next check, while the
-# agent goes on), and the agent keeps them in the state dir (WARM_HINTS, per interpreter) for the
-# next session's parent to import before its first fork: the third-party dependencies (torch,
-# transformers, ...) are then loaded once per session and each check imports only the checked
-# package itself. The parent imports nothing while a child runs (the two would share the CPU).
+# the parent imports them as they come, on a second CPU while the check runs (a thread waits for
+# the child, kills it at its timeout and says its end at once; with one CPU, after the check, whose
+# time would otherwise pay for it), and the agent keeps them in the state dir (WARM_HINTS, per
+# interpreter) for the next session's parent to import before its first fork: the third-party
+# dependencies (torch, transformers, ...) are then loaded once per session, on a first run by the
+# time the first check ends, and each check imports only the checked package itself.
 #
 # Why a child's view of the checked package is exactly a fresh import: the parent never imports
 # a module of a package any check of the session named (`fresh`: a patch's package, its root and
 # the modules it checks, a check step's package); before each fork it refuses if one is in its
 # sys.modules anyway (a dependency imported it: that name is dropped from the hints) or if any
 # file it imported from, the folder holding it, or a sys.path folder changed since (a step
-# patched or installed something it holds): the agent then starts a new parent, and after a
+# patched or installed something it holds; one written while it imported may not be what it
+# read, and counts as changed): the agent then starts a new parent, and after a
 # second refusal runs the check in a fresh interpreter. The child empties the import system's
 # folder caches (a file written since is found as a fresh start finds it), and gets a fresh
 # __main__, the check's arguments and environment, stdin /dev/null and a process group of its
