@@ -569,12 +569,11 @@ def run_python(code, timeout_s, args=(), env_extra=None, python=None, env=None, 
 # each: a target interpreter (started as run_python starts one: CLEAN_START, cwd /, this
 # environment) that forks a child per check. Each child tells the parent, through a pipe and an
 # audit hook, the name of every module it imports outside the packages the checks read fresh;
-# the parent imports them as they come, on a second CPU while the check runs (a thread waits for
-# the child, kills it at its timeout and says its end at once; with one CPU, after the check, whose
-# time would otherwise pay for it), and the agent keeps them in the state dir (WARM_HINTS, per
-# interpreter) for the next session's parent to import before its first fork: the third-party
-# dependencies (torch, transformers, ...) are then loaded once per session, on a first run by the
-# time the first check ends, and each check imports only the checked package itself.
+# the parent imports them once that check has ended (for the session's next check, while the
+# agent goes on), and the agent keeps them in the state dir (WARM_HINTS, per interpreter) for the
+# next session's parent to import before its first fork: the third-party dependencies (torch,
+# transformers, ...) are then loaded once per session and each check imports only the checked
+# package itself. The parent imports nothing while a child runs (the two would share the CPU).
 #
 # Why a child's view of the checked package is exactly a fresh import: the parent never imports
 # a module of a package any check of the session named (`fresh`: a patch's package, its root and
@@ -623,11 +622,8 @@ def run_forked(code, namespace):
         os._exit(status & 0xFF)
 """
 WARM_PARENT = r"""SELF = dict(globals())  # what a fresh `python -c` program finds in its namespace
-import json, os, select, signal, sys, threading, time
+import json, os, select, signal, sys, time
 """ + RUN_FORKED + r"""
-# Import alongside a running check only with a second CPU to do it on: on one, the check's time
-# (and its timeout) would pay for it.
-ALONGSIDE = len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)) > 1
 fresh, roots, held, tried = set(), [], {}, set()  # held: path -> (inode, size, mtime) of what this imported from
 
 
@@ -652,8 +648,8 @@ def hold_new(since=None):  # each new module's file and folder, as they are now
             for path in (where, os.path.dirname(where)):
                 if path not in held:
                     now = signature(path)
-                    # one written since the imports started (a check or the agent may write
-                    # while this imports) may not be what was read: held as changed
+                    # one written since the imports started (the agent goes on while this
+                    # imports) may not be what was read: held as changed
                     held[path] = "written while imported" if since and now and now[2] >= since else now
 
 
@@ -686,42 +682,6 @@ def why_not():
 def say(**what):
     sys.stdout.write(json.dumps(what) + "\n")
     sys.stdout.flush()
-
-
-def watch(pid, started, timeout_s, held_then, told, ended):
-    # The check's keeper, in a thread: the names the child tells appended to `told`, the child
-    # killed at its timeout and its end said as soon as it ends, whatever the main thread imports.
-    deadline, timed_out, heard = started + timeout_s, False, b""
-    try:
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                timed_out = True
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                done, status = os.waitpid(pid, 0)
-                break
-            if select.select([learn_r], [], [], min(0.02, max(0.0, deadline - time.monotonic())))[0]:
-                heard += os.read(learn_r, 1 << 16)
-                heard = take_names(heard, told)
-        while select.select([learn_r], [], [], 0)[0]:
-            heard += os.read(learn_r, 1 << 16)
-        take_names(heard + b"\n", told)
-        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
-        say(returncode=None if timed_out else code, timed_out=timed_out,
-            seconds=round(time.monotonic() - started, 3), learned=[n for n in told if n not in held_then])
-    finally:
-        ended.set()
-
-
-def take_names(heard, told):  # the whole lines of heard appended to told; the rest returned
-    lines = heard.split(b"\n")
-    told.extend(n for n in (line.decode("utf-8", "replace") for line in lines[:-1]) if n)
-    return lines[-1]
 
 
 for folder in sys.path:
@@ -772,18 +732,29 @@ while True:
         main.__dict__.update(SELF)
         sys.modules["__main__"] = main
         run_forked(sys.argv.pop(1), main.__dict__)
+    deadline, timed_out, heard = started + req["timeout_s"], False, b""
     say(pid=pid)
-    told, ended = [], threading.Event()
-    watcher = threading.Thread(target=watch, args=(pid, started, req["timeout_s"], set(sys.modules), told, ended))
-    watcher.start()
-    taken = 0
-    while not ended.wait(0.02 if ALONGSIDE else None):  # import what the child imported, as it goes
-        if len(told) > taken:
-            batch = told[taken:]
-            taken += len(batch)
-            poison = preload(batch) or poison
-    watcher.join()  # before the next fork: a fork copies only the thread that calls it
-    poison = preload(told[taken:]) or poison  # for this session's next check, while the agent goes on
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            timed_out = True
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            done, status = os.waitpid(pid, 0)
+            break
+        if select.select([learn_r], [], [], min(0.02, max(0.0, deadline - time.monotonic())))[0]:
+            heard += os.read(learn_r, 1 << 16)
+    while select.select([learn_r], [], [], 0)[0]:
+        heard += os.read(learn_r, 1 << 16)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    learned = [n for n in heard.decode("utf-8", "replace").split("\n") if n and n not in sys.modules]
+    say(returncode=None if timed_out else code, timed_out=timed_out, seconds=round(time.monotonic() - started, 3),
+        learned=learned)
+    poison = preload(learned)  # for this session's next check, while the agent goes on
 """
 WARM_STATE = {"parent": None, "heard": b"", "fresh": set(), "roots": set(), "state_dir": None, "hints": None}
 WARM_HINTS = "warm-imports.json"  # in the state dir: {interpreter: [module names its checks imported]}
