@@ -369,3 +369,32 @@ def test_a_module_the_interpreter_loads_from_another_file_is_refused_as_ambiguou
     assert f"the target is ambiguous: {python} loads toyllm.config.speculative from {shadow}, not from {target}" \
         in done.stderr
     assert target.read_bytes() == original == shadow.read_bytes()
+
+
+@pytest.mark.parametrize("elsewhere", ["another venv's script", "a checkout in the working folder"])
+def test_a_command_whose_python_imports_the_package_from_elsewhere_is_refused(toy: dict[str, object], tmp_path: Path,
+                                                                             elsewhere: str) -> None:
+    """The server's interpreter must load the files the bundle patches: a console script whose #!
+    names another venv's Python, or `python -c`/`-m` started in a folder holding a `toyllm/`
+    checkout (the working folder comes first on their path), is refused before anything is written."""
+    python = installed(tmp_path / "host", toy["links"], "0.16.0")  # type: ignore[arg-type]
+    target = tmp_path / "host" / "site" / SPECULATIVE
+    original, marker, cwd = target.read_bytes(), tmp_path / "served", tmp_path / "work"
+    cwd.mkdir()
+    if elsewhere == "another venv's script":
+        other = installed(tmp_path / "other", toy["links"], "0.16.0")  # type: ignore[arg-type]
+        script = tmp_path / "bin" / "toy-serve"
+        script.parent.mkdir()
+        script.write_text(f"#!{other}\n" + server(other, marker)[2].replace("; ", "\n") + "\n")
+        script.chmod(0o755)
+        command, loads_from = [str(script)], tmp_path / "other" / "site" / "toyllm"
+    else:
+        (cwd / "toyllm").mkdir()
+        (cwd / "toyllm" / "__init__.py").write_text("")
+        command, loads_from = server(python, marker), cwd / "toyllm"
+    done = subprocess.run([str(python), str(toy["bundle"]), "--state-dir", str(tmp_path / "state"), "--", *command],
+                          capture_output=True, text=True, timeout=60, check=False, cwd=cwd)
+    assert done.returncode == 1 and not marker.exists(), done.stderr
+    assert f"which imports toyllm from {loads_from}, not {tmp_path / 'host' / 'site' / 'toyllm'}" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert target.read_bytes() == original and not (tmp_path / "state").exists()

@@ -89,6 +89,7 @@ def bundle_main(data, argv, began=None):
     bundle = json.loads(data.decode("utf-8"))
     try:
         decided = decide_steps(bundle)
+        command_loads_the_same(command, decided)
         unsettled = cut_off_steps(bundle, state_dir, decided)
         if not unsettled and all(d["action"] in ("ok", "skipped", "check") for d in decided):
             # in place: nothing to write, no check to run again (they ran before the write), no lock
@@ -108,6 +109,76 @@ def bundle_main(data, argv, began=None):
     bundle_say("%s: applied in %.3f s (journal: %s); starting %s" % (bundle["recipe"], time.monotonic() - began,
                                                                       expand(state_dir), command[0]))
     return start(command)
+
+
+PYTHON_NAME = re.compile(r"^python[0-9.]*$")
+WHERE_IT_LOADS = ("import importlib.util, json, sys\n"
+                  "out = {}\n"
+                  "for name in sys.argv[1:]:\n"
+                  "    spec = importlib.util.find_spec(name)\n"
+                  "    places = list(spec.submodule_search_locations or []) if spec else []\n"
+                  "    out[name] = places[0] if places else (spec.origin if spec else None)\n"
+                  "print(json.dumps(out))\n")
+
+
+def command_python(command):
+    """(interpreter, folder its sys.path[0] is) of the Python COMMAND runs, or None when COMMAND is no
+    Python we can tell (a shell, a binary): `python3 -m vllm ...` (the working folder first on its path,
+    as for -c), `python3 script.py`, or a script whose #! names a Python (`vllm serve`: pip's console
+    script; its own folder first on its path)."""
+    import shutil
+
+    first = shutil.which(command[0])
+    if first is None:
+        return None
+    if PYTHON_NAME.match(os.path.basename(first)):
+        rest = [a for a in command[1:] if not a.startswith("-") or a in ("-m", "-c")]
+        if rest and rest[0] not in ("-m", "-c") and os.path.isfile(rest[0]):
+            return first, os.path.dirname(os.path.abspath(rest[0]))
+        return first, os.getcwd()
+    try:
+        with open(first, "rb") as f:
+            line = f.readline(512)
+    except OSError:
+        return None
+    if not line.startswith(b"#!"):
+        return None
+    words = line[2:].decode("utf-8", "replace").split()
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        interpreter = shutil.which(words[0]) if words else None
+    else:
+        interpreter = words[0] if words else None
+    if not interpreter or not PYTHON_NAME.match(os.path.basename(interpreter)):
+        return None
+    return interpreter, os.path.dirname(first)
+
+
+def command_loads_the_same(command, decided):
+    """Unknown when the Python COMMAND runs would import a bundled package from another folder than
+    the one this interpreter patches (another venv's `vllm`, a `vllm/` checkout in the working folder
+    that `python -m` puts first): patching here would leave the server on the old code."""
+    roots = dict((d["step"]["package"], d["root"]) for d in decided if d.get("root"))
+    found = command_python(command) if roots else None
+    if found is None:
+        return
+    import subprocess
+
+    interpreter, first = found
+    try:
+        done = subprocess.run([interpreter, "-c", WHERE_IT_LOADS] + sorted(roots), cwd=first,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        loads = json.loads(done.stdout.decode("utf-8"))
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        raise Unknown("cannot tell where %s (%s) imports %s from: %s"
+                      % (command[0], interpreter, ", ".join(sorted(roots)), exc))
+    for package, root in sorted(roots.items()):
+        there = loads.get(package)
+        if there is None or os.path.realpath(there) != os.path.realpath(root):
+            raise Unknown("%s runs %s, which imports %s from %s, not %s that this bundle patches for %s; "
+                          "run the bundle with that interpreter (%s BUNDLE.pyz -- ...)"
+                          % (command[0], interpreter, package, there or "nowhere", root, sys.executable,
+                             interpreter))
 
 
 def unknown(why, on_unknown, command):
