@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,9 @@ from tests.agent.test_verify_python import SPEC, whitelist_recipe
 from tests.helpers import Sandbox, host_agent, sandbox_fixture, step  # noqa: F401 - the `sandbox` fixture
 
 HINTS = "warm-imports.json"
+# An import by a name given at run time: the parent cannot read it ahead, the check's child
+# imports it and reports it (a hint for the next session's parent).
+IMPORTED_LATE = "import sys\n__import__"
 
 # Before it imports anything: what the process it runs in has imported already.
 SEES_THE_IMPORT_CHECK = """\
@@ -71,7 +76,8 @@ def test_a_check_steps_imports_are_preloaded_next_run_but_the_checked_package_is
     checked against the parent's unpatched copy: its verify program (vLLM-like validation, in
     the child of the import check) accepts the added model types only if the patched file was
     imported."""
-    probe = check_step("probe", "import toyllm.config.speculative, fractions\nprint('probed')")
+    probe = check_step("probe", f"{IMPORTED_LATE}('toyllm.config.speculative')\n{IMPORTED_LATE}('fractions')\n"
+                                "print('probed')")
     first = sandbox.run("apply", check_recipe(tmp_path, "probe", probe), json_out=True)
     assert first.returncode == 0, first.json()["hosts"]["local"]["steps"]
     assert "toyllm.config.speculative" in hints(sandbox) and "fractions" in hints(sandbox)
@@ -89,10 +95,11 @@ def test_a_check_steps_imports_are_preloaded_next_run_but_the_checked_package_is
 
 
 def test_hints_never_name_the_package_a_check_reads_fresh(sandbox: Sandbox, tmp_path: Path) -> None:
-    probe = check_step("probe", "import toyllm.config.speculative, fractions\nprint('probed')", package="toyllm")
+    probe = check_step("probe", f"{IMPORTED_LATE}('toyllm.config.speculative')\n{IMPORTED_LATE}('fractions')\n"
+                                "print('probed')", package="toyllm")
     assert sandbox.run("apply", check_recipe(tmp_path, "probe", probe)).returncode == 0
     names = hints(sandbox)
-    assert "fractions" in names, names
+    assert "fractions" in names, " ".join(names)
     assert not [n for n in names if n.split(".")[0] == "toyllm"], names
 
 
@@ -172,7 +179,7 @@ def test_a_package_a_check_reads_fresh_is_imported_anew_even_when_its_modules_di
     (sandbox.pkgs / "toyllm" / "flag.py").write_text(
         "import os\nwith open(os.path.join(os.path.dirname(__file__), 'data', 'flag.txt')) as f:\n"
         "    VALUE = f.read()\n")
-    probe = check_step("probe", "import toyllm.flag\nprint(toyllm.flag.VALUE)")
+    probe = check_step("probe", f"{IMPORTED_LATE}('toyllm.flag')\nprint(sys.modules['toyllm.flag'].VALUE)")
     assert sandbox.run("apply", check_recipe(tmp_path, "probe", probe)).returncode == 0
     assert "toyllm.flag" in hints(sandbox)
     flag.write_text("old")
@@ -216,10 +223,89 @@ def test_a_module_written_while_the_parent_imported_it_is_imported_anew(sandbox:
         "        f.write(\"VALUE = 'newer'\\n\")\n"
         f"    os.replace({str(source)!r} + '.tmp', {str(source)!r})\n"
         f"open({str(first)!r}, 'w').close()\n")
-    reads = "import sidecar.mod\nprint(sidecar.mod.VALUE)"
+    reads = f"{IMPORTED_LATE}('sidecar.mod')\nprint(sys.modules['sidecar.mod'].VALUE)"
     done = sandbox.run("apply", check_recipe(tmp_path, "sidecar", check_step("first", reads, "toyllm")
                                              + check_step("second", reads, "toyllm")), json_out=True)
     assert done.returncode == 0, done
     assert step(done, "first")["message"] == "passed: old", done
     assert "VALUE = 'newer'" in source.read_text()  # the parent's import rewrote it
     assert step(done, "second")["message"] == "passed: newer", done
+
+
+# What a check's child finds imported before its own first import (printed as JSON).
+FOUND_BEFORE = """\
+import json, sys
+found = {m: m in sys.modules for m in %r}
+import toyllm.config
+print(json.dumps(found, sort_keys=True))
+"""
+
+
+def read_ahead_sandbox(sandbox: Sandbox, top: str) -> None:
+    """toyllm.config.model imports `top` lines at column 0, `wave` only in a docstring's example
+    and `tabnanny` and `filecmp` only inside a function: the first check on a host (no hints yet)
+    must find what the column-0 lines import already imported by the warm parent, nothing else."""
+    model = sandbox.pkgs / "toyllm" / "config" / "model.py"
+    model.write_text(top + '"""Example:\n\nimport wave\n"""\n\n\ndef later():\n    import tabnanny\n'
+                     '    from filecmp import cmp\n\n\n' + model.read_text())
+
+
+def found_before(done: Any, name: str) -> dict[str, bool]:
+    message = step(done, name)["message"]
+    assert message.startswith("passed: {"), message
+    return json.loads(message[len("passed: "):])
+
+
+def test_a_hosts_first_check_finds_the_modules_its_package_imports_at_top_level_imported(
+        sandbox: Sandbox, tmp_path: Path) -> None:
+    read_ahead_sandbox(sandbox, "import colorsys\n")
+    program = FOUND_BEFORE % (["colorsys", "wave", "tabnanny", "filecmp", "toyllm", "toyllm.config.model"],)
+    assert not (sandbox.state / HINTS).exists()
+    done = sandbox.run("apply", check_recipe(tmp_path, "ahead", check_step("sees", program, "toyllm")), json_out=True)
+    assert done.returncode == 0, done
+    assert found_before(done, "sees") == {"colorsys": True, "wave": False, "tabnanny": False, "filecmp": False,
+                                          "toyllm": False, "toyllm.config.model": False}
+
+
+def test_a_name_read_ahead_that_imports_the_checked_package_is_left_to_the_check(sandbox: Sandbox,
+                                                                                 tmp_path: Path) -> None:
+    """toyplug imports toyllm: the parent that imported it ahead holds the checked package and
+    refuses; the next one imports what else was read ahead, not toyplug (the check imports it
+    itself, from a fresh toyllm)."""
+    (sandbox.pkgs / "toyplug.py").write_text("import toyllm\nPLUGGED = True\n")
+    read_ahead_sandbox(sandbox, "import toyplug\nimport colorsys\n")
+    program = FOUND_BEFORE % (["colorsys", "toyplug", "toyllm"],)
+    done = sandbox.run("apply", check_recipe(tmp_path, "plug", check_step("sees", program, "toyllm")), json_out=True)
+    assert done.returncode == 0, done
+    assert found_before(done, "sees") == {"colorsys": True, "toyplug": False, "toyllm": False}
+
+
+def test_a_name_read_ahead_whose_import_hangs_costs_one_checks_timeout_once(sandbox: Sandbox,
+                                                                            tmp_path: Path) -> None:
+    """The program imports `sleepy` (its import hangs) only on a branch it does not take: the
+    parent reading ahead hangs in it; after the check's timeout the agent ends that parent and
+    runs the checks of the session in fresh interpreters (the second check waits for none)."""
+    (sandbox.pkgs / "sleepy.py").write_text("import time\ntime.sleep(120)\n")
+    program = "import sys\nif len(sys.argv) > 5:\n    import sleepy\nimport toyllm.config\nprint('fine')\n"
+    steps = "".join(check_step(name, program, "toyllm").replace("    check:\n", "    check:\n      timeout_s: 6\n")
+                    for name in ("first", "second"))
+    started = time.monotonic()
+    done = sandbox.run("apply", check_recipe(tmp_path, "sleepy", steps), json_out=True, timeout=100)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done
+    assert [step(done, n)["message"] for n in ("first", "second")] == ["passed: fine"] * 2
+    assert 6 <= took < 15, took  # one timeout waited, not one per attempt and check (24 s)
+
+
+def test_a_check_waits_for_no_more_than_one_module_the_parent_learned(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The first check imports slow_a and slow_b by name (2 s each): the parent learns them and
+    imports them after that check, while the agent goes on; the second check is asked for while
+    it imports slow_a, and is served after that one module, without slow_b."""
+    for name in ("slow_a", "slow_b"):
+        (sandbox.pkgs / f"{name}.py").write_text("import time\ntime.sleep(2)\n")
+    first = f"{IMPORTED_LATE}('slow_a')\n__import__('slow_b')\nprint('imported')"
+    second = FOUND_BEFORE % (["slow_a", "slow_b"],)
+    done = sandbox.run("apply", check_recipe(tmp_path, "slow", check_step("first", first, "toyllm")
+                                             + check_step("second", second, "toyllm")), json_out=True)
+    assert done.returncode == 0, done
+    assert found_before(done, "second") == {"slow_a": True, "slow_b": False}

@@ -625,6 +625,7 @@ WARM_PARENT = r"""SELF = dict(globals())  # what a fresh `python -c` program fin
 import json, os, select, signal, sys, time
 """ + RUN_FORKED + r"""
 fresh, roots, held, tried = set(), [], {}, set()  # held: path -> (inode, size, mtime) of what this imported from
+pending = []  # names children imported, not yet imported here
 
 
 def signature(path):
@@ -653,14 +654,23 @@ def hold_new(since=None):  # each new module's file and folder, as they are now
                     held[path] = "written while imported" if since and now and now[2] >= since else now
 
 
-def preload(names):
+def preload(names, until_asked=False):  # "module", or "module:attr,..." (`from module import attr`)
     since = time.time_ns() - 50 * 10 ** 6  # a margin for the kernel clock file times come from (a tick behind)
-    for name in names:
-        if name in tried or name in sys.modules or is_fresh(name):
+    if until_asked:
+        pending[:] = []
+    for at, name in enumerate(names):
+        if until_asked and select.select([sys.stdin], [], [], 0)[0]:  # a check waits: the rest after it
+            pending[:] = names[at:]
+            break
+        module, _, attrs = name.partition(":")
+        if name in tried or is_fresh(module) or not attrs and module in sys.modules:
             continue
         tried.add(name)
         try:
-            __import__(name)
+            attrs = [a for a in attrs.split(",") if a]
+            imported = __import__(module, fromlist=attrs)
+            for attr in attrs:  # a module that is not a package gets no fromlist walk
+                getattr(imported, attr, None)
         except BaseException:  # one this parent cannot import alone: the child imports it itself
             pass
         if any(top in sys.modules for top in fresh):
@@ -754,9 +764,14 @@ while True:
     learned = [n for n in heard.decode("utf-8", "replace").split("\n") if n and n not in sys.modules]
     say(returncode=None if timed_out else code, timed_out=timed_out, seconds=round(time.monotonic() - started, 3),
         learned=learned)
-    poison = preload(learned)  # for this session's next check, while the agent goes on
+    # For this session's next check, while the agent goes on; it stops when a check is asked
+    # for, which would wait for names it may not need (what it reads ahead comes first).
+    poison = preload(pending + learned, until_asked=True)
 """
-WARM_STATE = {"parent": None, "heard": b"", "fresh": set(), "roots": set(), "state_dir": None, "hints": None}
+# never: names that imported a checked package (not sent again this session); read: what
+# imports_ahead read of each file (top_imports); cold: no warm parent this session
+WARM_STATE = {"parent": None, "heard": b"", "fresh": set(), "roots": set(), "state_dir": None, "hints": None,
+              "never": set(), "read": {}, "cold": False}
 WARM_HINTS = "warm-imports.json"  # in the state dir: {interpreter: [module names its checks imported]}
 WARM_HINTS_MAX = 20000
 
@@ -839,33 +854,146 @@ def warm_answer(parent, deadline):
     return json.loads(line.decode("utf-8"))
 
 
-def run_check(code, timeout_s, args=(), env_extra=None, fresh=(), roots=()):
+# What a check will import, read before it runs. A host's first check has no hints: its parent
+# would import nothing, its child every third-party module, and the parent the same again for
+# the next check. So the agent reads, without importing, the modules a check names (its
+# program's import statements, the modules an import check imports) and, in each module of a
+# checked package they reach, the import statements at the file's top level: an import at
+# column 0 runs whenever its module is imported (one inside a function, a try or an if is left
+# to the check's child, which reports it for the next check). The names outside the checked
+# packages are the parent's to import before it forks ("module:attr" for `from module import
+# attr`, where a lazy module, as transformers', loads its submodule). Only a hint, as the
+# learned names are: the parent never holds a checked package (a name that imports one is
+# refused and not read again this session), and one that fails to import is the child's.
+TOP_IMPORT = re.compile(r"(?P<q>\"\"\"|''')[\s\S]*?(?P=q)"  # a triple-quoted string: an example, not an import
+                        r"|^from[ \t]+(?P<src>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|[^\n#;]*)"
+                        r"|^import[ \t]+(?P<mods>[^\n#;]+)", re.M)
+IMPORTS_READ_MAX = 4000  # module files read per check: a bound, not a goal
+
+
+def imports_ahead(tops, modules=(), programs=()):
+    """The names (in import order) outside the packages `tops` that importing `modules` and
+    running `programs` will import, read from their source (see above)."""
+    import ast
+
+    roots, files, ahead, seen = {}, set(), [], set()
+    for top in tops:
+        root = find_package_root(top)
+        if root is not None and os.path.isdir(root):
+            roots[top] = root
+
+    def source(name):
+        top, _, rest = name.partition(".")
+        if top not in roots:
+            return None, False
+        base = os.path.join(roots[top], *rest.split(".")) if rest else roots[top]
+        for path, package in ((os.path.join(base, "__init__.py"), True), (base + ".py", False)):
+            if os.path.isfile(path):
+                return path, package
+        return None, False
+
+    def imported(name, attrs, within=None):
+        if name.partition(".")[0] not in roots:
+            key = name + (":" + ",".join(attrs) if attrs else "")
+            if name and key not in seen:
+                seen.add(key)
+                ahead.append(key)
+            return
+        read(name)
+        for attr in attrs:
+            if source(name + "." + attr)[0] is not None:
+                read(name + "." + attr)
+
+    def read(name):
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # a module's packages are imported first
+            module = ".".join(parts[:i])
+            path, package = source(module)
+            if path is None or path in files or len(files) >= IMPORTS_READ_MAX:
+                continue
+            files.add(path)
+            for name, attrs in top_imports(path, module if package else module.rpartition(".")[0]):
+                imported(name, attrs)
+
+    for program in programs:
+        try:
+            nodes = ast.walk(ast.parse(program))
+        except (SyntaxError, ValueError):
+            continue
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    imported(alias.name, [])
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                imported(node.module, [a.name for a in node.names if a.name != "*"])
+    for module in modules:
+        imported(module, [])
+    return ahead
+
+
+def top_imports(path, here):
+    """[(module, [names from it])] of the column-0 import statements of the module file path in
+    package here; kept for the session while the file's signature holds (each check reads
+    again what the one before read)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    key = (st.st_ino, st.st_size, st.st_mtime_ns)
+    known = WARM_STATE["read"].get(path)
+    if known is not None and known[0] == key:
+        return known[1]
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    found = []
+    for statement in TOP_IMPORT.finditer(text):
+        if statement.group("mods"):
+            found.extend((item.split(" as ")[0].strip(), []) for item in statement.group("mods").split(","))
+        elif statement.group("src") is not None:
+            src = statement.group("src")
+            level = len(src) - len(src.lstrip("."))
+            if level:  # relative: from the package `here`, one level up per dot after the first
+                up = here.split(".")[:len(here.split(".")) - level + 1]
+                src = ".".join(up + ([src.lstrip(".")] if src.lstrip(".") else []))
+            names = re.sub(r"#[^\n]*", "", statement.group("names")).strip("()").split(",")
+            found.append((src, [n for n in (n.split(" as ")[0].strip() for n in names) if n.isidentifier()]))
+    WARM_STATE["read"][path] = (key, found)
+    return found
+
+
+def run_check(code, timeout_s, args=(), env_extra=None, fresh=(), roots=(), modules=(), programs=None):
     """run_python's result for `code`, run by a child of the warm parent (where fork and audit
     hooks exist) or by a fresh interpreter. fresh, roots: the packages this check reads, and
-    their folders, which the parent must never hold."""
-    if not (hasattr(os, "fork") and hasattr(sys, "addaudithook")):
+    their folders, which the parent must never hold; modules, programs (default [code]): what
+    the check imports, read for the parent to import ahead (imports_ahead)."""
+    if not (hasattr(os, "fork") and hasattr(sys, "addaudithook")) or WARM_STATE["cold"]:
         return run_python(code, timeout_s, args, env_extra)
     import shutil
     import tempfile
 
     WARM_STATE["fresh"].update(p.split(".")[0] for p in fresh if p)
     WARM_STATE["roots"].update(r for r in roots if r)
+    ahead = imports_ahead(sorted(WARM_STATE["fresh"]), modules, [code] if programs is None else programs)
     folder = tempfile.mkdtemp(prefix="patchkit-check-")  # 0700: this user's
     try:
         for attempt in (1, 2):  # a parent that refuses (it holds something stale) is replaced once
             try:
-                ran = warm_run(folder, code, timeout_s, args, env_extra)
+                ran = warm_run(folder, code, timeout_s, args, env_extra,
+                               [n for n in ahead if n not in WARM_STATE["never"]])
             except (OSError, ValueError):  # it said something unreadable: a fresh one, as after a refusal
                 end_warm_parent()
                 ran = None
-            if ran is not None:
-                return ran
-        return run_python(code, timeout_s, args, env_extra)
+            if ran is not None or WARM_STATE["cold"]:
+                break
+        return ran if ran is not None else run_python(code, timeout_s, args, env_extra)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def warm_run(folder, code, timeout_s, args, env_extra):
+def warm_run(folder, code, timeout_s, args, env_extra, ahead):
     out, err = os.path.join(folder, "out"), os.path.join(folder, "err")
     for path in (out, err):
         with open(path, "wb"):
@@ -874,19 +1002,24 @@ def warm_run(folder, code, timeout_s, args, env_extra):
     parent, new = warm_parent()
     request = {"args": [code] + list(args), "env": dict(env_extra or {}), "timeout_s": timeout_s,
                "out": out, "err": err, "fresh": sorted(WARM_STATE["fresh"]), "roots": sorted(WARM_STATE["roots"]),
-               "preload": warm_hints() if new else []}
+               "preload": (warm_hints() if new else []) + ahead}
     try:
         parent.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
         parent.stdin.flush()
     except OSError:
         end_warm_parent()
         return None
-    # Its preloading and its staleness check come first; the child's timeout is the parent's to keep.
-    said = warm_answer(parent, started + timeout_s + 600)
+    # Its preloading and its staleness check come first, within the check's own timeout (a name
+    # whose import hangs ends this parent; the check then runs in a fresh interpreter); the
+    # child's timeout is the parent's to keep.
+    said = warm_answer(parent, started + timeout_s)
     if said is None or "refused" in said:
         end_warm_parent()
+        if said is None:  # it did not get ready in the check's time: no warm parent this session
+            WARM_STATE["cold"] = True
         if said is not None and said.get("drop"):
             keep_hints([], said["drop"])
+            WARM_STATE["never"].add(said["drop"])
         return None
     ended = warm_answer(parent, time.monotonic() + timeout_s + 60)
     if ended is None:  # the parent itself hung or died: its child's group goes with it
@@ -1694,12 +1827,12 @@ def check_in_one_process(verify_imports, import_timeout_s, checks, wrote=None, v
         failure = None
         if verify_imports:
             ran = run_check(IMPORT_CHECK, import_timeout_s, [json.dumps(wrote)] + list(verify_imports), None,
-                            fresh, roots)
+                            fresh, roots, verify_imports, [])
             failure = judge_imports(ran, verify_imports, import_timeout_s, checks)
         if failure is None and verify_python:
             ran = run_check(verify_python["code"], verify_python["timeout_s"],
                             env_extra={PROGRAM_VARS_ENV: json.dumps(verify_python["variables"])},
-                            fresh=fresh, roots=roots)
+                            fresh=fresh, roots=roots, modules=verify_imports)
             failure = judge_program(ran, verify_python["timeout_s"], checks)
         return failure
     import shutil
@@ -1723,7 +1856,8 @@ def shared_checks(folder, verify_imports, import_timeout_s, checks, wrote, verif
     # The interpreter's own limit: the import check's timeout, then the program's; the slack is
     # for its start and its waiting, whose own timers end each check first.
     ran = run_check(SHARED_CHECKS, import_timeout_s + timeout_s + 30,
-                    [json.dumps(spec), json.dumps(wrote)] + list(verify_imports), None, fresh, roots)
+                    [json.dumps(spec), json.dumps(wrote)] + list(verify_imports), None, fresh, roots,
+                    verify_imports, [verify_python["code"]])
     said = {}
     if os.path.exists(results):
         with open(results) as f:
