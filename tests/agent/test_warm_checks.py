@@ -52,9 +52,10 @@ def check_step(name: str, program: str, package: str | None = None) -> str:
 
 
 def hints(sandbox: Sandbox) -> list[str]:
+    """Every name the hints file keeps, for any check."""
     doc = json.loads((sandbox.state / HINTS).read_text())
     assert len(doc) == 1, doc  # one interpreter
-    return list(doc.values())[0]
+    return [name for names in list(doc.values())[0].values() for name in names]
 
 
 def test_the_verify_program_runs_where_the_import_check_imported_the_patched_modules(sandbox: Sandbox,
@@ -309,3 +310,17 @@ def test_a_check_waits_for_no_more_than_one_module_the_parent_learned(sandbox: S
                                              + check_step("second", second, "toyllm")), json_out=True)
     assert done.returncode == 0, done
     assert found_before(done, "second") == {"slow_a": True, "slow_b": False}
+
+
+def test_a_checks_hints_are_imported_ahead_of_that_check_only(sandbox: Sandbox, tmp_path: Path) -> None:
+    """`learns` imports colorsys by name (no reading ahead sees it): its first run learns it, the
+    next run of `learns` finds it imported before the program starts; a run of another check
+    (`other`) does not (the whitelist alone need not wait for what the preflight imports)."""
+    learns = FOUND_BEFORE % (["colorsys"],) + "__import__('colorsys')\n"
+    other = FOUND_BEFORE % (["colorsys", "toyllm"],)
+    learning = check_recipe(tmp_path, "learns", check_step("learns", learns, "toyllm"))
+    assert found_before(sandbox.run("apply", learning, json_out=True), "learns") == {"colorsys": False}
+    assert "colorsys" in hints(sandbox)
+    done = sandbox.run("apply", check_recipe(tmp_path, "other", check_step("other", other, "toyllm")), json_out=True)
+    assert found_before(done, "other") == {"colorsys": False, "toyllm": False}
+    assert found_before(sandbox.run("apply", learning, json_out=True), "learns") == {"colorsys": True}
