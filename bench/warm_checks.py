@@ -17,8 +17,8 @@ fixtures/vllm_envs.py), per round and in a rotating order:
   SupportsEagle3 on 0.16.0), so the preflight passes and the run goes on.
 
 Before each apply the sandbox is reset (the original file, no journal, no deployed drafter);
-the state dir keeps `warm-imports.json`, the modules earlier runs' checks imported, as a user's
-host keeps it (`--no-hints`: removed too, every run as the first one on a host).
+each build's state dir keeps `warm-imports.json`, the modules earlier runs' checks imported, as
+a user's host keeps it (`--no-hints`: removed too, every run as the first one on a host).
 Every run's exit code is checked. Prints medians, ratios to the cold import's median, and the
 load average seen around the runs (the machine may be shared: the figures are wall times).
 """
@@ -71,13 +71,17 @@ def main() -> int:
     variables = ["-e", f"python={python}", "-e", f"drafter_src={work / 'drafter'}",
                  "-e", f"drafter_dest={work / 'models' / 'drafter'}", "-e", f"target_model={work / 'target'}"]
 
-    def reset() -> None:
+    def state(build: str) -> Path:  # one per build: builds may keep their hints in different forms
+        return work / f"state-{build}"
+
+    def reset(build: str | None = None) -> None:
         spec.write_bytes(original)
-        if args.no_hints:
-            shutil.rmtree(work / "state", ignore_errors=True)
-        for kept in ("runs", "backups", "hashcache.json", "lock"):
-            path = work / "state" / kept
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        for name in builds if build is None else [build]:
+            if args.no_hints:
+                shutil.rmtree(state(name), ignore_errors=True)
+            for kept in ("runs", "backups", "hashcache.json", "lock"):
+                path = state(name) / kept
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         shutil.rmtree(work / "models", ignore_errors=True)
 
     def timed(argv: list[str], cwd: str) -> float:
@@ -89,9 +93,9 @@ def main() -> int:
         return seconds
 
     def apply(build: str, what: str) -> float:
-        reset()
+        reset(build)
         return timed([*shlex.split(builds[build]), "apply", str(RECIPE), *variables, "--steps", STEPS[what],
-                      "--state-dir", str(work / "state"), "--json"], str(work))
+                      "--state-dir", str(state(build)), "--json"], str(work))
 
     for name, build in builds.items():  # run from work: `-m` puts the working folder first on sys.path
         argv = shlex.split(build)

@@ -882,11 +882,13 @@ def warm_answer(parent, deadline):
 # attr`, where a lazy module, as transformers', loads its submodule). Only a hint, as the
 # learned names are: the parent never holds a checked package (a name that imports one is
 # refused and not read again this session), and one that fails to import is the child's.
-# After a newline (the text is read with one put before it): a literal first character lets the
-# regex engine skip ahead, ~1.4x faster than ^ with re.M on vLLM's files.
-TOP_IMPORT = re.compile(r"(?P<q>\"\"\"|''')[\s\S]*?(?P=q)"  # a triple-quoted string: an example, not an import
-                        r"|\n(?:from[ \t]+(?P<src>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|[^\n#;]*)"
+# Found after a newline (the text is read with one put before it), and kept unless inside a
+# triple-quoted string (an example in a docstring is not an import): two plain patterns, each
+# with a literal first character the regex engine skips ahead to (3x faster than one pattern
+# that tries a string at every quote).
+TOP_IMPORT = re.compile(r"\n(?:from[ \t]+(?P<src>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|[^\n#;]*)"
                         r"|import[ \t]+(?P<mods>[^\n#;]+))")
+TRIPLE_QUOTE = re.compile(r"\"\"\"|'''")
 IMPORTS_READ_MAX = 4000  # module files read per check: a bound, not a goal
 
 
@@ -895,21 +897,23 @@ def imports_ahead(tops, modules=(), programs=()):
     running `programs` will import, read from their source (see above)."""
     import ast
 
-    roots, files, ahead, seen = {}, set(), [], set()
+    roots, files, ahead, seen, sources = {}, set(), [], set(), {}
     for top in tops:
         root = find_package_root(top)
         if root is not None and os.path.isdir(root):
             roots[top] = root
 
-    def source(name):
-        top, _, rest = name.partition(".")
-        if top not in roots:
-            return None, False
-        base = os.path.join(roots[top], *rest.split(".")) if rest else roots[top]
-        for path, package in ((os.path.join(base, "__init__.py"), True), (base + ".py", False)):
-            if os.path.isfile(path):
-                return path, package
-        return None, False
+    def source(name):  # (path, whether a package); names repeat across files: looked up once
+        if name not in sources:
+            sources[name] = None, False
+            top, _, rest = name.partition(".")
+            if top in roots:
+                base = os.path.join(roots[top], *rest.split(".")) if rest else roots[top]
+                for path, package in ((os.path.join(base, "__init__.py"), True), (base + ".py", False)):
+                    if os.path.isfile(path):
+                        sources[name] = path, package
+                        break
+        return sources[name]
 
     def imported(name, attrs, within=None):
         if name.partition(".")[0] not in roots:
@@ -954,6 +958,8 @@ def top_imports(path, here):
     """[(module, [names from it])] of the column-0 import statements of the module file path in
     package here; kept for the session while the file's signature holds (each check reads
     again what the one before read)."""
+    import bisect
+
     try:
         st = os.stat(path)
     except OSError:
@@ -967,8 +973,19 @@ def top_imports(path, here):
             text = "\n" + f.read().decode("utf-8", "replace")
     except OSError:
         return []
+    strings, opened = [], None  # where each triple-quoted string starts and ends
+    for quote in TRIPLE_QUOTE.finditer(text):
+        if opened is None:
+            opened = quote
+        elif quote.group() == opened.group():
+            strings.extend((opened.start(), quote.end()))
+            opened = None
+    if opened is not None:
+        strings.extend((opened.start(), len(text)))
     found = []
     for statement in TOP_IMPORT.finditer(text):
+        if bisect.bisect(strings, statement.start()) % 2:  # after a string's start, before its end
+            continue
         if statement.group("mods"):
             found.extend((item.split(" as ")[0].strip(), []) for item in statement.group("mods").split(","))
         elif statement.group("src") is not None:
@@ -993,6 +1010,7 @@ def run_check(code, timeout_s, args=(), env_extra=None, fresh=(), roots=(), modu
     import shutil
     import tempfile
 
+    warm_parent()  # its interpreter starts while this reads ahead
     WARM_STATE["fresh"].update(p.split(".")[0] for p in fresh if p)
     WARM_STATE["roots"].update(r for r in roots if r)
     programs = [code] if programs is None else programs
