@@ -175,19 +175,63 @@ def _from_ansible(path: str, source: str | None = None) -> tuple[Inventory, list
     env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_NOCOLOR": "True",
            "ANSIBLE_FORCE_COLOR": "False"}
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=ANSIBLE_INVENTORY_TIMEOUT_S, env=env,
-                              stdin=subprocess.DEVNULL, check=False)
+        returncode, stdout, stderr = _run_bounded(argv, env, ANSIBLE_INVENTORY_TIMEOUT_S, MAX_INVENTORY_BYTES)
     except subprocess.TimeoutExpired:
         raise UsageError(f"-i {path}: ansible-inventory did not answer within {ANSIBLE_INVENTORY_TIMEOUT_S:.0f} s "
                          "(an inventory script that hangs?)") from None
     except OSError as exc:
         raise UsageError(f"-i {path}: cannot run {command}: {exc.strerror or exc}") from None
-    if done.returncode != 0:
-        tail = "\n".join(line for line in done.stderr.strip().splitlines()[-_STDERR_TAIL:] if line.strip())
-        raise UsageError(f"-i {path}: ansible-inventory could not read it (exit {done.returncode}):\n{tail}")
-    data = _json(done.stdout, path, "ansible-inventory")
+    if returncode is None:
+        raise UsageError(f"-i {path}: ansible-inventory printed more than {MAX_INVENTORY_BYTES >> 20} MiB: stopped, "
+                         "not read (the limit for an inventory)")
+    if returncode != 0:
+        lines = stderr.decode("utf-8", "replace").strip().splitlines()
+        tail = "\n".join(line for line in lines[-_STDERR_TAIL:] if line.strip())
+        raise UsageError(f"-i {path}: ansible-inventory could not read it (exit {returncode}):\n{tail}")
+    data = _json(stdout.decode("utf-8", "replace"), path, "ansible-inventory")
     mapped = hosts_from_ansible_json(data, path)
     return mapped.inventory, mapped.notes, True
+
+
+def _run_bounded(argv: list[str], env: dict[str, str], timeout_s: float,
+                 limit: int) -> tuple[int | None, bytes, bytes]:
+    """argv's exit code, its stdout and the end of its stderr; exit code None when stdout passed
+    `limit` bytes (its process group is then killed, as at the timeout: TimeoutExpired)."""
+    import selectors
+    import signal
+    import time
+
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            start_new_session=True)  # an inventory script it starts goes with it
+    out, err = bytearray(), bytearray()
+    deadline = time.monotonic() + timeout_s
+    with proc, selectors.DefaultSelector() as selector:
+        for stream in (proc.stdout, proc.stderr):
+            assert stream is not None
+            selector.register(stream, selectors.EVENT_READ)
+        try:
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(argv, timeout_s)
+                for key, _ in selector.select(left):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                    elif key.fileobj is proc.stdout:
+                        out += chunk
+                        if len(out) > limit:
+                            return None, b"", b""
+                    else:
+                        err = (err + chunk)[-(1 << 16):]  # the tail is what is shown
+            return proc.wait(max(0.0, deadline - time.monotonic())), bytes(out), bytes(err)
+        finally:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                proc.wait()
 
 
 def merge(loaded: list[tuple[str, Inventory, list[str]]]) -> LoadedInventory:

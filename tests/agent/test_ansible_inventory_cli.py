@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
+import pytest
+
+from patchkit.base.errors import UsageError
 from tests.helpers import Sandbox, make_sandbox, recipe, run_many, run_patchkit
 
 RECIPE = recipe("toyllm_eagle3.yaml")  # `first_value` goes into the whitelist
@@ -189,3 +193,36 @@ def test_validate_checks_the_recipe_with_each_hosts_variables_and_contacts_none(
     assert "undefined variable 'second'" in one_lacks.stderr, one_lacks
     only_a = run_patchkit("validate", str(recipe_file), "-i", str(inventory), "-l", "a", "-e", "nosuch=1", "--strict")
     assert only_a.returncode == 2 and "nosuch" in only_a.stderr, only_a  # -l picks the hosts; --strict as for apply
+
+
+def test_what_ansible_inventory_prints_is_bounded_and_a_hanging_script_is_ended(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real ansible-inventory on dynamic inventory scripts, with the limits made small: output
+    past the limit stops it (one line, nothing parsed); a script that hangs is ended with it at
+    the timeout, its own child too (the process group)."""
+    from patchkit.fleet import sources
+
+    big = tmp_path / "big.py"
+    big.write_text(f"#!{sys.executable}\nimport json\n"  # small itself, 20 kB printed
+                   "print(json.dumps({'gpu': {'hosts': ['s1']}, '_meta': {'hostvars': {'s1': {'blob': 'x' * 20000}}}}))\n")
+    big.chmod(0o755)
+    monkeypatch.setattr(sources, "MAX_INVENTORY_BYTES", 10000)
+    with pytest.raises(UsageError, match=r"ansible-inventory printed more than .*: stopped, not read"):
+        sources.load_inventories([str(big)])
+    monkeypatch.setattr(sources, "MAX_INVENTORY_BYTES", 100000)
+    assert list(sources.load_inventories([str(big)]).inventory.hosts) == ["s1"]
+
+    pids = tmp_path / "pids"
+    hangs = tmp_path / "hangs.py"
+    hangs.write_text(f"#!{sys.executable}\nimport os, subprocess, time\n"
+                     f"child = subprocess.Popen([{sys.executable!r}, '-c', 'import time; time.sleep(300)'])\n"
+                     f"open({str(pids)!r}, 'w').write('%d %d' % (os.getpid(), child.pid))\ntime.sleep(300)\n")
+    hangs.chmod(0o755)
+    monkeypatch.setattr(sources, "ANSIBLE_INVENTORY_TIMEOUT_S", 8.0)
+    with pytest.raises(UsageError, match=r"ansible-inventory did not answer within 8 s"):
+        sources.load_inventories([str(hangs)])
+    for pid in map(int, pids.read_text().split()):
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+            assert time.monotonic() < deadline, f"{pid} still runs"
+            time.sleep(0.1)
