@@ -32,6 +32,7 @@ PACKAGE = {
     "aheadpkg/sub/other.py": "from email import message\n",
     "aheadpkg/deep.py": '"""Unterminated docstring\nimport never_seen\n',
     "aheadpkg/unused.py": "import not_reached\n",
+    "aheadmod.py": "import colorsys\n",  # a checked module that is one file, not a package folder
 }
 
 
@@ -41,7 +42,7 @@ def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [n for n in sys.modules if n.split(".")[0] == "aheadpkg"]:
+    for name in [n for n in sys.modules if n.split(".")[0] in ("aheadpkg", "aheadmod")]:
         monkeypatch.delitem(sys.modules, name)
     return host_agent()
 
@@ -62,6 +63,7 @@ def test_a_programs_imports_anywhere_are_read_and_followed_into_the_package(agen
 
 def test_without_the_package_among_the_checked_ones_its_modules_are_names_to_import(agent: Any) -> None:
     assert agent.imports_ahead([], ["aheadpkg.sub"], []) == ["aheadpkg.sub"]
+    assert agent.imports_ahead(["aheadmod"], ["aheadmod"], ["import aheadmod, json"]) == ["json"]
 
 
 def test_a_file_changed_since_it_was_read_is_read_again(agent: Any, tmp_path: Path) -> None:

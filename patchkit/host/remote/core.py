@@ -915,8 +915,11 @@ def imports_ahead(tops, modules=(), programs=()):
                         break
         return sources[name]
 
-    def imported(name, attrs, within=None):
-        if name.partition(".")[0] not in roots:
+    def imported(name, attrs):
+        top = name.partition(".")[0]
+        if top in tops and top not in roots:  # a checked module that is not a package folder: never the parent's
+            return
+        if top not in roots:
             key = name + (":" + ",".join(attrs) if attrs else "")
             if name and key not in seen:
                 seen.add(key)
@@ -935,8 +938,8 @@ def imports_ahead(tops, modules=(), programs=()):
             if path is None or path in files or len(files) >= IMPORTS_READ_MAX:
                 continue
             files.add(path)
-            for name, attrs in top_imports(path, module if package else module.rpartition(".")[0]):
-                imported(name, attrs)
+            for named, attrs in top_imports(path, module if package else module.rpartition(".")[0]):
+                imported(named, attrs)
 
     for program in programs:
         try:
