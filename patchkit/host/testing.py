@@ -169,10 +169,19 @@ class FakeAgent:
 
     def op_read(self, path: str, root: str | None = None) -> dict[str, Any]:  # no symlinks in the fake
         if path not in self.files:
-            return {"exists": False}
+            return {"exists": False, "missing_dirs": self._missing_dirs(path, root)}
         data = self.files[path]
         return {"exists": True, "sha256": sha256(data), "content_b64": base64.b64encode(data).decode(),
                 "mode": 0o644, "uid": 0, "gid": 0, "size": len(data)}
+
+    def _missing_dirs(self, path: str, root: str | None) -> list[str]:
+        """The folders above path that hold no file (the fake's folders are its files'), deepest first."""
+        missing, folder = [], posixpath.dirname(path)
+        while folder not in ("/", "") and (root is None or folder.startswith(root.rstrip("/") + "/")) \
+                and not any(f.startswith(folder + "/") for f in self.files):
+            missing.append(folder)
+            folder = posixpath.dirname(folder)
+        return missing
 
     def op_hash(self, paths: list[str], confined: bool = False, root: str | None = None) -> dict[str, str | None]:
         return {p: sha256(self.files[p]) if p in self.files else None for p in paths}

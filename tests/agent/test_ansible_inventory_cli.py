@@ -204,7 +204,8 @@ def test_what_ansible_inventory_prints_is_bounded_and_a_hanging_script_is_ended(
 
     big = tmp_path / "big.py"
     big.write_text(f"#!{sys.executable}\nimport json\n"  # small itself, 20 kB printed
-                   "print(json.dumps({'gpu': {'hosts': ['s1']}, '_meta': {'hostvars': {'s1': {'blob': 'x' * 20000}}}}))\n")
+                   "host = {'blob': 'x' * 20000}\n"
+                   "print(json.dumps({'gpu': {'hosts': ['s1']}, '_meta': {'hostvars': {'s1': host}}}))\n")
     big.chmod(0o755)
     monkeypatch.setattr(sources, "MAX_INVENTORY_BYTES", 10000)
     with pytest.raises(UsageError, match=r"ansible-inventory printed more than .*: stopped, not read"):

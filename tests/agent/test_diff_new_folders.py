@@ -16,6 +16,7 @@ import difflib
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +196,35 @@ def test_a_folder_swapped_for_a_symlink_right_after_the_check_gets_no_new_folder
     put_back(config, raced["aside"])
     assert listing(config) == before
     assert not state_dir.exists()
+
+
+def test_a_run_cut_off_while_it_verifies_still_names_the_folders_it_made_for_rollback(sandbox: Sandbox,
+                                                                                    tmp_path: Path) -> None:
+    """The control side dies while the host checks (a slow import): the journal holds only the
+    record written before the write, which must already name the folders the write makes (read
+    at plan: those not there), so rollback removes them again; a folder that was there, empty,
+    before the run is not one of them and stays."""
+    package = sandbox.pkgs / "toyllm"
+    (package / "keepme").mkdir()  # empty, someone's
+    (sandbox.pkgs / "slow_check.py").write_text("import time\ntime.sleep(3)\n")
+    before = tree(package)
+    recipe = write_recipe(tmp_path, adding(("toyllm/newdir/sub/x.py", "VALUE = 42\n"),
+                                           ("toyllm/keepme/z.py", "Z = 1\n")), "toyllm.newdir.sub.x, slow_check")
+    added = package / "newdir" / "sub" / "x.py"
+
+    proc = sandbox.start("apply", recipe)
+    deadline = time.monotonic() + 30
+    while not added.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.kill()  # the control side dies while the host runs the import check
+    proc.wait()
+    assert added.exists()
+    (record,) = sandbox.run_records("toyfix")
+    assert record["steps"][0]["verified"] is False  # the record from before the write, no more
+    assert {f["file"]: f["created_dirs"] for f in record["steps"][0]["files"]} == {
+        str(added): [str(added.parent), str(package / "newdir")], str(package / "keepme" / "z.py"): []}
+
+    back = sandbox.run("rollback", recipe, json_out=True)  # waits for the lock: the check ends
+    assert back.returncode == 0, back
+    assert not (package / "newdir").exists()
+    assert tree(package) == before  # keepme/ is still there, empty

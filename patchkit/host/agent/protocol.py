@@ -91,6 +91,7 @@ class ReadReply(TypedDict):
     gid: NotRequired[int]
     size: NotRequired[int]
     symlink_to: NotRequired[str]  # the file is a symlink to this
+    missing_dirs: NotRequired[list[str]]  # only when it does not exist: the folders a write would make, deepest first
     path: NotRequired[str]  # in locate's `read` only: the file it read
 
 

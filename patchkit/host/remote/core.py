@@ -1282,6 +1282,18 @@ def modules_named_like(root, package, modules, limit=20000):
 
 # ---------------------------------------------------------------- files
 
+def missing_folders(path, root=None):
+    """The folders a write of path would make (none there, not even a symlink), deepest first;
+    inside root when given. A run journals them before it writes, so a rollback after the run
+    was cut off removes them again, when empty (and not a folder that was there, empty, before)."""
+    missing, folder = [], os.path.dirname(path)
+    while folder != os.path.dirname(folder) and not os.path.lexists(folder) \
+            and (root is None or is_under(folder, expand(root)) and folder != expand(root)):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    return missing
+
+
 @op
 def op_read(path, root=None):
     """The file's bytes and stat; `root`: the package folder it must stay inside."""
@@ -1290,7 +1302,7 @@ def op_read(path, root=None):
     path = expand(path)
     refuse_path_escape(root, path)
     if not os.path.isfile(path):
-        return {"exists": False}
+        return {"exists": False, "missing_dirs": missing_folders(path, root)}
     with locked_folders([path], 600, shared=True) as folders:  # never mid-apply of another run
         dir_fd = folders.fd(path)
         refuse_path_escape(root, path, dir_fd)  # the folder as opened, then the file (a symlink is read through)

@@ -258,6 +258,9 @@ async def plan_diff(ctx: HostContext, step: Step, spec: PatchStep) -> UnitPlan:
                 continue
             change = FileChange(file=path, message=outcome.message)
             if outcome.verdict == "changed" and outcome.source is not None:  # an empty file too
+                # journaled with the intent, before the write: a run cut off after it made them
+                # still names them for rollback (the apply's answer then says what it made)
+                change.created_dirs = read.get("missing_dirs")
                 try:
                     new = encode_source(outcome.source)
                 except EditError as exc:
