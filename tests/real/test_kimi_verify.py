@@ -192,3 +192,41 @@ def test_the_preflight_names_the_class_vllm_resolves_for_the_target(sandbox: Pat
     assert code == 0 and step["status"] == "ok", step
     assert step["message"] == (f"passed: KimiK25ForConditionalGeneration (the architecture of {models['kimi_k25']}"
                                "/config.json) implements SupportsEagle3"), step
+
+
+# What a check's own process finds imported before its first line runs, then its import.
+FOUND_BEFORE_REAL = """\
+import json, sys
+found = {m: m in sys.modules for m in ("torch", "transformers.configuration_utils", "vllm", "vllm.config")}
+import vllm.config.speculative
+print(json.dumps(found, sort_keys=True))
+"""
+
+
+def test_a_hosts_first_check_finds_vllms_dependencies_imported_ahead_and_vllm_not(sandbox: Path,
+                                                                                    tmp_path: Path) -> None:
+    """On real vLLM 0.16.0 with no hints yet (a new state dir): the agent reads ahead what the
+    check imports (vllm/config/*.py and what their top-level imports reach), the warm parent
+    imports torch and transformers' configuration before it forks the check, never vLLM; the
+    whitelist patch after it is then checked in a child of the same parent, against the file
+    just written (verified by vLLM's own validation)."""
+    recipe = tmp_path / "ahead.yaml"
+    shipped = yaml.safe_load(RECIPE.read_text())
+    whitelist = next(s for s in shipped["steps"] if s["name"] == "eagle3-whitelist")
+    recipe.write_text(yaml.safe_dump({"name": "ahead", "steps": [
+        {"name": "sees", "check": {"package": "vllm", "python": FOUND_BEFORE_REAL}}, whitelist]}))
+    state = tmp_path / "state"
+    spec = speculative_py(sandbox)
+    original = spec.read_bytes()
+    code, report = run(sandbox, state, "apply", str(recipe))
+    steps = steps_of(report)
+    assert code == 0, steps
+    said = steps["sees"]["message"]
+    assert json.loads(said[said.index("{"):]) == {"torch": True, "transformers.configuration_utils": True,
+                                                  "vllm": False, "vllm.config": False}, said
+    assert steps["eagle3-whitelist"]["verified"] is True, steps["eagle3-whitelist"]
+    hints = json.loads((state / "warm-imports.json").read_text())
+    assert not [n for checks in hints.values() for names in checks.values() for n in names
+                if n.split(".")[0] == "vllm"], hints
+    code, report = run(sandbox, state, "rollback", str(recipe))
+    assert code == 0 and spec.read_bytes() == original
