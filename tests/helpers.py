@@ -15,12 +15,14 @@ not ours to write.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
 import subprocess
 import sysconfig
 import venv as venv_module
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -110,6 +112,25 @@ def run_many(argvs: list[list[str]], timeout: float = 60) -> list[Result]:
     """Independent patchkit runs side by side (start-up dominates their cost)."""
     procs = [start_patchkit(*argv) for argv in argvs]
     return [finish(proc, argv, timeout) for proc, argv in zip(procs, argvs)]
+
+
+def write_wheel(folder: Path, dist: str, version: str, files: dict[str, str | bytes]) -> Path:
+    """A pure-Python wheel of `dist` at `version` in folder, holding `files` (path in the wheel ->
+    text or bytes), with METADATA, WHEEL, top_level.txt and a RECORD of every file's hash and
+    size, as pip and the release test read them."""
+    info = f"{dist}-{version}.dist-info"
+    contents = {name: data.encode() if isinstance(data, str) else data for name, data in files.items()}
+    contents[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode()
+    contents[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: patchkit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    contents[f"{info}/top_level.txt"] = "".join(sorted({n.split("/")[0] + "\n" for n in files})).encode()
+    record = "".join(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+                     f"{len(data)}\n" for name, data in contents.items())
+    contents[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    wheel = folder / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in contents.items():
+            archive.writestr(name, data)
+    return wheel
 
 
 def make_venv(root: Path, package_dirs: list[Path]) -> Path:

@@ -10,13 +10,12 @@ plain diff's context is not there, but the host's differences and the fix do not
 from __future__ import annotations
 
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.agent.test_release_test import pip_sees_only
-from tests.helpers import Sandbox, make_sandbox, run_patchkit, sha256
+from tests.helpers import Sandbox, make_sandbox, run_patchkit, sha256, write_wheel
 
 BASE_LIMITS = '''"""Limits (toy)."""
 
@@ -60,14 +59,8 @@ def git_diff(old: dict[str, str], new: dict[str, str], scratch: Path) -> str:
 
 
 def wheel(links: Path, version: str, files: dict[str, str]) -> None:
-    files = {"toyllm/__init__.py": "", "toyllm/_version.py": f'__version__ = "{version}"\n', **files,
-             f"toyllm-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: toyllm\nVersion: {version}\n",
-             f"toyllm-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                                  "Tag: py3-none-any\n"}
-    with zipfile.ZipFile(links / f"toyllm-{version}-py3-none-any.whl", "w") as archive:
-        for name, text in files.items():
-            archive.writestr(name, text)
-        archive.writestr(f"toyllm-{version}.dist-info/RECORD", "".join(f"{n},,\n" for n in files))
+    write_wheel(links, "toyllm", version, {"toyllm/__init__.py": "", "toyllm/_version.py": f'__version__ = "{version}"\n',
+                                           **files})
 
 
 RELEASES = {  # what `patchkit test` finds on each release

@@ -5,43 +5,24 @@ network). The real `patchkit` executable does the work; the tests assert what is
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import subprocess
 import sysconfig
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import Result, Sandbox, make_sandbox, run_patchkit, step
+from tests.helpers import Result, Sandbox, make_sandbox, run_patchkit, step, write_wheel
 
 pytestmark = pytest.mark.agent
 
 DIST = "pkprobe"
 
 
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
 def build_wheel(folder: Path, version: str) -> Path:
     """A pure-Python wheel of DIST at `version`: its module says the version."""
-    info = f"{DIST}-{version}.dist-info"
-    files = {
-        f"{DIST}/__init__.py": f'VERSION = "{version}"\n'.encode(),
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {DIST}\nVersion: {version}\n".encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: patchkit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in files.items())
-    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
-    wheel = folder / f"{DIST}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-    return wheel
+    return write_wheel(folder, DIST, version, {f"{DIST}/__init__.py": f'VERSION = "{version}"\n'})
 
 
 @pytest.fixture(name="host")

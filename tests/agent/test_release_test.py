@@ -23,6 +23,7 @@ from tests.helpers import (  # noqa: F401 - the `sandbox` fixture
     review_page_in_chromium,
     run_patchkit,
     sandbox_fixture,
+    write_wheel,
 )
 
 SPECULATIVE = (PKGS / "toyllm" / "toyllm" / "config" / "speculative.py").read_text()
@@ -47,25 +48,18 @@ def shaped(version: str) -> str:
 
 
 def build_wheel(folder: Path, version: str, corrupt: bool = False) -> Path:
-    wheel = folder / f"toyllm-{version}-py3-none-any.whl"
     if corrupt:
+        wheel = folder / f"toyllm-{version}-py3-none-any.whl"
         wheel.write_bytes(b"not a zip")
         return wheel
-    files = {
+    return write_wheel(folder, "toyllm", version, {
         "toyllm/__init__.py": (PKGS / "toyllm" / "toyllm" / "__init__.py").read_text(),
         "toyllm/_version.py": f'__version__ = "{version}"\nversion = __version__\n',
         "toyllm/config/__init__.py": (PKGS / "toyllm" / "toyllm" / "config" / "__init__.py").read_text(),
         "toyllm/config/speculative.py": shaped(version),
         "toyllm/config/model.py": (PKGS / "toyllm" / "toyllm" / "config" / "model.py").read_text(),
         "toyllm/unrelated.py": "x = 1\n",
-        f"toyllm-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: toyllm\nVersion: {version}\n",
-        f"toyllm-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for name, text in files.items():
-            archive.writestr(name, text)
-        archive.writestr(f"toyllm-{version}.dist-info/RECORD", "".join(f"{n},,\n" for n in files))
-    return wheel
+    })
 
 
 RELEASES = ["0.9.0", "0.10.0", "0.10.1", "0.10.2", "0.16.0", "0.18.0", "0.22.0"]
@@ -239,10 +233,7 @@ def test_an_unknown_distribution_is_pips_reason_and_exit_1(tmp_path: Path, index
 
 def test_a_dist_whose_wheels_hold_another_package_says_so(tmp_path: Path, own_index: dict[str, str]) -> None:
     links = Path(own_index["PIP_FIND_LINKS"])
-    with zipfile.ZipFile(links / "otherllm-0.11.0-py3-none-any.whl", "w") as archive:
-        archive.writestr("otherllm/__init__.py", "")
-        archive.writestr("otherllm-0.11.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: otherllm\nVersion: 0.11.0\n")
-        archive.writestr("otherllm-0.11.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    write_wheel(links, "otherllm", "0.11.0", {"otherllm/__init__.py": ""})
     result = run_patchkit("test", write_recipe(tmp_path, ">=0.10.1,<0.22"), "--dist", "otherllm", "--json",
                           env=own_index, timeout=180)
     assert result.returncode == 1, result

@@ -10,18 +10,15 @@ patchkit wrote (or anyone else) is in place too, but not by the release, and say
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, Sandbox, make_sandbox, sha256, step
+from tests.helpers import REPO, Sandbox, make_sandbox, sha256, step, write_wheel
 
 pytestmark = pytest.mark.agent
 
@@ -42,28 +39,15 @@ def speculative(listed: list[str]) -> str:
             "        return self\n")
 
 
-def _digest(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
 def install_vllm(box: Sandbox, version: str, listed: list[str], tmp: Path) -> Path:
     """`pip install --target` of a wheel of `vllm` at `version` into the host's package folder."""
     info = f"vllm-{version}.dist-info"
-    files = {
-        "vllm/__init__.py": f'from vllm._version import __version__\n'.encode(),
-        "vllm/_version.py": f'__version__ = "{version}"\n'.encode(),
-        "vllm/config/__init__.py": b"from vllm.config.speculative import SpeculativeConfig\n",
-        "vllm/config/speculative.py": speculative(listed).encode(),
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: patchkit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{info}/top_level.txt": b"vllm\n",
-    }
-    record = "".join(f"{name},{_digest(data)},{len(data)}\n" for name, data in files.items())
-    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
-    wheel = tmp / f"vllm-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
+    wheel = write_wheel(tmp, "vllm", version, {
+        "vllm/__init__.py": "from vllm._version import __version__\n",
+        "vllm/_version.py": f'__version__ = "{version}"\n',
+        "vllm/config/__init__.py": "from vllm.config.speculative import SpeculativeConfig\n",
+        "vllm/config/speculative.py": speculative(listed),
+    })
     for old in [p for p in (box.pkgs / "vllm", *box.pkgs.glob("vllm-*.dist-info")) if p.exists()]:
         shutil.rmtree(old)  # the uninstall pip does in site-packages (with --target it leaves the old dist-info)
     env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1"}
