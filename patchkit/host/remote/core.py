@@ -903,7 +903,11 @@ def imports_ahead(tops, modules=(), programs=()):
         if root is not None and os.path.isdir(root):
             roots[top] = root
 
-    def source(name):  # (path, whether a package); names repeat across files: looked up once
+    # (path, whether a package) by the plain layout (a/b/__init__.py, else a/b.py), looked up once
+    # per name. Not module_origin, the import system's own resolution (which the import check's
+    # identity uses): a step per level per name would double the reading's time, and a name read
+    # from the wrong file here costs only a hint.
+    def source(name):
         if name not in sources:
             sources[name] = None, False
             top, _, rest = name.partition(".")
